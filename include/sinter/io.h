@@ -1,0 +1,27 @@
+#pragma once
+// safetensors files: an 8-byte little-endian header length, a JSON header naming each tensor's
+// dtype, shape and byte range, then raw little-endian data. Reads go through mmap; writes are
+// atomic (temporary file in the same folder, fsync, rename).
+#include <map>
+#include <string>
+
+#include "sinter/tensor.h"
+
+namespace sinter::io {
+
+// Tensors map views of one shared read-only mapping; they stay valid after the file is replaced.
+struct SafeTensors {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+SafeTensors load_safetensors(const std::string& path);
+// Parses a whole file image in memory (what load_safetensors does after mmap; also the fuzz entry).
+SafeTensors parse_safetensors(const void* data, size_t size, const std::string& name);
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Writes `bytes` to `path` atomically.
+void atomic_write(const std::string& path, const std::string& bytes);
+
+}  // namespace sinter::io

@@ -1,0 +1,9 @@
+#pragma once
+#include "sinter/autograd.h"
+#include "sinter/dtype.h"
+#include "sinter/error.h"
+#include "sinter/io.h"
+#include "sinter/op.h"
+#include "sinter/ops.h"
+#include "sinter/random.h"
+#include "sinter/tensor.h"

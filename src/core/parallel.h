@@ -1,0 +1,29 @@
+#pragma once
+// One threading helper for every CPU kernel, over OpenMP (the pool oneDNN uses too, so the two
+// never fight over cores). Thread count: SINTER_NUM_THREADS, default all cores.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace sinter {
+
+int num_threads();
+void set_num_threads(int n);
+
+// Calls f(lo, hi) on disjoint chunks covering [begin, end); runs inline when the range is
+// smaller than `grain` or we are already inside a parallel region. f must not throw.
+template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  const int nt = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
+  if (nt <= 1 || omp_in_parallel()) { f(begin, end); return; }
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), chunk = (n + nt - 1) / nt;
+    const int64_t lo = begin + t * chunk, hi = std::min(end, lo + chunk);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+}  // namespace sinter

@@ -1,0 +1,65 @@
+#pragma once
+// CPU kernels. Ops in src/ops/ validate and allocate; these only compute. Outputs are written in
+// place (they may be strided views, which the in-place tensor methods use).
+#include <cstdint>
+#include <optional>
+
+#include "sinter/tensor.h"
+
+namespace sinter::cpu {
+
+enum class UnaryOp {
+#define UNARY(F, name, rule, dx) F,
+#define BINARY(F, name, rule, da, db)
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+};
+enum class BinaryOp {
+#define UNARY(F, name, rule, dx)
+#define BINARY(F, name, rule, da, db) F,
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+};
+
+// out = f(x); x broadcast to out's shape; x and out share a dtype (half types compute in f32).
+void unary(UnaryOp op, const Tensor& x, const Tensor& out);
+// out = f(a, b); a and b share a dtype and broadcast to out; out has that dtype, or bool.
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+// out = cond ? a : b; a, b and out share a dtype; cond is bool.
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+void clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi, const Tensor& out);
+// dst = src, converting dtype and broadcasting src to dst's shape.
+void copy(const Tensor& src, const Tensor& dst);
+void fill(const Tensor& dst, double value);
+
+// Reductions over the trailing `inner` elements of a contiguous (outer, inner) layout.
+enum class ReduceOp { Sum, Prod, Max, Min, LogSumExp };
+void reduce_rows(ReduceOp op, const Tensor& x2d, const Tensor& out);        // out (outer)
+void var_rows(const Tensor& x2d, int64_t correction, const Tensor& out);    // out (outer)
+void arg_reduce_rows(bool is_max, const Tensor& x2d, const Tensor& values, const Tensor& indices);
+void softmax_rows(const Tensor& x2d, const Tensor& out, bool log);
+void cumsum_rows(const Tensor& x2d, const Tensor& out);
+
+// c(B, M, N) = a(B, M, K) b(B, K, N) (+ bias(N)); inner two dims of a and b may be transposed views.
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias = {});
+
+}  // namespace sinter::cpu
+
+namespace sinter::cpu {
+
+// Row-wise norms over the last dim of a contiguous (rows, D) x; w, b are (D) (b may be undefined).
+void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& out);
+void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& out);
+// x (rows, T, D) contiguous; cos/sin (T, D/2); rotates (x[:D/2], x[D/2:]) pairs.
+void rotary_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
+// out(n, D) = weight[idx[n]]; idx already range-checked.
+void embedding_rows(const Tensor& weight, const Tensor& idx, const Tensor& out);
+// Mean cross-entropy of logits (rows, C) against int64 targets; returns the loss in out (0-d).
+void cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                        const Tensor& out);
+// out = x * keep / (1 - p), keep_i = philox_uniform(seed, counter, i) >= p (x contiguous).
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t counter, const Tensor& out);
+
+}  // namespace sinter::cpu

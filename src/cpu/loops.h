@@ -1,0 +1,84 @@
+#pragma once
+// The strided N-operand loop every elementwise kernel runs on: broadcast strides, merge dims that
+// are contiguous across all operands, thread the outer dims, hand the innermost run to `inner`.
+#include <array>
+#include <vector>
+
+#include "core/parallel.h"
+#include "sinter/tensor.h"
+
+namespace sinter::cpu {
+
+// Strides in bytes of `t` broadcast to `shape` (0 along broadcast dims).
+inline std::vector<int64_t> broadcast_strides_bytes(const Tensor& t, const Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 0);
+  const int64_t off = int64_t(shape.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i)
+    if (t.size(i) != 1) s[size_t(off + i)] = t.stride(i) * t.element_size();
+  return s;
+}
+
+inline constexpr int64_t kElementwiseGrain = 32768;
+
+// inner(std::array<char*, N> ptrs, std::array<int64_t, N> byte_strides, int64_t n)
+template <size_t N, class Inner>
+void for_each_strided(const Shape& shape, std::array<char*, N> base, std::array<std::vector<int64_t>, N> strides,
+                      const Inner& inner) {
+  const int64_t numel = shape.numel();
+  if (numel == 0) return;
+  // Drop size-1 dims, then merge neighbours that are contiguous for every operand.
+  std::vector<int64_t> dims;
+  std::array<std::vector<int64_t>, N> st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !dims.empty();
+    for (size_t k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * shape[d];
+    if (merge) {
+      dims.back() *= shape[d];
+      for (size_t k = 0; k < N; ++k) st[k].back() = strides[k][d];
+    } else {
+      dims.push_back(shape[d]);
+      for (size_t k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
+    }
+  }
+  if (dims.empty()) {
+    std::array<int64_t, N> zero{};
+    inner(base, zero, 1);
+    return;
+  }
+  const size_t nd = dims.size();
+  const int64_t n_inner = dims[nd - 1];
+  std::array<int64_t, N> inner_stride;
+  for (size_t k = 0; k < N; ++k) inner_stride[k] = st[k][nd - 1];
+  const int64_t outer = numel / n_inner;
+  if (outer == 1) {  // one run: split it across threads
+    parallel_for(0, n_inner, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      std::array<char*, N> p;
+      for (size_t k = 0; k < N; ++k) p[k] = base[k] + lo * inner_stride[k];
+      inner(p, inner_stride, hi - lo);
+    });
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / n_inner);
+  parallel_for(0, outer, grain, [&](int64_t lo, int64_t hi) {
+    std::vector<int64_t> idx(nd - 1);
+    int64_t r = lo;
+    for (size_t d = nd - 1; d-- > 0;) { idx[d] = r % dims[d]; r /= dims[d]; }
+    std::array<char*, N> p;
+    for (size_t k = 0; k < N; ++k) {
+      p[k] = base[k];
+      for (size_t d = 0; d + 1 < nd; ++d) p[k] += idx[d] * st[k][d];
+    }
+    for (int64_t o = lo; o < hi; ++o) {
+      inner(p, inner_stride, n_inner);
+      for (size_t d = nd - 1; d-- > 0;) {  // odometer increment of the outer index
+        for (size_t k = 0; k < N; ++k) p[k] += st[k][d];
+        if (++idx[d] < dims[d]) break;
+        for (size_t k = 0; k < N; ++k) p[k] -= st[k][d] * dims[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+}  // namespace sinter::cpu

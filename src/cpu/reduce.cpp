@@ -1,0 +1,164 @@
+// Row reductions over a contiguous (outer, inner) layout: ops move the reduced dims last first.
+#include <cmath>
+#include <limits>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "cpu/cpu.h"
+#include "ops/scalar_fns.h"
+
+namespace sinter::cpu {
+namespace {
+
+template <class T> using acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
+
+template <class T> bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<compute_t<T>>) return std::isnan(compute_t<T>(v));
+  else return false;
+}
+
+int64_t row_grain(int64_t inner) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1)); }
+
+}  // namespace
+
+void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
+  const int64_t outer = x.size(0), inner = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    visit_dtype(out.dtype(), [&]<class O>() {
+      const T* px = x.data<T>();
+      O* po = out.data<O>();
+      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* row = px + r * inner;
+          using A = acc_t<T>;
+          if (op == ReduceOp::Sum || op == ReduceOp::Prod) {
+            A acc = op == ReduceOp::Sum ? A(0) : A(1);
+            if (op == ReduceOp::Sum) {
+              for (int64_t i = 0; i < inner; ++i) acc += A(compute_t<T>(row[i]));
+            } else {
+              for (int64_t i = 0; i < inner; ++i) acc *= A(compute_t<T>(row[i]));
+            }
+            po[r] = convert<O>(acc);
+          } else if (op == ReduceOp::LogSumExp) {
+            double m = -std::numeric_limits<double>::infinity();
+            for (int64_t i = 0; i < inner; ++i) m = std::max(m, double(compute_t<T>(row[i])));
+            double s = 0;
+            if (std::isinf(m)) {
+              po[r] = convert<O>(m);
+              continue;
+            }
+            for (int64_t i = 0; i < inner; ++i) s += std::exp(double(compute_t<T>(row[i])) - m);
+            po[r] = convert<O>(m + std::log(s));
+          } else {  // Max / Min: NaN wins
+            compute_t<T> best = compute_t<T>(row[0]);
+            for (int64_t i = 1; i < inner && !is_nan(best); ++i) {
+              const compute_t<T> v = compute_t<T>(row[i]);
+              if (is_nan(v) || (op == ReduceOp::Max ? v > best : v < best)) best = v;
+            }
+            po[r] = convert<O>(best);
+          }
+        }
+      });
+    });
+  });
+}
+
+void var_rows(const Tensor& x, int64_t correction, const Tensor& out) {
+  const int64_t outer = x.size(0), inner = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const T* row = px + r * inner;
+        double mean = 0;
+        for (int64_t i = 0; i < inner; ++i) mean += double(compute_t<T>(row[i]));
+        mean /= double(inner);
+        double ss = 0;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double d = double(compute_t<T>(row[i])) - mean;
+          ss += d * d;
+        }
+        po[r] = convert<T>(ss / double(std::max<int64_t>(inner - correction, 0)));
+      }
+    });
+  });
+}
+
+void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const Tensor& indices) {
+  const int64_t outer = x.size(0), inner = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    const T* px = x.data<T>();
+    T* pv = values.defined() ? values.data<T>() : nullptr;
+    int64_t* pi = indices.data<int64_t>();
+    parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const T* row = px + r * inner;
+        int64_t best_i = 0;
+        compute_t<T> best = compute_t<T>(row[0]);
+        for (int64_t i = 1; i < inner && !is_nan(best); ++i) {
+          const compute_t<T> v = compute_t<T>(row[i]);
+          if (is_nan(v) || (is_max ? v > best : v < best)) { best = v; best_i = i; }
+        }
+        if (pv) pv[r] = row[best_i];
+        pi[r] = best_i;
+      }
+    });
+  });
+}
+
+void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
+  const int64_t outer = x.size(0), inner = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      using C = compute_t<T>;
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+        std::vector<C> buf(static_cast<size_t>(inner));
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* row = px + r * inner;
+          T* orow = po + r * inner;
+          C m = -std::numeric_limits<C>::infinity();
+          for (int64_t i = 0; i < inner; ++i) m = std::max(m, C(row[i]));
+          if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
+          C s = 0;
+          for (int64_t i = 0; i < inner; ++i) {
+            buf[size_t(i)] = fn::exp_(C(row[i]) - m);
+            s += buf[size_t(i)];
+          }
+          if (log) {
+            const C ls = std::log(s);
+            for (int64_t i = 0; i < inner; ++i) orow[i] = T(C(row[i]) - m - ls);
+          } else {
+            const C inv = C(1) / s;
+            for (int64_t i = 0; i < inner; ++i) orow[i] = T(buf[size_t(i)] * inv);
+          }
+        }
+      });
+    } else {
+      SINTER_THROW(DTypeError, "[softmax] needs a floating tensor, got ", x.dtype());
+    }
+  });
+}
+
+void cumsum_rows(const Tensor& x, const Tensor& out) {
+  const int64_t outer = x.size(0), inner = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    visit_dtype(out.dtype(), [&]<class O>() {
+      const T* px = x.data<T>();
+      O* po = out.data<O>();
+      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          acc_t<T> acc = 0;
+          for (int64_t i = 0; i < inner; ++i) {
+            acc += acc_t<T>(compute_t<T>(px[r * inner + i]));
+            po[r * inner + i] = convert<O>(acc);
+          }
+        }
+      });
+    });
+  });
+}
+
+}  // namespace sinter::cpu

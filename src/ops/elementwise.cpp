@@ -1,0 +1,248 @@
+// Elementwise ops: the X-macros over elementwise.def produce the op-table entries and the public
+// functions; where, clamp and cast are written out.
+#include "cpu/cpu.h"
+#include "ops/common.h"
+
+namespace sinter {
+namespace {
+
+using detail::add_op;
+
+// Derivative helpers used by elementwise.def, built from public ops so they differentiate too.
+Tensor sign_of(const Tensor& x) { return sub(cast(gt(x, zeros({}, x.dtype())), x.dtype()), cast(lt(x, zeros({}, x.dtype())), x.dtype())); }
+Tensor step_of(const Tensor& x) { return cast(gt(x, zeros({}, x.dtype())), x.dtype()); }
+Tensor gelu_grad(const Tensor& x) {
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.3989422804014327 * exp(x * x * -0.5);
+}
+Tensor gelu_tanh_grad(const Tensor& x) {
+  const double k = 0.79788456080286536, c = 0.044715;
+  Tensor t = tanh(k * (x + c * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * c * x * x);
+}
+Tensor silu_grad(const Tensor& x) {
+  Tensor s = sigmoid(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+// 1 where a wins, 1/2 on ties (the subgradient PyTorch uses for maximum/minimum).
+Tensor tie_share(const Tensor& a, const Tensor& b) {
+  const DType dt = promote_types(a.dtype(), b.dtype());
+  return cast(gt(a, b), dt) + 0.5 * cast(eq(a, b), dt);
+}
+
+enum class Rule { keep, float_, promote, true_div, compare };
+constexpr Rule rule_keep = Rule::keep, rule_float = Rule::float_, rule_promote = Rule::promote,
+               rule_true_div = Rule::true_div, rule_compare = Rule::compare;
+
+InferFn unary_infer(std::string name, Rule rule) {
+  return [name, rule](std::span<const TensorMeta> in, const Attrs&) {
+    DType dt = in[0].dtype;
+    if (rule == Rule::keep)
+      SINTER_CHECK_DTYPE(dt != DType::boolean, "[", name, "] bool tensors are not supported; cast to a number type first");
+    else if (!is_floating(dt)) dt = DType::f32;
+    return std::vector<TensorMeta>{{in[0].shape, dt, in[0].device}};
+  };
+}
+
+InferFn binary_infer(std::string name, Rule rule) {
+  return [name, rule](std::span<const TensorMeta> in, const Attrs&) {
+    const Shape shape = detail::broadcast_shapes(name, in[0].shape, in[1].shape);
+    DType dt = promote_types(in[0].dtype, in[1].dtype);
+    if (rule == Rule::compare) dt = DType::boolean;
+    else SINTER_CHECK_DTYPE(dt != DType::boolean, "[", name, "] arithmetic on bool tensors is not supported (got ",
+                            in[0].dtype, " and ", in[1].dtype, "); cast first");
+    if (rule == Rule::true_div && !is_floating(dt)) dt = DType::f32;
+    return std::vector<TensorMeta>{{shape, dt, in[0].device}};
+  };
+}
+
+// Inputs converted to the dtype the kernel computes in (no copy when they already have it).
+Tensor as_dtype(const Tensor& t, DType dt) {
+  if (t.dtype() == dt) return t;
+  Tensor c = Tensor::empty(t.shape(), dt);
+  cpu::copy(t, c);
+  return c;
+}
+
+const OpDef& define_unary(const char* name, cpu::UnaryOp k, Rule rule, BackwardFn bw) {
+  OpDef d;
+  d.name = name;
+  d.num_inputs = 1;
+  d.infer = unary_infer(name, rule);
+  d.cpu = [k](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    cpu::unary(k, as_dtype(in[0], out[0].dtype()), out[0]);
+  };
+  d.backward = std::move(bw);
+  d.save_outputs = 1;
+  d.fusable = true;
+  return add_op(std::move(d));
+}
+
+const OpDef& define_binary(const char* name, cpu::BinaryOp k, Rule rule, BackwardFn bw) {
+  OpDef d;
+  d.name = name;
+  d.num_inputs = 2;
+  d.infer = binary_infer(name, rule);
+  d.cpu = [k, rule](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    DType dt = promote_types(in[0].dtype(), in[1].dtype());
+    if (rule == Rule::true_div && !is_floating(dt)) dt = DType::f32;
+    cpu::binary(k, as_dtype(in[0], dt), as_dtype(in[1], dt), out[0]);
+  };
+  d.backward = std::move(bw);
+  d.save_outputs = 1;
+  d.fusable = true;
+  return add_op(std::move(d));
+}
+
+const OpDef* g_unary[32];
+const OpDef* g_binary[32];
+
+}  // namespace
+
+namespace detail {
+
+void register_elementwise_ops() {
+#define UNARY(F, name, rule, dx)                                                          \
+  g_unary[int(cpu::UnaryOp::F)] = &define_unary(#name, cpu::UnaryOp::F, rule_##rule, [](BackwardCtx& c) {                 \
+    const Tensor &x = c.inputs[0], &y = c.outputs[0], &g = c.grads[0];                    \
+    (void)x; (void)y;                                                                     \
+    return std::vector<Tensor>{dx};                                                       \
+  });
+#define BINARY(F, name, rule, da, db) BINARY_##rule(F, name, rule, da, db)
+#define BINARY_promote(F, name, rule, da, db) BINARY_DIFF(F, name, rule, da, db)
+#define BINARY_true_div(F, name, rule, da, db) BINARY_DIFF(F, name, rule, da, db)
+#define BINARY_compare(F, name, rule, da, db) \
+  g_binary[int(cpu::BinaryOp::F)] = &define_binary(#name, cpu::BinaryOp::F, rule_##rule, nullptr);
+#define BINARY_DIFF(F, name, rule, da, db)                                                \
+  g_binary[int(cpu::BinaryOp::F)] = &define_binary(#name, cpu::BinaryOp::F, rule_##rule, [](BackwardCtx& c) {               \
+    const Tensor &a = c.inputs[0], &b = c.inputs[1], &y = c.outputs[0], &g = c.grads[0];  \
+    (void)a; (void)b; (void)y;                                                            \
+    return std::vector<Tensor>{c.needs_grad[0] ? Tensor(da) : Tensor(),                   \
+                               c.needs_grad[1] ? Tensor(db) : Tensor()};                  \
+  });
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+#undef BINARY_promote
+#undef BINARY_true_div
+#undef BINARY_compare
+#undef BINARY_DIFF
+
+  OpDef w;
+  w.name = "where";
+  w.num_inputs = 3;
+  w.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    SINTER_CHECK_DTYPE(in[0].dtype == DType::boolean, "[where] condition must be bool, got ", in[0].dtype);
+    Shape s = broadcast_shapes("where", broadcast_shapes("where", in[0].shape, in[1].shape), in[2].shape);
+    return std::vector<TensorMeta>{{s, promote_types(in[1].dtype, in[2].dtype), in[0].device}};
+  };
+  w.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    cpu::where(in[0], as_dtype(in[1], out[0].dtype()), as_dtype(in[2], out[0].dtype()), out[0]);
+  };
+  w.backward = [](BackwardCtx& c) {
+    const Tensor& cond = c.inputs[0];
+    Tensor z = zeros({}, c.grads[0].dtype());
+    return std::vector<Tensor>{Tensor(), c.needs_grad[1] ? where(cond, c.grads[0], z) : Tensor(),
+                               c.needs_grad[2] ? where(cond, z, c.grads[0]) : Tensor()};
+  };
+  w.save_inputs = 1;
+  w.fusable = true;
+  add_op(std::move(w));
+
+  OpDef cl;
+  cl.name = "clamp";
+  cl.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    SINTER_CHECK_DTYPE(in[0].dtype != DType::boolean, "[clamp] bool tensors cannot be clamped");
+    if (a.has("min") && a.has("max"))
+      SINTER_CHECK(a.f("min") <= a.f("max"), "[clamp] min ", a.f("min"), " is greater than max ", a.f("max"));
+    return std::vector<TensorMeta>{in[0]};
+  };
+  cl.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    cpu::clamp(in[0], a.has("min") ? std::optional<double>(a.f("min")) : std::nullopt,
+               a.has("max") ? std::optional<double>(a.f("max")) : std::nullopt, out[0]);
+  };
+  cl.backward = [](BackwardCtx& c) {
+    const Tensor& x = c.inputs[0];
+    Tensor keep = ones_like(c.grads[0]);
+    if (c.attrs.has("min")) keep = keep * cast(ge(x, scalar_tensor(c.attrs.f("min"), x.dtype())), x.dtype());
+    if (c.attrs.has("max")) keep = keep * cast(le(x, scalar_tensor(c.attrs.f("max"), x.dtype())), x.dtype());
+    return std::vector<Tensor>{c.grads[0] * keep};
+  };
+  cl.fusable = true;
+  add_op(std::move(cl));
+
+  OpDef cs;
+  cs.name = "cast";
+  cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    return std::vector<TensorMeta>{{in[0].shape, a.dtype("dtype"), in[0].device}};
+  };
+  cs.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { cpu::copy(in[0], out[0]); };
+  cs.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0]}; };
+  cs.save_inputs = 0;
+  cs.fusable = true;
+  add_op(std::move(cs));
+}
+
+}  // namespace detail
+
+#define UNARY(F, name, rule, dx) \
+  Tensor name(const Tensor& x) { return call1(*g_unary[int(cpu::UnaryOp::F)], {x}); }
+#define BINARY(F, name, rule, da, db) \
+  Tensor name(const Tensor& a, const Tensor& b) { return call1(*g_binary[int(cpu::BinaryOp::F)], {a, b}); }
+#define gelu gelu_exact_
+#include "ops/elementwise.def"
+#undef gelu
+#undef UNARY
+#undef BINARY
+
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  return tanh_approximation ? gelu_tanh(x) : gelu_exact_(x);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  static const OpDef& op = get_op("where");
+  return call1(op, {cond, a, b});
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  static const OpDef& op = get_op("clamp");
+  Attrs a;
+  if (lo) a.set("min", *lo);
+  if (hi) a.set("max", *hi);
+  return call1(op, {x}, a);
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  static const OpDef& op = get_op("cast");
+  return call1(op, {x}, {{"dtype", dtype}});
+}
+
+Tensor Tensor::to(DType dtype) const { return this->dtype() == dtype ? *this : cast(*this, dtype); }
+
+// A Python-style scalar: it takes the tensor's dtype unless a float meets an integer tensor.
+static Tensor scalar_like(const Tensor& t, double v) {
+  DType dt = t.dtype();
+  if (!is_floating(dt) && (v != double(int64_t(v)) || dt == DType::boolean)) dt = v != double(int64_t(v)) ? DType::f32 : DType::i64;
+  return scalar_tensor(v, dt);
+}
+
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
+Tensor pow(const Tensor& a, double b) { return pow(a, scalar_like(a, b)); }
+Tensor rsub(const Tensor& a, double b) { return sub(scalar_like(a, b), a); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+
+}  // namespace sinter

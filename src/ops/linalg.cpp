@@ -1,0 +1,163 @@
+// matmul (NumPy semantics) and linear, both on cpu::gemm.
+#include "cpu/cpu.h"
+#include "ops/common.h"
+
+namespace sinter {
+namespace detail {
+namespace {
+
+struct MatmulPlan {
+  Shape batch;    // broadcast batch dims
+  int64_t n, k, m;
+  Shape out;      // final output shape
+};
+
+MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b) {
+  const Shape &sa = a.shape, &sb = b.shape;
+  SINTER_CHECK_SHAPE(!sa.empty() && !sb.empty(), "[matmul] both operands need at least 1 dim, got a", sa, " b", sb);
+  SINTER_CHECK_DTYPE(a.dtype == b.dtype, "[matmul] operand dtypes differ: a ", a.dtype, ", b ", b.dtype);
+  SINTER_CHECK_DTYPE(a.dtype != DType::boolean, "[matmul] bool tensors are not supported");
+  const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
+  const int64_t n = a1 ? 1 : sa[sa.size() - 2], k = sa.back();
+  const int64_t kb = b1 ? sb[0] : sb[sb.size() - 2], m = b1 ? 1 : sb.back();
+  SINTER_CHECK_SHAPE(k == kb, "[matmul] inner dimensions differ: a", sa, " b", sb);
+  const Shape ba(sa.begin(), sa.end() - (a1 ? 1 : 2)), bb(sb.begin(), sb.end() - (b1 ? 1 : 2));
+  MatmulPlan p{broadcast_shapes("matmul", ba, bb), n, k, m, {}};
+  p.out = p.batch;
+  if (!a1) p.out.push_back(n);
+  if (!b1) p.out.push_back(m);
+  return p;
+}
+
+// x viewed as (B, rows, cols) after broadcasting its batch dims to `batch` (copies only if needed).
+Tensor as_batched(const Tensor& x, const Shape& batch, int64_t rows, int64_t cols, bool vec_is_row) {
+  Tensor t = x;
+  if (t.dim() == 1) t = vec_is_row ? raw_view(t, {1, t.size(0)}, {t.size(0) * t.stride(0), t.stride(0)}, t.offset())
+                                   : raw_view(t, {t.size(0), 1}, {t.stride(0), 1}, t.offset());
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  // Broadcast strides for the batch dims.
+  Shape strides(full.size(), 0);
+  const int64_t off = int64_t(full.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) strides[size_t(off + i)] = t.size(i) == 1 && full[size_t(off + i)] != 1 ? 0 : t.stride(i);
+  Tensor e = raw_view(t, full, strides, t.offset());
+  // Fold batch dims into one when their strides allow it, else materialise.
+  const int64_t B = batch.numel();
+  bool foldable = true;
+  for (size_t i = 0; i + 1 < batch.size(); ++i)
+    foldable = foldable && (batch[i] == 1 || strides[i] == strides[i + 1] * batch[i + 1]);
+  const int64_t bstride = batch.empty() ? rows * cols : strides[batch.size() - 1];
+  if (!foldable || (B > 1 && bstride == 0)) {
+    e = contiguous_as(e, e.dtype());
+    return raw_view(e, {B, rows, cols}, {rows * cols, cols, 1}, e.offset());
+  }
+  return raw_view(e, {B, rows, cols}, {bstride, strides[full.size() - 2], strides[full.size() - 1]}, e.offset());
+}
+
+void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  const MatmulPlan p = plan_matmul({a.shape(), a.dtype(), {}}, {b.shape(), b.dtype(), {}});
+  const int64_t B = p.batch.numel();
+  Tensor a3 = as_batched(a, p.batch, p.n, p.k, true), b3 = as_batched(b, p.batch, p.k, p.m, false);
+  if (B > 1 && b.dim() <= 2 && a3.stride(0) == p.n * a3.stride(1) && a3.stride(2) == 1) {
+    // Shared weights: fold the batch into the rows, one large GEMM instead of B small ones.
+    a3 = raw_view(a3, {1, B * p.n, p.k}, {B * p.n * p.k, a3.stride(1), 1}, a3.offset());
+    b3 = raw_view(b3, {1, p.k, p.m}, {0, b3.stride(1), b3.stride(2)}, b3.offset());
+    cpu::gemm(a3, b3, raw_view(out[0], {1, B * p.n, p.m}, {B * p.n * p.m, p.m, 1}, out[0].offset()));
+    return;
+  }
+  cpu::gemm(a3, b3, raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
+}
+
+Tensor matmul_backward_a(const Tensor& g, const Tensor& a, const Tensor& b) {
+  // Promote 1-D operands to matrices, differentiate, and fold back.
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a, b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
+  Tensor g2 = g;
+  if (a.dim() == 1) g2 = g2.unsqueeze(b.dim() == 1 ? 0 : -2);
+  if (b.dim() == 1) g2 = g2.unsqueeze(-1);
+  return sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
+}
+Tensor matmul_backward_b(const Tensor& g, const Tensor& a, const Tensor& b) {
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a, b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
+  Tensor g2 = g;
+  if (a.dim() == 1) g2 = g2.unsqueeze(b.dim() == 1 ? 0 : -2);
+  if (b.dim() == 1) g2 = g2.unsqueeze(-1);
+  return sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
+}
+
+}  // namespace
+
+void register_linalg_ops() {
+  OpDef mm;
+  mm.name = "matmul";
+  mm.num_inputs = 2;
+  mm.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    return std::vector<TensorMeta>{{plan_matmul(in[0], in[1]).out, in[0].dtype, in[0].device}};
+  };
+  mm.cpu = matmul_kernel;
+  mm.backward = [](BackwardCtx& c) {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0];
+    return std::vector<Tensor>{c.needs_grad[0] ? matmul_backward_a(g, a, b) : Tensor(),
+                               c.needs_grad[1] ? matmul_backward_b(g, a, b) : Tensor()};
+  };
+  add_op(std::move(mm));
+
+  OpDef li;
+  li.name = "linear";  // inputs: x(..., K), w(N, K)[, b(N)]
+  li.num_inputs = -1;
+  li.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    SINTER_CHECK(in.size() == 2 || in.size() == 3, "[linear] expects x, w and optionally b, got ", in.size(), " inputs");
+    const Shape &x = in[0].shape, &w = in[1].shape;
+    SINTER_CHECK_SHAPE(!x.empty() && w.size() == 2 && x.back() == w[1], "[linear] x", x, " does not match weight", w,
+                       " (want x(..., K), w(N, K))");
+    for (size_t i = 1; i < in.size(); ++i)
+      SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[linear] dtypes differ: x ", in[0].dtype, ", input ", i, " ", in[i].dtype);
+    SINTER_CHECK_DTYPE(is_floating(in[0].dtype), "[linear] needs floating tensors, got ", in[0].dtype);
+    if (in.size() == 3)
+      SINTER_CHECK_SHAPE(in[2].shape == Shape{w[0]}, "[linear] bias", in[2].shape, " does not match weight", w);
+    Shape out = x;
+    out.back() = w[0];
+    return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+  };
+  li.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+    Tensor x2 = contiguous_as(x, x.dtype());
+    Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
+    Tensor bt = raw_view(w, {1, K, N}, {0, w.stride(1), w.stride(0)}, w.offset());  // w^T as a view
+    Tensor bias = in.size() == 3 ? contiguous_as(in[2], in[2].dtype()) : Tensor();
+    cpu::gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias);
+  };
+  li.backward = [](BackwardCtx& c) {
+    const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+    const int64_t K = w.size(1), N = w.size(0);
+    std::vector<Tensor> out(c.input_meta.size());
+    if (c.needs_grad[0]) out[0] = matmul(g, w);
+    if (c.needs_grad[1]) out[1] = matmul(g.reshape({-1, N}).t(), x.reshape({-1, K}));
+    if (out.size() == 3 && c.needs_grad[2]) out[2] = sum_to(g, {N});
+    return out;
+  };
+  add_op(std::move(li));
+}
+
+}  // namespace detail
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  static const OpDef& op = get_op("matmul");
+  return call1(op, {a, b});
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  SINTER_CHECK_SHAPE(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "[bmm] needs (B, n, k) and (B, k, m), got a",
+                     a.shape(), " b", b.shape());
+  return matmul(a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  static const OpDef& op = get_op("linear");
+  return b.defined() ? call1(op, {x, w, b}) : call1(op, {x, w});
+}
+
+}  // namespace sinter

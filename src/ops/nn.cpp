@@ -1,0 +1,267 @@
+// Neural-network ops: embedding, norms, rotary embedding, cross-entropy, dropout. Forward kernels
+// are fused (src/cpu/nn.cpp); backward is written with public ops.
+#include <cmath>
+
+#include "cpu/cpu.h"
+#include "ops/common.h"
+#include "sinter/random.h"
+
+namespace sinter {
+namespace detail {
+namespace {
+
+void check_index_range(const std::string& op, const Tensor& idx, int64_t n, const char* what) {
+  const int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    SINTER_CHECK_INDEX(p[i] >= 0 && p[i] < n, "[", op, "] index ", p[i], " at position ", i, " out of range for ", what,
+                       " of size ", n);
+}
+
+Tensor rows2d(const Tensor& x) {
+  const int64_t D = x.dim() ? x.size(-1) : 1;
+  Tensor c = contiguous_as(x, x.dtype());
+  return raw_reshape_contiguous(c, Shape{D ? x.numel() / D : 0, D});
+}
+
+void check_norm(const std::string& op, std::span<const TensorMeta> in) {
+  check_float(op, in[0]);
+  SINTER_CHECK_SHAPE(!in[0].shape.empty(), "[", op, "] input must have at least 1 dim");
+  for (size_t i = 1; i < in.size(); ++i) {
+    SINTER_CHECK_SHAPE(in[i].shape == Shape{in[0].shape.back()}, "[", op, "] parameter ", i, " has shape ", in[i].shape,
+                       ", want (", in[0].shape.back(), ") for input ", in[0].shape);
+    SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[", op, "] parameter ", i, " has dtype ", in[i].dtype, ", input has ",
+                       in[0].dtype);
+  }
+}
+
+}  // namespace
+
+void register_nn_ops() {
+  OpDef em;
+  em.name = "embedding";  // inputs: weight (V, D), indices (...) -> (..., D)
+  em.num_inputs = 2;
+  em.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    SINTER_CHECK_SHAPE(in[0].shape.size() == 2, "[embedding] weight must be (V, D), got ", in[0].shape);
+    check_integer("embedding", in[1], "indices");
+    Shape out = in[1].shape;
+    out.push_back(in[0].shape[1]);
+    return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+  };
+  em.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    Tensor idx = contiguous_as(in[1], DType::i64);
+    check_index_range("embedding", idx, in[0].size(0), "a vocabulary");
+    cpu::embedding_rows(contiguous_as(in[0], in[0].dtype()), idx, out[0]);
+  };
+  em.backward = [](BackwardCtx& c) {
+    const Shape& ws = c.input_meta[0].shape;
+    const int64_t D = ws[1];
+    Tensor idx = c.inputs[1].to(DType::i64).reshape({-1, 1}).expand({-1, D});
+    Tensor g = c.grads[0].reshape({-1, D});
+    return std::vector<Tensor>{scatter_add(zeros(ws, g.dtype()), 0, idx, g), Tensor()};
+  };
+  em.save_inputs = 2;
+  add_op(std::move(em));
+
+  OpDef ln;
+  ln.name = "layer_norm";  // inputs: x (..., D), weight (D), bias (D); attr eps
+  ln.num_inputs = 3;
+  ln.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    check_norm("layer_norm", in);
+    return std::vector<TensorMeta>{in[0]};
+  };
+  ln.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    if (in[0].numel() == 0) return;
+    Tensor x2 = rows2d(in[0]);
+    cpu::layer_norm_rows(x2, contiguous_as(in[1], in[1].dtype()), contiguous_as(in[2], in[2].dtype()), a.f("eps"),
+                         raw_reshape_contiguous(out[0], x2.shape()));
+  };
+  ln.backward = [](BackwardCtx& c) {
+    const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+    Tensor xc = x - mean(x, {-1}, true);
+    Tensor rstd = rsqrt(mean(xc * xc, {-1}, true) + c.attrs.f("eps"));
+    Tensor xhat = xc * rstd;
+    std::vector<Tensor> out(3);
+    if (c.needs_grad[0]) {
+      Tensor gh = g * w;
+      out[0] = rstd * (gh - mean(gh, {-1}, true) - xhat * mean(gh * xhat, {-1}, true));
+    }
+    if (c.needs_grad[1]) out[1] = sum_to(g * xhat, w.shape());
+    if (c.needs_grad[2]) out[2] = sum_to(g, w.shape());
+    return out;
+  };
+  ln.save_inputs = 3;
+  add_op(std::move(ln));
+
+  OpDef rn;
+  rn.name = "rms_norm";  // inputs: x (..., D), weight (D); attr eps
+  rn.num_inputs = 2;
+  rn.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    check_norm("rms_norm", in);
+    return std::vector<TensorMeta>{in[0]};
+  };
+  rn.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    if (in[0].numel() == 0) return;
+    Tensor x2 = rows2d(in[0]);
+    cpu::rms_norm_rows(x2, contiguous_as(in[1], in[1].dtype()), a.f("eps"), raw_reshape_contiguous(out[0], x2.shape()));
+  };
+  rn.backward = [](BackwardCtx& c) {
+    const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+    Tensor r = rsqrt(mean(x * x, {-1}, true) + c.attrs.f("eps"));
+    Tensor xhat = x * r;
+    std::vector<Tensor> out(2);
+    if (c.needs_grad[0]) {
+      Tensor gh = g * w;
+      out[0] = r * (gh - xhat * mean(gh * xhat, {-1}, true));
+    }
+    if (c.needs_grad[1]) out[1] = sum_to(g * xhat, w.shape());
+    return out;
+  };
+  add_op(std::move(rn));
+
+  OpDef ro;
+  ro.name = "rotary_embedding";  // inputs: x (..., T, D), cos (T, D/2), sin (T, D/2)
+  ro.num_inputs = 3;
+  ro.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    const Shape& x = in[0].shape;
+    check_float("rotary_embedding", in[0]);
+    SINTER_CHECK_SHAPE(x.size() >= 2 && x.back() % 2 == 0, "[rotary_embedding] x must be (..., T, D) with even D, got ", x);
+    const Shape want{x[x.size() - 2], x.back() / 2};
+    for (int i = 1; i < 3; ++i) {
+      SINTER_CHECK_SHAPE(in[size_t(i)].shape == want, "[rotary_embedding] ", i == 1 ? "cos" : "sin", " has shape ",
+                         in[size_t(i)].shape, ", want ", want, " for x", x);
+      SINTER_CHECK_DTYPE(in[size_t(i)].dtype == in[0].dtype, "[rotary_embedding] ", i == 1 ? "cos" : "sin", " has dtype ",
+                         in[size_t(i)].dtype, ", x has ", in[0].dtype);
+    }
+    return std::vector<TensorMeta>{in[0]};
+  };
+  ro.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    const Tensor& x = in[0];
+    if (x.numel() == 0) return;
+    const int64_t T = x.size(-2), D = x.size(-1);
+    Tensor xc = contiguous_as(x, x.dtype());
+    const Shape s3{x.numel() / (T * D), T, D};
+    cpu::rotary_rows(raw_reshape_contiguous(xc, s3), contiguous_as(in[1], x.dtype()), contiguous_as(in[2], x.dtype()),
+                     raw_reshape_contiguous(out[0], s3));
+  };
+  ro.backward = [](BackwardCtx& c) {
+    const Tensor &x = c.inputs[0], &cs = c.inputs[1], &sn = c.inputs[2], &g = c.grads[0];
+    const int64_t H = x.size(-1) / 2;
+    Tensor g1 = g.narrow(-1, 0, H), g2 = g.narrow(-1, H, H);
+    std::vector<Tensor> out(3);
+    if (c.needs_grad[0]) out[0] = cat({g1 * cs + g2 * sn, g2 * cs - g1 * sn}, -1);
+    Tensor x1 = x.narrow(-1, 0, H), x2 = x.narrow(-1, H, H);
+    if (c.needs_grad[1]) out[1] = sum_to(g1 * x1 + g2 * x2, cs.shape());
+    if (c.needs_grad[2]) out[2] = sum_to(g2 * x1 - g1 * x2, sn.shape());
+    return out;
+  };
+  add_op(std::move(ro));
+
+  OpDef ce;
+  ce.name = "cross_entropy";  // inputs: logits (..., C), target (...) int; attrs ignore_index, label_smoothing
+  ce.num_inputs = 2;
+  ce.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    const Shape &x = in[0].shape, &t = in[1].shape;
+    check_float("cross_entropy", in[0], "logits");
+    check_integer("cross_entropy", in[1], "target");
+    SINTER_CHECK_SHAPE(!x.empty() && Shape(x.begin(), x.end() - 1) == t, "[cross_entropy] logits", x,
+                       " and target", t, " do not match (want logits (..., C), target (...))");
+    const double ls = a.f("label_smoothing");
+    SINTER_CHECK(ls >= 0 && ls <= 1, "[cross_entropy] label_smoothing must be in [0, 1], got ", ls);
+    return std::vector<TensorMeta>{{Shape{}, in[0].dtype, in[0].device}};
+  };
+  ce.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const int64_t C = in[0].size(-1), ignore = a.i("ignore_index");
+    Tensor t = contiguous_as(in[1], DType::i64);
+    const int64_t* pt = t.data<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      SINTER_CHECK_INDEX(pt[i] == ignore || (pt[i] >= 0 && pt[i] < C), "[cross_entropy] target ", pt[i],
+                         " at position ", i, " out of range for ", C, " classes");
+    cpu::cross_entropy_rows(rows2d(in[0]), t, ignore, a.f("label_smoothing"), out[0]);
+  };
+  ce.backward = [](BackwardCtx& c) {
+    const Tensor &x = c.inputs[0], &g = c.grads[0];
+    const int64_t C = x.size(-1);
+    const double eps = c.attrs.f("label_smoothing");
+    Tensor t = c.inputs[1].to(DType::i64);
+    Tensor keep = ne(t, full({}, double(c.attrs.i("ignore_index")), DType::i64));
+    Tensor safe_t = where(keep, t, zeros({}, DType::i64));
+    Tensor keepf = cast(keep, x.dtype());
+    Tensor target_dist = cast(one_hot(safe_t, C), x.dtype()) * (1.0 - eps) + eps / double(C);
+    Tensor count = sum(keepf);
+    return std::vector<Tensor>{(softmax(x, -1) - target_dist) * keepf.unsqueeze(-1) * (g / count), Tensor()};
+  };
+  add_op(std::move(ce));
+
+  OpDef dr;
+  dr.name = "dropout";  // attrs p, seed, counter: the same attrs regenerate the same mask
+  dr.random = true;
+  dr.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_float("dropout", in[0]);
+    const double p = a.f("p");
+    SINTER_CHECK(p >= 0 && p <= 1, "[dropout] p must be in [0, 1], got ", p);
+    return std::vector<TensorMeta>{in[0]};
+  };
+  dr.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    cpu::dropout(contiguous_as(in[0], in[0].dtype()), a.f("p"), uint64_t(a.i("seed")), uint64_t(a.i("counter")), out[0]);
+  };
+  dr.backward = [](BackwardCtx& c) {  // linear in x: the same mask applied to g
+    return std::vector<Tensor>{call1(c.op, {c.grads[0]}, c.attrs)};
+  };
+  dr.save_inputs = 0;
+  add_op(std::move(dr));
+}
+
+}  // namespace detail
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  static const OpDef& op = get_op("embedding");
+  return call1(op, {weight, indices});
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  static const OpDef& op = get_op("layer_norm");
+  const int64_t D = x.dim() ? x.size(-1) : 1;
+  Tensor w = weight.defined() ? weight : ones({D}, x.dtype());
+  Tensor b = bias.defined() ? bias : zeros({D}, x.dtype());
+  return call1(op, {x, w, b}, {{"eps", eps}});
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  static const OpDef& op = get_op("rms_norm");
+  Tensor w = weight.defined() ? weight : ones({x.dim() ? x.size(-1) : 1}, x.dtype());
+  return call1(op, {x, w}, {{"eps", eps}});
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  static const OpDef& op = get_op("rotary_embedding");
+  return call1(op, {x, cos, sin});
+}
+
+Tensor rope_cos_sin(int64_t seq_len, int64_t dim, double theta, bool want_sin) {
+  SINTER_CHECK(dim > 0 && dim % 2 == 0 && seq_len >= 0, "[rope_cos_sin] needs an even dim and seq_len >= 0, got ", dim,
+               ", ", seq_len);
+  const int64_t H = dim / 2;
+  Tensor out = Tensor::empty({seq_len, H}, DType::f32);
+  float* p = out.data<float>();
+  for (int64_t t = 0; t < seq_len; ++t)
+    for (int64_t i = 0; i < H; ++i) {
+      const double ang = double(t) * std::pow(theta, -2.0 * double(i) / double(dim));
+      p[t * H + i] = float(want_sin ? std::sin(ang) : std::cos(ang));
+    }
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing) {
+  static const OpDef& op = get_op("cross_entropy");
+  return call1(op, {logits, target}, {{"ignore_index", ignore_index}, {"label_smoothing", label_smoothing}});
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  static const OpDef& op = get_op("dropout");
+  if (!training || p == 0.0) return x;
+  Generator& g = default_generator();
+  const uint64_t counter = g.reserve(uint64_t((x.numel() + 3) / 4));
+  return call1(op, {x}, {{"p", p}, {"seed", int64_t(g.seed)}, {"counter", int64_t(counter)}});
+}
+
+}  // namespace sinter

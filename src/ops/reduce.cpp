@@ -1,0 +1,300 @@
+// Reductions, softmax and cumsum. Kernels see a contiguous (outer, inner) layout with the reduced
+// dims last (detail::rows_last); backward broadcasts the gradient back over the reduced dims.
+#include <cmath>
+
+#include "cpu/cpu.h"
+#include "ops/common.h"
+
+namespace sinter {
+namespace detail {
+namespace {
+
+DType sum_dtype(DType t) { return is_floating(t) ? t : DType::i64; }
+
+InferFn reduce_infer(std::string name, bool float_only, bool integer_to_i64) {
+  return [name, float_only, integer_to_i64](std::span<const TensorMeta> in, const Attrs& a) {
+    if (float_only) check_float(name, in[0]);
+    const auto dims = reduce_dims(name, a.ints("dims"), int64_t(in[0].shape.size()));
+    const DType dt = integer_to_i64 ? sum_dtype(in[0].dtype) : in[0].dtype;
+    return std::vector<TensorMeta>{{reduced_shape(in[0].shape, dims, a.b("keepdim")), dt, in[0].device}};
+  };
+}
+
+std::vector<int64_t> dims_of(const BackwardCtx& c) {
+  return reduce_dims(c.op.name, c.attrs.ints("dims"), int64_t(c.input_meta[0].shape.size()));
+}
+// g (or the output) shaped to broadcast against the input.
+Tensor spread(const BackwardCtx& c, const Tensor& g) {
+  return unsqueeze_dims(g, dims_of(c), int64_t(c.input_meta[0].shape.size()), c.attrs.b("keepdim"));
+}
+int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= shape[size_t(d)];
+  return n;
+}
+
+void reduce_kernel(cpu::ReduceOp op, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const auto dims = reduce_dims("reduce", a.ints("dims"), in[0].dim());
+  Tensor x2 = rows_last(in[0], dims);
+  cpu::reduce_rows(op, x2, raw_reshape_contiguous(out[0], Shape{x2.size(0)}));
+}
+
+void define_reduce(const char* name, bool float_only, bool to_i64, KernelFn k, BackwardFn bw, uint32_t save_in,
+                   uint32_t save_out) {
+  OpDef d;
+  d.name = name;
+  d.infer = reduce_infer(name, float_only, to_i64);
+  d.cpu = std::move(k);
+  d.backward = std::move(bw);
+  d.save_inputs = save_in;
+  d.save_outputs = save_out;
+  add_op(std::move(d));
+}
+
+void define_arg_reduce(const char* name, bool is_max, bool with_values) {
+  OpDef d;
+  d.name = name;
+  d.num_outputs = with_values ? 2 : 1;
+  d.infer = [name = std::string(name), with_values](std::span<const TensorMeta> in, const Attrs& a) {
+    const int64_t nd = int64_t(in[0].shape.size());
+    const int64_t dim = wrap_dim(name, a.i("dim"), nd);
+    SINTER_CHECK_SHAPE(nd == 0 || in[0].shape[size_t(dim)] > 0, "[", name, "] cannot reduce an empty dimension ", dim,
+                       " of a ", in[0].shape, " tensor");
+    SINTER_CHECK_DTYPE(in[0].dtype != DType::boolean || with_values, "[", name, "] bool tensors are not supported");
+    const Shape s = reduced_shape(in[0].shape, nd ? std::vector<int64_t>{dim} : std::vector<int64_t>{}, a.b("keepdim"));
+    std::vector<TensorMeta> out;
+    if (with_values) out.push_back({s, in[0].dtype, in[0].device});
+    out.push_back({s, DType::i64, in[0].device});
+    return out;
+  };
+  d.cpu = [is_max, with_values](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const std::vector<int64_t> dims = in[0].dim() ? std::vector<int64_t>{wrap_dim("arg", a.i("dim"), in[0].dim())}
+                                                  : std::vector<int64_t>{};
+    Tensor x2 = rows_last(in[0], dims);
+    const Shape rows{x2.size(0)};
+    Tensor idx = raw_reshape_contiguous(out[with_values ? 1 : 0], rows);
+    cpu::arg_reduce_rows(is_max, x2, with_values ? raw_reshape_contiguous(out[0], rows) : Tensor(), idx);
+  };
+  if (with_values) {
+    d.backward = [](BackwardCtx& c) {
+      const Shape& in_shape = c.input_meta[0].shape;
+      if (in_shape.empty()) return std::vector<Tensor>{c.grads[0]};
+      const int64_t dim = wrap_dim(c.op.name, c.attrs.i("dim"), int64_t(in_shape.size()));
+      const bool keep = c.attrs.b("keepdim");
+      Tensor g = keep ? c.grads[0] : c.grads[0].unsqueeze(dim);
+      Tensor idx = keep ? c.outputs[1] : c.outputs[1].unsqueeze(dim);
+      return std::vector<Tensor>{scatter_add(zeros(in_shape, g.dtype()), dim, idx, g)};
+    };
+    d.save_inputs = 0;
+    d.save_outputs = 2;
+  }
+  add_op(std::move(d));
+}
+
+void define_softmax(const char* name, bool log) {
+  OpDef d;
+  d.name = name;
+  d.infer = [name = std::string(name)](std::span<const TensorMeta> in, const Attrs& a) {
+    check_float(name, in[0]);
+    wrap_dim(name, a.i("dim"), int64_t(in[0].shape.size()));
+    return std::vector<TensorMeta>{in[0]};
+  };
+  d.cpu = [log](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const Tensor& x = in[0];
+    if (x.numel() == 0) return;
+    const int64_t dim = x.dim() ? wrap_dim("softmax", a.i("dim"), x.dim()) : 0;
+    if (x.dim() == 0 || dim == x.dim() - 1) {
+      const int64_t inner = x.dim() ? x.size(-1) : 1;
+      Tensor x2 = raw_reshape_contiguous(contiguous_as(x, x.dtype()), Shape{x.numel() / inner, inner});
+      cpu::softmax_rows(x2, raw_reshape_contiguous(out[0], x2.shape()), log);
+      return;
+    }
+    Tensor x2 = rows_last(x, {dim});  // (rest, dim): compute, then scatter back through a permuted view
+    Tensor tmp = Tensor::empty(x2.shape(), x.dtype());
+    cpu::softmax_rows(x2, tmp, log);
+    Shape perm_shape, perm_strides;
+    const Shape& os = out[0].strides();
+    for (int64_t i = 0; i < x.dim(); ++i)
+      if (i != dim) { perm_shape.push_back(x.size(i)); perm_strides.push_back(os[size_t(i)]); }
+    perm_shape.push_back(x.size(dim));
+    perm_strides.push_back(os[size_t(dim)]);
+    cpu::copy(raw_reshape_contiguous(tmp, perm_shape), raw_view(out[0], perm_shape, perm_strides, out[0].offset()));
+  };
+  d.backward = [log](BackwardCtx& c) {
+    const int64_t dim = c.attrs.i("dim");
+    const Tensor &y = c.outputs[0], &g = c.grads[0];
+    if (log) return std::vector<Tensor>{g - exp(y) * sum(g, {dim}, true)};
+    return std::vector<Tensor>{y * (g - sum(g * y, {dim}, true))};
+  };
+  d.save_inputs = 0;
+  d.save_outputs = 1;
+  add_op(std::move(d));
+}
+
+}  // namespace
+
+void register_reduce_ops() {
+  define_reduce("sum", false, true,
+      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_kernel(cpu::ReduceOp::Sum, in, out, a); },
+      [](BackwardCtx& c) { return std::vector<Tensor>{spread(c, c.grads[0]).expand(c.input_meta[0].shape)}; }, 0, 0);
+
+  define_reduce("mean", true, false,
+      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+        reduce_kernel(cpu::ReduceOp::Sum, in, out, a);
+        const auto dims = reduce_dims("mean", a.ints("dims"), in[0].dim());
+        const double n = double(reduced_count(in[0].shape(), dims));
+        cpu::binary(cpu::BinaryOp::Div, out[0], scalar_tensor(n, out[0].dtype()), out[0]);
+      },
+      [](BackwardCtx& c) {
+        const double n = double(reduced_count(c.input_meta[0].shape, dims_of(c)));
+        return std::vector<Tensor>{(spread(c, c.grads[0]) / n).expand(c.input_meta[0].shape)};
+      }, 0, 0);
+
+  define_reduce("prod", false, true,
+      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_kernel(cpu::ReduceOp::Prod, in, out, a); },
+      [](BackwardCtx& c) {
+        // d prod / d x_i = product of the others; exact with zeros (one zero: only it gets a gradient).
+        const Tensor& x = c.inputs[0];
+        const Shape& dims = c.attrs.ints("dims");
+        Tensor is_zero = eq(x, zeros({}, x.dtype()));
+        Tensor x_safe = where(is_zero, ones({}, x.dtype()), x);
+        Tensor nonzero_prod = prod(x_safe, dims, true);
+        Tensor zero_count = sum(cast(is_zero, DType::i64), dims, true);
+        Tensor no_zero = eq(zero_count, zeros({}, DType::i64)), one_zero = eq(zero_count, ones({}, DType::i64));
+        Tensor z = zeros({}, x.dtype());
+        Tensor others = where(no_zero, nonzero_prod / x_safe, where(is_zero, where(one_zero, nonzero_prod, z), z));
+        return std::vector<Tensor>{spread(c, c.grads[0]) * others};
+      }, 1, 0);
+
+  OpDef v;
+  v.name = "var";
+  v.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_float("var", in[0]);
+    SINTER_CHECK(a.i("correction") >= 0, "[var] correction must be non-negative, got ", a.i("correction"));
+    const auto dims = reduce_dims("var", a.ints("dims"), int64_t(in[0].shape.size()));
+    return std::vector<TensorMeta>{{reduced_shape(in[0].shape, dims, a.b("keepdim")), in[0].dtype, in[0].device}};
+  };
+  v.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const auto dims = reduce_dims("var", a.ints("dims"), in[0].dim());
+    Tensor x2 = rows_last(in[0], dims);
+    cpu::var_rows(x2, a.i("correction"), raw_reshape_contiguous(out[0], Shape{x2.size(0)}));
+  };
+  v.backward = [](BackwardCtx& c) {
+    const Tensor& x = c.inputs[0];
+    const auto dims = dims_of(c);
+    const double n = double(reduced_count(x.shape(), dims));
+    Tensor centered = x - mean(x, c.attrs.ints("dims"), true);
+    return std::vector<Tensor>{spread(c, c.grads[0]) * centered * (2.0 / (n - double(c.attrs.i("correction"))))};
+  };
+  add_op(std::move(v));
+
+  define_reduce("logsumexp", true, false,
+      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+        reduce_kernel(cpu::ReduceOp::LogSumExp, in, out, a);
+      },
+      [](BackwardCtx& c) {
+        return std::vector<Tensor>{spread(c, c.grads[0]) * exp(c.inputs[0] - spread(c, c.outputs[0]))};
+      }, 1, 1);
+
+  define_arg_reduce("max_dim", true, true);
+  define_arg_reduce("min_dim", false, true);
+  define_arg_reduce("argmax", true, false);
+  define_arg_reduce("argmin", false, false);
+  define_softmax("softmax", false);
+  define_softmax("log_softmax", true);
+
+  OpDef cs;
+  cs.name = "cumsum";
+  cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    wrap_dim("cumsum", a.i("dim"), int64_t(in[0].shape.size()));
+    return std::vector<TensorMeta>{{in[0].shape, sum_dtype(in[0].dtype), in[0].device}};
+  };
+  cs.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const Tensor& x = in[0];
+    if (x.numel() == 0) return;
+    const int64_t dim = x.dim() ? wrap_dim("cumsum", a.i("dim"), x.dim()) : 0;
+    Tensor x2 = rows_last(x, x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{});
+    Tensor tmp = Tensor::empty(x2.shape(), out[0].dtype());
+    cpu::cumsum_rows(x2, tmp);
+    Shape ps, pst;
+    for (int64_t i = 0; i < x.dim(); ++i)
+      if (i != dim) { ps.push_back(x.size(i)); pst.push_back(out[0].stride(i)); }
+    if (x.dim()) { ps.push_back(x.size(dim)); pst.push_back(out[0].stride(dim)); }
+    cpu::copy(raw_reshape_contiguous(tmp, ps), raw_view(out[0], ps, pst, out[0].offset()));
+  };
+  cs.backward = [](BackwardCtx& c) {
+    // Suffix sums: total - prefix + g.
+    const int64_t dim = c.attrs.i("dim");
+    const Tensor& g = c.grads[0];
+    return std::vector<Tensor>{sum(g, {dim}, true) - cumsum(g, dim) + g};
+  };
+  cs.save_inputs = 0;
+  add_op(std::move(cs));
+}
+
+}  // namespace detail
+
+namespace {
+Tensor reduce_call(const char* name, const Tensor& x, const Shape& dims, bool keepdim) {
+  return call1(get_op(name), {x}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  static const OpDef& op = get_op("sum");
+  return call1(op, {x}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  static const OpDef& op = get_op("mean");
+  return call1(op, {x}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call("prod", x, dims, keepdim); }
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call("logsumexp", x, dims, keepdim); }
+Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  static const OpDef& op = get_op("var");
+  return call1(op, {x}, {{"dims", dims}, {"correction", correction}, {"keepdim", keepdim}});
+}
+Tensor stddev(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  static const OpDef& op = get_op("max_dim");
+  auto r = call(op, {x}, {{"dim", dim}, {"keepdim", keepdim}});
+  return {r[0], r[1]};
+}
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  static const OpDef& op = get_op("min_dim");
+  auto r = call(op, {x}, {{"dim", dim}, {"keepdim", keepdim}});
+  return {r[0], r[1]};
+}
+Tensor max(const Tensor& x) {
+  SINTER_CHECK_SHAPE(x.numel() > 0, "[max] empty tensor of shape ", x.shape(), " has no maximum");
+  return max(x.reshape({-1}), 0).values;
+}
+Tensor min(const Tensor& x) {
+  SINTER_CHECK_SHAPE(x.numel() > 0, "[min] empty tensor of shape ", x.shape(), " has no minimum");
+  return min(x.reshape({-1}), 0).values;
+}
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  static const OpDef& op = get_op("argmax");
+  return call1(op, {x}, {{"dim", dim}, {"keepdim", keepdim}});
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  static const OpDef& op = get_op("argmin");
+  return call1(op, {x}, {{"dim", dim}, {"keepdim", keepdim}});
+}
+Tensor softmax(const Tensor& x, int64_t dim) {
+  static const OpDef& op = get_op("softmax");
+  return call1(op, {x}, {{"dim", dim}});
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  static const OpDef& op = get_op("log_softmax");
+  return call1(op, {x}, {{"dim", dim}});
+}
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  static const OpDef& op = get_op("cumsum");
+  return call1(op, {x}, {{"dim", dim}});
+}
+
+}  // namespace sinter

@@ -1,0 +1,171 @@
+#include <cmath>
+#include <sstream>
+
+#include "core/parallel.h"
+#include "test_util.h"
+
+using namespace sinter;
+using sinter::test::all_close;
+using sinter::test::throws_naming;
+
+TEST(DType, HalfConversionsRoundToNearestEven) {
+  // bf16: 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(float(bf16(1.0f + 1.0f / 256)), 1.0f);
+  EXPECT_EQ(float(bf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);
+  EXPECT_EQ(float(f16(1.0f + 1.0f / 2048)), 1.0f);
+  EXPECT_EQ(float(f16(1.0f + 3.0f / 2048)), 1.0f + 4.0f / 2048);
+  EXPECT_EQ(float(f16(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(float(f16(65520.0f))));
+  EXPECT_EQ(float(f16(5.9604644775390625e-8f)), 5.9604644775390625e-8f);  // smallest subnormal
+  EXPECT_TRUE(std::isnan(float(f16(NAN))));
+  EXPECT_TRUE(std::isnan(float(bf16(NAN))));
+  // Every f16 value survives a round trip through float.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    f16 h;
+    h.bits = uint16_t(b);
+    const float f = float(h);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f16(f).bits, h.bits) << b;
+  }
+}
+
+TEST(DType, PromotionFollowsNumPy) {
+  EXPECT_EQ(promote_types(DType::i32, DType::f32), DType::f32);
+  EXPECT_EQ(promote_types(DType::boolean, DType::i8), DType::i8);
+  EXPECT_EQ(promote_types(DType::bf16, DType::f16), DType::f32);
+  EXPECT_EQ(promote_types(DType::f32, DType::f64), DType::f64);
+  EXPECT_EQ(promote_types(DType::i64, DType::u8), DType::i64);
+}
+
+TEST(Tensor, FactoriesMakeWhatTheySay) {
+  EXPECT_EQ(zeros({2, 3}).to_vector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(full({2}, 7, DType::i32).to_vector<int32_t>(), (std::vector<int32_t>{7, 7}));
+  EXPECT_EQ(arange(5).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(1, 2, 0.25, DType::f32).to_vector<float>(), (std::vector<float>{1, 1.25, 1.5, 1.75}));
+  EXPECT_EQ(linspace(0, 1, 5).to_vector<float>(), (std::vector<float>{0, 0.25, 0.5, 0.75, 1}));
+  EXPECT_EQ(eye(2, 3).to_vector<float>(), (std::vector<float>{1, 0, 0, 0, 1, 0}));
+  EXPECT_TRUE(throws_naming("arange", [] { arange(0, 1, 0); }));
+  EXPECT_TRUE(throws_naming("empty", [] { zeros({-1}); }));
+}
+
+TEST(Tensor, RandomValuesDoNotDependOnThreadCount) {
+  const int saved = num_threads();
+  set_num_threads(1);
+  manual_seed(42);
+  auto a = randn({1001}).to_vector<float>();
+  auto u = rand({77}).to_vector<float>();
+  auto i = randint(-5, 5, {33}).to_vector<int64_t>();
+  set_num_threads(std::max(2, saved));
+  manual_seed(42);
+  EXPECT_EQ(randn({1001}).to_vector<float>(), a);
+  EXPECT_EQ(rand({77}).to_vector<float>(), u);
+  EXPECT_EQ(randint(-5, 5, {33}).to_vector<int64_t>(), i);
+  set_num_threads(saved);
+}
+
+TEST(Tensor, RandomDistributionsHaveTheRightMoments) {
+  manual_seed(1);
+  Tensor n = randn({200000}, DType::f64);
+  EXPECT_NEAR(mean(n).item<double>(), 0.0, 0.01);
+  EXPECT_NEAR(stddev(n).item<double>(), 1.0, 0.01);
+  Tensor u = rand({200000}, DType::f64);
+  EXPECT_NEAR(mean(u).item<double>(), 0.5, 0.01);
+  EXPECT_GE(min(u).item<double>(), 0.0);
+  EXPECT_LT(max(u).item<double>(), 1.0);
+  Tensor r = randint(3, 7, {10000});
+  EXPECT_EQ(min(r).item<int64_t>(), 3);
+  EXPECT_EQ(max(r).item<int64_t>(), 6);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor x = arange(0, 24, 1, DType::f32).reshape({2, 3, 4});
+  Tensor t = x.transpose(0, 2);
+  EXPECT_EQ(t.shape(), Shape({4, 3, 2}));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.storage(), x.storage());
+  EXPECT_EQ(x.select(1, 2).to_vector<float>(), (std::vector<float>{8, 9, 10, 11, 20, 21, 22, 23}));
+  EXPECT_EQ(x.slice(2, 1, 4, 2).select(0, 0).to_vector<float>(), (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  EXPECT_EQ(x.narrow(2, -2, 2).shape(), Shape({2, 3, 2}));
+  EXPECT_EQ(x.unsqueeze(1).shape(), Shape({2, 1, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(-1).shape(), Shape({2, 3, 4, 1}));
+  EXPECT_EQ(x.unsqueeze(1).squeeze().shape(), Shape({2, 3, 4}));
+  EXPECT_EQ(x.flatten(1).shape(), Shape({2, 12}));
+  EXPECT_EQ(x.reshape({-1, 4}).shape(), Shape({6, 4}));
+  Tensor e = arange(0, 3, 1, DType::f32).reshape({3, 1}).expand({3, 4});
+  EXPECT_EQ(e.stride(1), 0);
+  EXPECT_EQ(e.contiguous().to_vector<float>(), (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}));
+  // A transposed tensor cannot be viewed flat; reshape copies.
+  EXPECT_TRUE(throws_naming("view", [&] { t.view({24}); }));
+  EXPECT_EQ(t.reshape({24}).to_vector<float>()[1], 12.0f);
+  Tensor v = x.view({6, 4});
+  {
+    NoGradGuard g;
+    v.fill_(1.0);
+  }
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(24, 1.0f));
+}
+
+TEST(Tensor, InPlaceOpsBumpTheVersion) {
+  Tensor x = zeros({3});
+  const uint64_t v0 = x.version();
+  x.add_(ones({3}));
+  x.mul_(3.0);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{3, 3, 3}));
+  EXPECT_EQ(x.version(), v0 + 2);
+  x.copy_(arange(3).to(DType::f32));
+  x.sub_(ones({1}));
+  x.div_(full({3}, 2.0));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{-0.5, 0, 0.5}));
+  x.zero_();
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_TRUE(throws_naming("add_", [&] { x.add_(ones({4})); }));
+  Tensor i = zeros({2}, DType::i32);
+  EXPECT_TRUE(throws_naming("add_", [&] { i.add_(ones({2})); }));
+}
+
+TEST(Tensor, ConvertsDTypes) {
+  Tensor x = tensor<float>({1.5f, -2.25f, 3.0f, 1e10f}).narrow(0, 0, 3);
+  EXPECT_EQ(x.to(DType::i32).to_vector<int32_t>()[1], -2);
+  EXPECT_EQ(x.to(DType::bf16).to(DType::f32).to_vector<float>()[0], 1.5f);
+  EXPECT_EQ(x.to(DType::boolean).to_vector<bool>(), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(x.to(DType::f64).select(0, 0).item_double(), 1.5);
+  EXPECT_EQ(tensor<float>({1e10f}).to(DType::bf16).item<float>(), float(bf16(1e10f)));
+}
+
+TEST(Tensor, PrintsReadably) {
+  std::ostringstream os;
+  os << tensor<float>({1.5f, 2.0f, -3.25f}, {3});
+  EXPECT_EQ(os.str(), "tensor([1.5000, 2.0000, -3.2500], shape=(3), dtype=f32)");
+  std::ostringstream big;
+  big << zeros({100, 100});
+  EXPECT_NE(big.str().find("..."), std::string::npos);
+  EXPECT_LT(big.str().size(), 1000u);
+  std::ostringstream b;
+  b << tensor<bool>({true, false});
+  EXPECT_EQ(b.str(), "tensor([true, false], shape=(2), dtype=bool)");
+  std::ostringstream s;
+  s << Tensor::symbolic({2, 3});
+  EXPECT_EQ(s.str(), "tensor(symbolic, shape=(2, 3), dtype=f32)");
+}
+
+TEST(Tensor, FromBlobWrapsWithoutCopying) {
+  std::vector<float> data{1, 2, 3, 4};
+  bool freed = false;
+  {
+    Tensor t = from_blob(data.data(), {2, 2}, DType::f32, [&](void*) { freed = true; });
+    EXPECT_EQ(t.data<float>(), data.data());
+    EXPECT_EQ(t.t().contiguous().to_vector<float>(), (std::vector<float>{1, 3, 2, 4}));
+  }
+  EXPECT_TRUE(freed);
+  EXPECT_TRUE(throws_naming("data", [] { zeros({2}).data<int32_t>(); }));
+  EXPECT_TRUE(throws_naming("item", [] { zeros({2}).item<float>(); }));
+}
+
+TEST(Tensor, SymbolicTensorsHaveNoData) {
+  Tensor s = Tensor::symbolic({4, 5}, DType::bf16);
+  EXPECT_TRUE(s.is_symbolic());
+  EXPECT_TRUE(throws_naming("data", [&] { s.data_ptr(); }));
+  Tensor y = matmul(s, Tensor::symbolic({5, 2}, DType::bf16));
+  EXPECT_TRUE(y.is_symbolic());
+  EXPECT_EQ(y.shape(), Shape({4, 2}));
+}

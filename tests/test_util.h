@@ -1,0 +1,35 @@
+#pragma once
+#include <gtest/gtest.h>
+#include <sinter/sinter.h>
+
+#include <string>
+
+namespace sinter::test {
+
+// Relative + absolute tolerance per dtype (f32 1e-5, f64 1e-10, bf16 2e-2, f16 2e-3).
+double default_rtol(DType t);
+
+// Compares elementwise; on failure reports the worst index, both values and the shapes.
+::testing::AssertionResult all_close(const Tensor& out, const Tensor& ref, double rtol = -1, double atol = -1);
+::testing::AssertionResult all_close(const Tensor& out, const std::vector<double>& ref, double rtol, double atol);
+
+#define EXPECT_CLOSE(out, ref, ...) EXPECT_TRUE(::sinter::test::all_close(out, ref, ##__VA_ARGS__))
+
+// A copy of t with the same values laid out non-contiguously (every other element of a wider buffer).
+Tensor noncontiguous(const Tensor& t);
+
+// Expects `f` to throw sinter::Error whose message starts with "[op]".
+template <class F> ::testing::AssertionResult throws_naming(const std::string& op, F&& f) {
+  try {
+    f();
+  } catch (const sinter::Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind("[" + op + "]", 0) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "error does not start with [" << op << "]: " << msg;
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-sinter exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+}  // namespace sinter::test
