@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "cpu/cpu.h"
@@ -32,11 +33,9 @@ std::ostream& operator<<(std::ostream& os, Device d) {
 
 std::shared_ptr<Storage> Storage::allocate(int64_t nbytes) {
   auto s = std::make_shared<Storage>();
-  const size_t rounded = size_t((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
-  s->data = std::aligned_alloc(64, rounded);
-  SINTER_CHECK_T(Error, s->data != nullptr, "[alloc] out of memory allocating ", nbytes, " bytes");
+  s->data = cpu_alloc(nbytes);
   s->nbytes = nbytes;
-  s->deleter = [](void* p) { std::free(p); };
+  s->deleter = [nbytes](void* p) { cpu_free(p, nbytes); };
   return s;
 }
 

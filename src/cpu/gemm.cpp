@@ -46,8 +46,13 @@ Tensor plain(const Tensor& t0) {
   return c;
 }
 
+// A single matrix goes to oneDNN as 2-D: its batched (3-D) matmul picks other, slower kernels.
 dnnl::memory::desc md(const Tensor& t, DType as) {
   dnnl::memory::dims dims(t.shape().begin(), t.shape().end()), strides(t.strides().begin(), t.strides().end());
+  if (dims[0] == 1) {
+    dims.erase(dims.begin());
+    strides.erase(strides.begin());
+  }
   return dnnl::memory::desc(dims, dnnl_type(as), strides);
 }
 
@@ -55,7 +60,9 @@ void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tenso
   Tensor a = plain(a0), b = plain(b0), c = normalized(c0);
   auto a_md = md(a, a.dtype()), b_md = md(b, b.dtype()), c_md = md(c, c.dtype());
   dnnl::memory::desc bias_md;
-  if (bias.defined()) bias_md = dnnl::memory::desc({1, 1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), c.size(2), 1});
+  if (bias.defined())
+    bias_md = c.size(0) == 1 ? dnnl::memory::desc({1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), 1})
+                             : dnnl::memory::desc({1, 1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), c.size(2), 1});
   // The primitive cache makes re-creating an identical primitive cheap.
   dnnl::matmul::primitive_desc pd = bias.defined()
                                         ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine())

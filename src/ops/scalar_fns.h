@@ -10,16 +10,23 @@
 #ifndef SINTER_HD
 #define SINTER_HD
 #endif
+// Forced inlining: a call left in a kernel loop keeps it from being vectorized.
+#define SINTER_INLINE SINTER_HD inline __attribute__((always_inline))
 
 namespace sinter::fn {
 
-SINTER_HD inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+SINTER_INLINE float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-// expf: range reduction to r in [-ln2/2, ln2/2], degree-6 polynomial, scale by 2^n. ~1 ulp.
-SINTER_HD inline float exp_f32(float x) {
+// expf: n = round(x / ln2) by the 1.5 * 2^23 trick (the integer lands in the mantissa bits),
+// r = x - n ln2 in two parts, degree-6 polynomial, scale by 2^n built from bits. ~1 ulp.
+SINTER_INLINE float exp_f32(float x) {
   const bool underflow = x < -87.3f;  // also -inf: exactly 0, as expf
   x = underflow ? -87.3f : (x > 88.8f ? 88.8f : x);  // past ln(FLT_MAX) the product overflows to inf
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
+  uint32_t sb;
+  std::memcpy(&sb, &shifted, 4);
+  const int32_t ni = int32_t(sb - 0x4B400000u);
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -29,13 +36,13 @@ SINTER_HD inline float exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t ni = int32_t(n), k = ni > 0 ? 1 : 0;  // 2^n as 2^(n-k) 2^k: n = 128 stays finite
+  const int32_t k = ni > 0 ? 1 : 0;  // 2^n as 2^(n-k) 2^k: n = 128 stays finite
   const float r2 = p * bits_to_float(uint32_t(ni - k + 127) << 23) * bits_to_float(uint32_t(k + 127) << 23);
   return underflow ? 0.0f : r2;
 }
 
 // tanhf: odd polynomial near zero (no cancellation), 1 - 2/(e^2|x| + 1) elsewhere.
-SINTER_HD inline float tanh_f32(float x) {
+SINTER_INLINE float tanh_f32(float x) {
   const float ax = std::fabs(x), z = x * x;
   const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
                         1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
@@ -43,53 +50,56 @@ SINTER_HD inline float tanh_f32(float x) {
   return ax < 0.625f ? small : std::copysign(big, x);
 }
 
-// erff: Taylor series near zero, Numerical Recipes' erfc Chebyshev fit (<1.2e-7) elsewhere.
-SINTER_HD inline float erf_f32(float x) {
+// erff: Taylor series near zero (no cancellation); elsewhere Abramowitz & Stegun 7.1.28,
+// 1 - (1 + a1 x + ... + a6 x^6)^-16 (|error| < 3e-7): no exp, so it vectorizes cheaply.
+SINTER_INLINE float erf_f32(float x) {
   const float ax = std::fabs(x), z = x * x;
   const float small = 1.1283791671f * x *
       (1.0f + z * (-1.0f / 3 + z * (1.0f / 10 + z * (-1.0f / 42 + z * (1.0f / 216 + z * (-1.0f / 1320))))));
-  const float t = 1.0f / (1.0f + 0.5f * ax);
-  const float poly = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f +
-      t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f +
-      t * (-0.82215223f + t * 0.17087277f))))))));
-  const float big = 1.0f - t * exp_f32(-z + poly);
+  float q = 1.0f + ax * (0.0705230784f + ax * (0.0422820123f + ax * (0.0092705272f +
+            ax * (0.0001520143f + ax * (0.0002765672f + ax * 0.0000430638f)))));
+  q = q * q;
+  q = q * q;
+  q = q * q;
+  q = q * q;  // q^16 (overflows to inf for huge |x|: erf = 1)
+  const float big = 1.0f - 1.0f / q;
   return ax < 0.5f ? small : std::copysign(big, x);
 }
 
-template <class T> SINTER_HD inline T exp_(T x) { if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x); }
-template <class T> SINTER_HD inline T tanh_(T x) { if constexpr (std::is_same_v<T, float>) return tanh_f32(x); else return std::tanh(x); }
-template <class T> SINTER_HD inline T erf_(T x) { if constexpr (std::is_same_v<T, float>) return erf_f32(x); else return std::erf(x); }
+template <class T> SINTER_INLINE T exp_(T x) { if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x); }
+template <class T> SINTER_INLINE T tanh_(T x) { if constexpr (std::is_same_v<T, float>) return tanh_f32(x); else return std::tanh(x); }
+template <class T> SINTER_INLINE T erf_(T x) { if constexpr (std::is_same_v<T, float>) return erf_f32(x); else return std::erf(x); }
 
 // Unary
-struct Neg { template <class T> SINTER_HD T operator()(T x) const { return -x; } };
-struct Abs { template <class T> SINTER_HD T operator()(T x) const { return x < T(0) ? T(-x) : x; } };
-struct Exp { template <class T> SINTER_HD T operator()(T x) const { return exp_(x); } };
-struct Log { template <class T> SINTER_HD T operator()(T x) const { return std::log(x); } };
-struct Sqrt { template <class T> SINTER_HD T operator()(T x) const { return std::sqrt(x); } };
-struct Rsqrt { template <class T> SINTER_HD T operator()(T x) const { return T(1) / std::sqrt(x); } };
-struct Sin { template <class T> SINTER_HD T operator()(T x) const { return std::sin(x); } };
-struct Cos { template <class T> SINTER_HD T operator()(T x) const { return std::cos(x); } };
-struct Tanh { template <class T> SINTER_HD T operator()(T x) const { return tanh_(x); } };
-struct Sigmoid { template <class T> SINTER_HD T operator()(T x) const { return T(1) / (T(1) + exp_(-x)); } };
-struct Relu { template <class T> SINTER_HD T operator()(T x) const { return x > T(0) ? x : T(0); } };
+struct Neg { template <class T> SINTER_INLINE T operator()(T x) const { return -x; } };
+struct Abs { template <class T> SINTER_INLINE T operator()(T x) const { return x < T(0) ? T(-x) : x; } };
+struct Exp { template <class T> SINTER_INLINE T operator()(T x) const { return exp_(x); } };
+struct Log { template <class T> SINTER_INLINE T operator()(T x) const { return std::log(x); } };
+struct Sqrt { template <class T> SINTER_INLINE T operator()(T x) const { return std::sqrt(x); } };
+struct Rsqrt { template <class T> SINTER_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
+struct Sin { template <class T> SINTER_INLINE T operator()(T x) const { return std::sin(x); } };
+struct Cos { template <class T> SINTER_INLINE T operator()(T x) const { return std::cos(x); } };
+struct Tanh { template <class T> SINTER_INLINE T operator()(T x) const { return tanh_(x); } };
+struct Sigmoid { template <class T> SINTER_INLINE T operator()(T x) const { return T(1) / (T(1) + exp_(-x)); } };
+struct Relu { template <class T> SINTER_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); } };
 struct Gelu {  // exact: x Φ(x)
-  template <class T> SINTER_HD T operator()(T x) const { return T(0.5) * x * (T(1) + erf_(x * T(0.70710678118654752))); }
+  template <class T> SINTER_INLINE T operator()(T x) const { return T(0.5) * x * (T(1) + erf_(x * T(0.70710678118654752))); }
 };
-struct GeluTanh {  // 0.5 x (1 + tanh(√(2/π)(x + 0.044715 x³)))
-  template <class T> SINTER_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + tanh_(T(0.79788456080286536) * (x + T(0.044715) * x * x * x)));
+struct GeluTanh {  // 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = √(2/π)(x + 0.044715 x³): one exp
+  template <class T> SINTER_INLINE T operator()(T x) const {
+    return x / (T(1) + exp_(T(-1.5957691216057308) * (x + T(0.044715) * x * x * x)));
   }
 };
-struct Silu { template <class T> SINTER_HD T operator()(T x) const { return x / (T(1) + exp_(-x)); } };
-struct Erf { template <class T> SINTER_HD T operator()(T x) const { return erf_(x); } };
+struct Silu { template <class T> SINTER_INLINE T operator()(T x) const { return x / (T(1) + exp_(-x)); } };
+struct Erf { template <class T> SINTER_INLINE T operator()(T x) const { return erf_(x); } };
 
 // Binary
-struct Add { template <class T> SINTER_HD T operator()(T a, T b) const { return a + b; } };
-struct Sub { template <class T> SINTER_HD T operator()(T a, T b) const { return a - b; } };
-struct Mul { template <class T> SINTER_HD T operator()(T a, T b) const { return a * b; } };
-struct Div { template <class T> SINTER_HD T operator()(T a, T b) const { return a / b; } };
+struct Add { template <class T> SINTER_INLINE T operator()(T a, T b) const { return a + b; } };
+struct Sub { template <class T> SINTER_INLINE T operator()(T a, T b) const { return a - b; } };
+struct Mul { template <class T> SINTER_INLINE T operator()(T a, T b) const { return a * b; } };
+struct Div { template <class T> SINTER_INLINE T operator()(T a, T b) const { return a / b; } };
 struct Pow {
-  template <class T> SINTER_HD T operator()(T a, T b) const {
+  template <class T> SINTER_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
       if (b < 0) return a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0);
       T r = 1;
@@ -100,13 +110,13 @@ struct Pow {
     }
   }
 };
-struct Maximum { template <class T> SINTER_HD T operator()(T a, T b) const { return (a != a || a > b) ? a : b; } };
-struct Minimum { template <class T> SINTER_HD T operator()(T a, T b) const { return (a != a || a < b) ? a : b; } };
-struct Eq { template <class T> SINTER_HD bool operator()(T a, T b) const { return a == b; } };
-struct Ne { template <class T> SINTER_HD bool operator()(T a, T b) const { return a != b; } };
-struct Lt { template <class T> SINTER_HD bool operator()(T a, T b) const { return a < b; } };
-struct Le { template <class T> SINTER_HD bool operator()(T a, T b) const { return a <= b; } };
-struct Gt { template <class T> SINTER_HD bool operator()(T a, T b) const { return a > b; } };
-struct Ge { template <class T> SINTER_HD bool operator()(T a, T b) const { return a >= b; } };
+struct Maximum { template <class T> SINTER_INLINE T operator()(T a, T b) const { return (a != a || a > b) ? a : b; } };
+struct Minimum { template <class T> SINTER_INLINE T operator()(T a, T b) const { return (a != a || a < b) ? a : b; } };
+struct Eq { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a == b; } };
+struct Ne { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a != b; } };
+struct Lt { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a < b; } };
+struct Le { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a > b; } };
+struct Ge { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a >= b; } };
 
 }  // namespace sinter::fn

@@ -1,0 +1,99 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "sinter/error.h"
+
+namespace sinter {
+namespace {
+
+constexpr int64_t kCacheFrom = 256 << 10;  // smaller blocks: malloc's own free lists do well
+
+int64_t cache_limit() {
+  static const int64_t limit = [] {
+    const char* s = std::getenv("SINTER_CPU_CACHE_MB");
+    return (s ? std::atoll(s) : 4096) << 20;
+  }();
+  return limit;
+}
+
+// Size classes 2^k and 1.5 * 2^k: at most a third wasted, and shapes that differ a little share.
+int64_t size_class(int64_t n) {
+  int64_t p = kCacheFrom;
+  while (p < n) {
+    if (p + p / 2 >= n) return p + p / 2;
+    p *= 2;
+  }
+  return p;
+}
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<int64_t, std::vector<void*>> free;
+  int64_t bytes = 0;
+};
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: storages freed at exit still find it
+  return *c;
+}
+
+}  // namespace
+
+void* cpu_alloc(int64_t nbytes) {
+  const int64_t n = std::max<int64_t>(nbytes, 1);
+  if (n >= kCacheFrom) {
+    const int64_t cls = size_class(n);
+    Cache& c = cache();
+    {
+      std::lock_guard lock(c.mu);
+      auto it = c.free.find(cls);
+      if (it != c.free.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        c.bytes -= cls;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, size_t(cls));
+    SINTER_CHECK_T(Error, p != nullptr, "[alloc] out of memory allocating ", nbytes, " bytes");
+    return p;
+  }
+  void* p = std::aligned_alloc(64, size_t((n + 63) / 64 * 64));
+  SINTER_CHECK_T(Error, p != nullptr, "[alloc] out of memory allocating ", nbytes, " bytes");
+  return p;
+}
+
+void cpu_free(void* p, int64_t nbytes) {
+  if (!p) return;
+  const int64_t n = std::max<int64_t>(nbytes, 1);
+  if (n >= kCacheFrom) {
+    const int64_t cls = size_class(n);
+    Cache& c = cache();
+    std::lock_guard lock(c.mu);
+    if (c.bytes + cls <= cache_limit()) {
+      c.free[cls].push_back(p);
+      c.bytes += cls;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+int64_t cpu_cached_bytes() {
+  std::lock_guard lock(cache().mu);
+  return cache().bytes;
+}
+
+void cpu_empty_cache() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  for (auto& [cls, v] : c.free)
+    for (void* p : v) std::free(p);
+  c.free.clear();
+  c.bytes = 0;
+}
+
+}  // namespace sinter

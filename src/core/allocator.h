@@ -1,0 +1,14 @@
+#pragma once
+// CPU memory: 64-byte aligned blocks. Large blocks are cached by size class when freed, so a loop
+// that allocates the same shapes every step (every training step does) reuses pages instead of
+// paying the kernel to map and zero fresh ones each time.
+#include <cstdint>
+
+namespace sinter {
+
+void* cpu_alloc(int64_t nbytes);       // throws sinter::Error when out of memory
+void cpu_free(void* p, int64_t nbytes);
+int64_t cpu_cached_bytes();
+void cpu_empty_cache();
+
+}  // namespace sinter
