@@ -20,7 +20,7 @@ int run_demo(int steps, int hidden, uint64_t seed, const std::string& out_dir) {
   Tensor w1 = (randn({hidden, 1}) * 1.0).requires_grad_(), b1 = zeros({hidden}).requires_grad_();
   Tensor w2 = (randn({1, hidden}) * (1.0 / std::sqrt(double(hidden)))).requires_grad_(), b2 = zeros({1}).requires_grad_();
   std::vector<Tensor> params{w1, b1, w2, b2};
-  const double lr = 0.1;
+  const double lr = 0.3;
   auto t0 = std::chrono::steady_clock::now();
   double loss_v = 0;
   std::printf("demo: fitting sin(3x) with a %d-unit MLP, %d steps of SGD (lr %.2f)\n", hidden, steps, lr);
