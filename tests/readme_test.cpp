@@ -1,0 +1,55 @@
+// The README's C++ example, compiled and run as written, so the front page cannot rot.
+#include <filesystem>
+
+#include "test_util.h"
+
+using namespace sinter;
+
+TEST(Readme, ExampleRunsAsWritten) {
+  const auto dir = std::filesystem::temp_directory_path() / "sinter_readme_test";
+  std::filesystem::create_directories(dir);
+  std::filesystem::current_path(dir);
+
+  manual_seed(0);                                   // Philox: same values on any thread count
+  Tensor x = randn({4, 8});                         // f32 by default
+  Tensor w = (randn({16, 8}) * 0.1).requires_grad_();
+  Tensor b = zeros({16}).requires_grad_();
+  Tensor y = gelu(linear(x, w, b));                 // y(4, 16) = gelu(x w^T + b)
+  Tensor loss = mean(y * y);
+  loss.backward();                                  // w.grad(), b.grad()
+  {
+    NoGradGuard g;                                  // in-place updates outside the graph
+    w.add_(w.grad(), -0.1);
+  }
+
+  Tensor t = arange(0, 24, 1, DType::f32).reshape({2, 3, 4});
+  Tensor v = t.transpose(0, 2).slice(0, 1, 4, 2);   // views share storage, no copy
+  Tensor m = matmul(t, t.transpose(-1, -2));        // NumPy semantics: batched, broadcast
+  auto [vals, idx] = topk(t, 2, -1);
+  Tensor h = t.to(DType::bf16);                     // round-to-nearest-even
+
+  Tensor loss2 = mean(gelu(linear(x, w, b)));
+  auto g = autograd::grad({loss2}, {w});
+
+  Tensor s = matmul(Tensor::symbolic({32, 128}), Tensor::symbolic({128, 10}));  // shape (32, 10)
+
+  io::save_safetensors("model.safetensors", {{"w", w}, {"b", b}}, {{"format", "pt"}});
+  auto st = io::load_safetensors("model.safetensors");  // st.tensors.at("w")
+
+  EXPECT_EQ(y.shape(), Shape({4, 16}));
+  EXPECT_EQ(v.shape(), Shape({2, 3, 2}));
+  EXPECT_EQ(v.storage(), t.storage());
+  EXPECT_EQ(m.shape(), Shape({2, 3, 3}));
+  EXPECT_EQ(vals.to_vector<float>()[0], 3.0f);
+  EXPECT_EQ(idx.to_vector<int64_t>()[0], 3);
+  EXPECT_EQ(h.dtype(), DType::bf16);
+  EXPECT_EQ(g[0].shape(), w.shape());
+  EXPECT_EQ(s.shape(), Shape({32, 10}));
+  EXPECT_TRUE(test::all_close(st.tensors.at("w"), w.detach()));
+  try {
+    matmul(randn({2, 3}), randn({4, 5}));
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "[matmul] inner dimensions differ: a(2, 3) b(4, 5)");
+  }
+}
