@@ -8,20 +8,12 @@ namespace sinter::test {
 
 R ref_of(const Tensor& t) { return {t.shape(), to_double_vector(t), t.dtype()}; }
 
+using namespace spec;
+
 namespace {
 
 // ---- reference helpers: plain loops over row-major indices ----
 
-std::vector<int64_t> unravel(int64_t i, const Shape& s) {
-  std::vector<int64_t> idx(s.size());
-  for (size_t d = s.size(); d-- > 0;) { idx[d] = s[d] ? i % s[d] : 0; i = s[d] ? i / s[d] : 0; }
-  return idx;
-}
-int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
-  int64_t r = 0;
-  for (size_t d = 0; d < s.size(); ++d) r = r * s[d] + idx[d];
-  return r;
-}
 Shape bshape(const Shape& a, const Shape& b) {
   const size_t n = std::max(a.size(), b.size());
   Shape out(n);
@@ -56,7 +48,6 @@ R mapn(const std::vector<R>& in, DType dt, const std::function<double(const std:
   return o;
 }
 DType float_of(DType t) { return is_floating(t) ? t : DType::f32; }
-int64_t wrap(int64_t d, int64_t n) { return d < 0 ? d + std::max<int64_t>(n, 1) : d; }
 
 // Reduction over `dims` (all if empty): calls f on each group's values, in row-major order.
 R reduce_ref(const R& x, const Shape& dims0, bool keepdim, DType dt, const std::function<double(const std::vector<double>&)>& f) {
@@ -103,10 +94,7 @@ R along(const R& x, int64_t dim, int64_t out_len, DType dt,
 
 // ---- case helpers ----
 
-Tensor rn(const Shape& s, DType dt = DType::f32) { return randn(s, DType::f64).to(dt); }
 Tensor pos(const Shape& s, DType dt = DType::f32) { return (rand(s, DType::f64) * 2.0 + 0.5).to(dt); }
-Tensor ints(const Shape& s, int64_t lo, int64_t hi, DType dt = DType::i64) { return randint(lo, hi, s, dt); }
-Tensor bools(const Shape& s) { return lt(rand(s), full({}, 0.5)); }
 
 const std::vector<Shape>& unary_shapes() {
   static const std::vector<Shape> s{{}, {0}, {1}, {7}, {3, 5}, {2, 1, 4}, {2, 0, 3}, {33, 17}};
@@ -137,22 +125,6 @@ std::vector<Case> binary_cases(std::function<Tensor(const Shape&)> ga, std::func
   }
   return c;
 }
-std::vector<Case> small_f64(const std::vector<Case>& cs, int64_t max_numel = 40) {
-  std::vector<Case> out;
-  for (const Case& c : cs) {
-    bool ok = true, any_float = false;
-    for (auto& t : c.in) {
-      ok = ok && t.numel() <= max_numel;
-      any_float = any_float || t.dtype() == DType::f32 || t.dtype() == DType::f64;
-    }
-    if (!ok || !any_float) continue;
-    Case d = c;
-    for (auto& t : d.in) if (is_floating(t.dtype())) t = t.to(DType::f64);
-    out.push_back(d);
-  }
-  return out;
-}
-
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 

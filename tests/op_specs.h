@@ -34,4 +34,35 @@ struct Spec {
 
 const std::map<std::string, Spec>& op_specs();
 
+// Helpers shared by the spec files.
+namespace spec {
+inline std::vector<int64_t> unravel(int64_t i, const Shape& s) {
+  std::vector<int64_t> idx(s.size());
+  for (size_t d = s.size(); d-- > 0;) { idx[d] = s[d] ? i % s[d] : 0; i = s[d] ? i / s[d] : 0; }
+  return idx;
+}
+inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
+  int64_t r = 0;
+  for (size_t d = 0; d < s.size(); ++d) r = r * s[d] + idx[d];
+  return r;
+}
+inline int64_t wrap(int64_t d, int64_t n) { return d < 0 ? d + std::max<int64_t>(n, 1) : d; }
+inline Tensor rn(const Shape& s, DType dt = DType::f32) { return randn(s, DType::f64).to(dt); }
+inline Tensor ints(const Shape& s, int64_t lo, int64_t hi, DType dt = DType::i64) { return randint(lo, hi, s, dt); }
+inline Tensor bools(const Shape& s) { return lt(rand(s), full({}, 0.5)); }
+// The cases small enough for finite differences, with floating inputs in f64.
+inline std::vector<Case> small_f64(const std::vector<Case>& cs, int64_t max_numel = 48) {
+  std::vector<Case> out;
+  for (const Case& c : cs) {
+    bool ok = true;
+    for (auto& t : c.in) ok = ok && t.numel() <= max_numel;
+    if (!ok) continue;
+    Case d = c;
+    for (auto& t : d.in) if (is_floating(t.dtype())) t = t.to(DType::f64);
+    out.push_back(d);
+  }
+  return out;
+}
+}  // namespace spec
+
 }  // namespace sinter::test
