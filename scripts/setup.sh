@@ -12,6 +12,7 @@ packages=(
   libcli11-dev           # the sinter command line
   clang libclang-rt-14-dev libfuzzer-14-dev   # libFuzzer target for the safetensors parser
   libomp-dev
+  fortunes               # the default training corpus
 )
 
 missing=()

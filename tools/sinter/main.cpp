@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <sinter/sinter.h>
+#include <sinter/train.h>
+#include <sstream>
+
+#include "core/parallel.h"
 
 using namespace sinter;
 
@@ -57,12 +61,41 @@ int run_demo(int steps, int hidden, uint64_t seed, const std::string& out_dir) {
   return loss_v < 0.01 ? 0 : 1;
 }
 
+int run_info(const std::string& dir) {
+  auto model = train::load_model(dir);
+  const auto& c = model->config();
+  std::printf("checkpoint %s\n", dir.c_str());
+  std::printf("config: %s", c.to_json().c_str());
+  std::printf("parameters: %lld (%.2fM)\n\n", (long long)model->num_parameters(), double(model->num_parameters()) / 1e6);
+  std::printf("%-40s %-16s %-6s\n", "tensor", "shape", "dtype");
+  for (auto& [name, t] : model->state_dict()) {
+    std::ostringstream shape;
+    shape << t.shape();
+    std::printf("%-40s %-16s %-6s\n", name.c_str(), shape.str().c_str(), dtype_name(t.dtype()));
+  }
+  return 0;
+}
+
+int run_generate(const std::string& dir, const std::string& prompt, int64_t max_new, const train::Sampling& s,
+                 bool no_cache) {
+  auto model = train::load_model(dir);
+  std::printf("%s", prompt.c_str());
+  std::fflush(stdout);
+  double rate = 0;
+  train::generate(*model, data::encode(prompt), max_new, s, !no_cache, &rate, [](int64_t tok) {
+    std::putchar(int(tok));
+    std::fflush(stdout);
+  });
+  std::printf("\n\n[%lld tokens, %.1f tokens/s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"sinter: train and serve language models from C++"};
   app.require_subcommand(1);
-  int steps = 2000, hidden = 32;
+  int steps = 2000, hidden = 32, threads = 0;
   uint64_t seed = 0;
   std::string out = "out";
   auto* demo = app.add_subcommand("demo", "fit a small MLP with autograd and round-trip it through safetensors");
@@ -70,9 +103,58 @@ int main(int argc, char** argv) {
   demo->add_option("--hidden", hidden, "hidden units")->check(CLI::Range(1, 1 << 20));
   demo->add_option("--seed", seed, "random seed");
   demo->add_option("--out", out, "output folder");
+
+  train::Options to;
+  auto* tr = app.add_subcommand("train", "train a byte-level language model (default: tiny GPT on the fortunes corpus)");
+  tr->add_option("--preset", to.preset, "model preset: tiny, small, llama-tiny")->check(CLI::IsMember({"tiny", "small", "llama-tiny"}));
+  tr->add_option("--config", to.config_path, "config.json with Hugging Face keys (instead of --preset)");
+  tr->add_option("--data", to.data_path, "text file to train on (default: Debian's fortunes)");
+  tr->add_option("--out", to.out_dir, "output folder for the checkpoint, log.csv and loss.svg");
+  tr->add_option("--steps", to.steps, "total optimizer steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  tr->add_option("--batch", to.batch, "sequences per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  tr->add_option("--seq-len", to.seq_len, "tokens per sequence")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
+  tr->add_option("--lr", to.lr, "peak learning rate")->check(CLI::Range(1e-9, 10.0));
+  tr->add_option("--min-lr", to.min_lr, "final learning rate of the cosine schedule")->check(CLI::Range(0.0, 10.0));
+  tr->add_option("--warmup", to.warmup, "linear warmup steps")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  tr->add_option("--weight-decay", to.weight_decay, "AdamW weight decay")->check(CLI::Range(0.0, 10.0));
+  tr->add_option("--seed", to.seed, "seed for initialization and batches");
+  tr->add_option("--val-every", to.val_every, "validate every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  tr->add_option("--save-every", to.save_every, "checkpoint every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  tr->add_option("--stop-after", to.stop_after, "stop with a checkpoint after this step (resume later)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out");
+  tr->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
+
+  std::string dir = "out/tiny", prompt = "The ";
+  int64_t max_new = 200;
+  train::Sampling sampling;
+  bool no_cache = false;
+  auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
+  gen->add_option("--checkpoint", dir, "checkpoint folder");
+  gen->add_option("--prompt", prompt, "text to continue");
+  gen->add_option("--max-new-tokens", max_new, "tokens to generate")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  gen->add_option("--temperature", sampling.temperature, "0 for greedy")->check(CLI::Range(0.0, 100.0));
+  gen->add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0: all)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  gen->add_option("--top-p", sampling.top_p, "nucleus sampling mass")->check(CLI::Range(1e-6, 1.0));
+  gen->add_option("--seed", sampling.seed, "sampling seed");
+  gen->add_flag("--no-cache", no_cache, "recompute the whole context each step (slow; for comparison)");
+  gen->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
+
+  auto* info = app.add_subcommand("info", "show a checkpoint's config, parameter count and tensors");
+  info->add_option("checkpoint", dir, "checkpoint folder")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (threads > 0) set_num_threads(threads);
     if (*demo) return run_demo(steps, hidden, seed, out);
+    if (*tr) {
+      auto r = train::run(to);
+      std::printf("done: step %lld, train loss %.4f, validation loss %.4f nats/byte; checkpoint in %s\n",
+                  (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
+      return 0;
+    }
+    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache);
+    if (*info) return run_info(dir);
   } catch (const sinter::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

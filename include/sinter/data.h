@@ -1,0 +1,35 @@
+#pragma once
+// Byte-level tokenizer and a dataset of random windows over a text, split into train/validation.
+#include <string>
+#include <utility>
+
+#include "sinter/tensor.h"
+
+namespace sinter::data {
+
+Tensor encode(const std::string& text);   // bytes -> int64 token ids (vocabulary of 256)
+std::string decode(const Tensor& ids);    // int64 ids -> bytes
+
+class ByteDataset {
+ public:
+  // The last `val_fraction` of the bytes is the validation split. Throws IOError naming the file
+  // when it is missing, unreadable or too small for the requested windows.
+  static ByteDataset from_file(const std::string& path, double val_fraction = 0.05);
+  static ByteDataset from_text(std::string text, const std::string& name, double val_fraction = 0.05);
+  // The fortune-cookie corpus Debian's `fortunes` package installs, concatenated in name order.
+  static ByteDataset fortunes(double val_fraction = 0.05);
+
+  // Window batch number `index` (B, T) and its next-token targets, drawn with Philox from
+  // (seed, index) alone: the same batch on any run, so a resumed run continues exactly.
+  std::pair<Tensor, Tensor> batch(bool train, int64_t B, int64_t T, uint64_t seed, uint64_t index) const;
+  int64_t train_bytes() const { return split_; }
+  int64_t val_bytes() const { return int64_t(text_.size()) - split_; }
+  const std::string& name() const { return name_; }
+  void check_window(int64_t T) const;  // both splits must hold a window of T + 1 bytes
+
+ private:
+  std::string text_, name_;
+  int64_t split_ = 0;
+};
+
+}  // namespace sinter::data

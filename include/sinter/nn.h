@@ -1,0 +1,186 @@
+#pragma once
+// nn: modules with named parameters, buffers and children; the layers of a transformer; GPT-2-
+// and LLaMA-style language models built from a Hugging Face-style JSON config.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sinter/ops.h"
+
+namespace sinter {
+
+// softmax(q k^T * scale + mask) v with PyTorch's semantics. q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D);
+// attn_mask bool (true = keep) or additive, broadcastable to (B, Hq, Lq, Lkv); causal masks align
+// to the bottom right when Lq != Lkv (a decode step attends to the whole cache).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
+                                    double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = {},
+                                    bool enable_gqa = false);
+
+namespace nn {
+
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  std::vector<std::pair<std::string, Tensor*>> named_parameters();
+  std::vector<Tensor> parameters();
+  std::vector<std::pair<std::string, Tensor*>> named_buffers();
+  int64_t num_parameters();
+  // Parameters and buffers by dotted name ("blocks.0.attn.q_proj.weight").
+  std::map<std::string, Tensor> state_dict();
+  // Strict by default: every missing, unexpected or shape/dtype-mismatched key is named.
+  void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void to(DType dtype);  // floating parameters and buffers
+  void zero_grad();
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
+  Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor value);
+  template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, bool params, std::vector<std::pair<std::string, Tensor*>>& out);
+  std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true);
+  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor weight, bias;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim);
+  Tensor forward(const Tensor& idx) const { return embedding(weight, idx); }
+  Tensor weight;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  Tensor weight, bias;
+  double eps;
+};
+
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6);
+  Tensor forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
+  Tensor weight;
+  double eps;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p) : p(p) {}
+  Tensor forward(const Tensor& x) const { return dropout(x, p, is_training()); }
+  double p;
+};
+
+// fc -> GELU(tanh) -> proj (GPT-2)
+class GeluMLP : public Module {
+ public:
+  GeluMLP(int64_t dim, int64_t hidden);
+  Tensor forward(const Tensor& x) const { return proj->forward(gelu(fc->forward(x), true)); }
+  std::shared_ptr<Linear> fc, proj;
+};
+
+// down(silu(gate x) * up x) (LLaMA)
+class SwiGLU : public Module {
+ public:
+  SwiGLU(int64_t dim, int64_t hidden);
+  Tensor forward(const Tensor& x) const { return down->forward(silu(gate->forward(x)) * up->forward(x)); }
+  std::shared_ptr<Linear> gate, up, down;
+};
+
+// Per-layer key/value cache for generation: (B, Hkv, max_len, D), the first `length` positions valid.
+struct KVCache {
+  Tensor k, v;
+  int64_t length = 0;
+};
+
+struct ModelConfig {
+  std::string model_type = "gpt2";  // "gpt2" or "llama"
+  int64_t vocab_size = 256;
+  int64_t max_position_embeddings = 256;
+  int64_t hidden_size = 128;
+  int64_t intermediate_size = 512;
+  int64_t num_hidden_layers = 4;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 4;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = true;
+  double dropout = 0.0;
+
+  bool llama() const { return model_type == "llama"; }
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Hugging Face key names (GPT-2: n_embd, n_layer, ...; LLaMA: hidden_size, ...). Unknown keys
+  // are an error that lists them; `source` names the file in messages.
+  static ModelConfig from_json(const std::string& json, const std::string& source);
+  static ModelConfig preset(const std::string& name);  // "tiny", "small", "llama-tiny"
+  std::string to_json() const;
+  void validate(const std::string& source) const;
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const ModelConfig& c);
+  // x (B, T, C) at positions [pos0, pos0 + T); with a cache, attends to everything cached so far.
+  Tensor forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache);
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  int64_t n_head, n_kv_head, head_dim;
+  bool rope;
+};
+
+class TransformerBlock : public Module {
+ public:
+  explicit TransformerBlock(const ModelConfig& c);
+  Tensor forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache);
+  std::shared_ptr<Module> norm1, norm2, mlp;
+  std::shared_ptr<CausalSelfAttention> attn;
+  bool llama;
+
+ private:
+  Tensor norm(const std::shared_ptr<Module>& n, const Tensor& x) const;
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(const ModelConfig& c);
+  // idx (B, T) int64 -> logits (B, T, vocab). With caches (one per layer), positions continue
+  // from the cache length.
+  Tensor forward(const Tensor& idx, std::vector<KVCache>* caches = nullptr);
+  std::vector<KVCache> make_caches(int64_t batch, int64_t max_len) const;
+  const ModelConfig& config() const { return cfg_; }
+  // Initializes weights as GPT-2 does: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
+  void init_weights(uint64_t seed);
+
+  std::shared_ptr<Embedding> tok_emb, pos_emb;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;
+  std::shared_ptr<Module> norm_f;
+  std::shared_ptr<Linear> lm_head;  // null when tied to tok_emb
+
+ private:
+  ModelConfig cfg_;
+  Tensor rope_cos_, rope_sin_;
+};
+
+}  // namespace nn
+}  // namespace sinter

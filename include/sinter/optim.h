@@ -1,0 +1,68 @@
+#pragma once
+// Optimizers over named parameters (names key their state in state_dict), a warmup + cosine
+// schedule, and gradient clipping.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sinter/tensor.h"
+
+namespace sinter::optim {
+
+using NamedParams = std::vector<std::pair<std::string, Tensor*>>;
+
+class Optimizer {
+ public:
+  explicit Optimizer(NamedParams params, double lr) : params_(std::move(params)), lr(lr) {}
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  // Every state tensor by name, plus "step" (int64 scalar).
+  virtual std::map<std::string, Tensor> state_dict() const = 0;
+  virtual void load_state_dict(const std::map<std::string, Tensor>& sd) = 0;
+  int64_t steps() const { return step_; }
+
+ protected:
+  NamedParams params_;
+  int64_t step_ = 0;
+
+ public:
+  double lr;
+};
+
+// SGD with momentum, Nesterov momentum and L2 weight decay (PyTorch's formulation).
+class SGD : public Optimizer {
+ public:
+  SGD(NamedParams params, double lr, double momentum = 0.0, bool nesterov = false, double weight_decay = 0.0);
+  void step() override;
+  std::map<std::string, Tensor> state_dict() const override;
+  void load_state_dict(const std::map<std::string, Tensor>& sd) override;
+
+ private:
+  double momentum_, weight_decay_;
+  bool nesterov_;
+  std::map<std::string, Tensor> buf_;
+};
+
+// AdamW: decoupled weight decay (applied to parameters with 2 or more dims, as GPT training does),
+// bias-corrected moments, exactly PyTorch's update order.
+class AdamW : public Optimizer {
+ public:
+  AdamW(NamedParams params, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+        double weight_decay = 0.01);
+  void step() override;
+  std::map<std::string, Tensor> state_dict() const override;
+  void load_state_dict(const std::map<std::string, Tensor>& sd) override;
+
+ private:
+  double beta1_, beta2_, eps_, weight_decay_;
+  std::map<std::string, Tensor> m_, v_;
+};
+
+// Linear warmup to max_lr over `warmup` steps, then cosine decay to min_lr at `total`.
+double warmup_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr, double min_lr);
+
+// Scales gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace sinter::optim

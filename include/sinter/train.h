@@ -1,0 +1,63 @@
+#pragma once
+// The training and generation loops behind `sinter train` / `sinter generate`, and checkpoints
+// (model.safetensors + config.json + optimizer.safetensors + train_state.json, each written atomically).
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sinter/data.h"
+#include "sinter/nn.h"
+
+namespace sinter::train {
+
+struct Options {
+  std::string preset = "tiny";
+  std::string config_path;   // a config.json instead of a preset
+  std::string data_path;     // empty: the fortunes corpus
+  std::string out_dir = "out/tiny";
+  int64_t steps = 2000;
+  int64_t batch = 16;
+  int64_t seq_len = 128;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0;
+  int64_t warmup = 100;
+  uint64_t seed = 1337;
+  int64_t val_every = 200, val_batches = 8, log_every = 10, save_every = 500;
+  bool resume = false;
+  int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
+  bool quiet = false;
+  std::string to_json() const;
+};
+
+struct Result {
+  int64_t step = 0;
+  double train_loss = 0, val_loss = 0, tokens_per_s = 0;
+};
+
+// Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.
+Result run(const Options& opts);
+
+// Checkpoints
+void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
+                     const std::string& train_state_json);
+std::unique_ptr<nn::GPT> load_model(const std::string& dir);  // clear errors for missing/corrupt/mismatched files
+
+struct Sampling {
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 0;         // 0: off
+  double top_p = 1.0;        // 1: off
+  uint64_t seed = 0;
+};
+// Appends max_new tokens to `prompt` (int64 ids). use_cache=false recomputes the whole context
+// each step (the reference the cache is tested against). Reports tokens/s through `rate`.
+Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache = true,
+                double* rate = nullptr, const std::function<void(int64_t)>& on_token = {});
+
+double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, int64_t seq_len, int64_t batches,
+                uint64_t seed);
+
+// A line chart (train and validation loss against step) as a standalone SVG.
+void write_loss_svg(const std::string& path, const std::vector<std::array<double, 3>>& rows);
+
+}  // namespace sinter::train

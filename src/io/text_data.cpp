@@ -1,0 +1,90 @@
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sinter/data.h"
+#include "sinter/random.h"
+
+namespace sinter::data {
+
+Tensor encode(const std::string& text) {
+  Tensor t = Tensor::empty({int64_t(text.size())}, DType::i64);
+  int64_t* p = t.data<int64_t>();
+  for (size_t i = 0; i < text.size(); ++i) p[i] = static_cast<unsigned char>(text[i]);
+  return t;
+}
+
+std::string decode(const Tensor& ids) {
+  std::string s;
+  for (int64_t v : ids.contiguous().to(DType::i64).to_vector<int64_t>()) s.push_back(char(uint8_t(v)));
+  return s;
+}
+
+ByteDataset ByteDataset::from_text(std::string text, const std::string& name, double val_fraction) {
+  SINTER_CHECK(val_fraction > 0 && val_fraction < 1, "[data] validation fraction must be in (0, 1), got ", val_fraction);
+  ByteDataset d;
+  d.text_ = std::move(text);
+  d.name_ = name;
+  d.split_ = int64_t(double(d.text_.size()) * (1.0 - val_fraction));
+  SINTER_CHECK_T(IOError, !d.text_.empty(), "[", name, "] data is empty");
+  return d;
+}
+
+ByteDataset ByteDataset::from_file(const std::string& path, double val_fraction) {
+  std::error_code ec;
+  SINTER_CHECK_T(IOError, std::filesystem::is_regular_file(path, ec), "[", path, "] no such data file");
+  std::ifstream f(path, std::ios::binary);
+  SINTER_CHECK_T(IOError, f.good(), "[", path, "] cannot read the data file");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return from_text(ss.str(), path, val_fraction);
+}
+
+ByteDataset ByteDataset::fortunes(double val_fraction) {
+  const std::filesystem::path dir = "/usr/share/games/fortunes";
+  std::error_code ec;
+  SINTER_CHECK_T(IOError, std::filesystem::is_directory(dir, ec), "[", dir.string(),
+                 "] not found: install Debian's `fortunes` package (scripts/setup.sh does) or pass --data FILE");
+  std::vector<std::filesystem::path> files;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_symlink() || !e.is_regular_file() || e.path().extension() == ".dat") continue;
+    files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (auto& p : files) {
+    std::ifstream f(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    text += ss.str();
+  }
+  return from_text(std::move(text), dir.string(), val_fraction);
+}
+
+void ByteDataset::check_window(int64_t T) const {
+  SINTER_CHECK_T(IOError, train_bytes() > T + 1 && val_bytes() > T + 1, "[", name_, "] ", text_.size(),
+                 " bytes are too few for windows of ", T, " tokens in both the train and validation splits");
+}
+
+std::pair<Tensor, Tensor> ByteDataset::batch(bool train, int64_t B, int64_t T, uint64_t seed, uint64_t index) const {
+  check_window(T);
+  const int64_t lo = train ? 0 : split_, n = train ? split_ : int64_t(text_.size()) - split_;
+  Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
+  int64_t *px = x.data<int64_t>(), *py = y.data<int64_t>();
+  // One Philox block per batch row; the validation stream is a different key.
+  const uint64_t key = seed * 2 + (train ? 0 : 1);
+  for (int64_t b = 0; b < B; ++b) {
+    uint32_t r[4];
+    philox(key, index * uint64_t(B) + uint64_t(b), r);
+    const uint64_t u = (uint64_t(r[0]) << 32) | r[1];
+    const int64_t start = lo + int64_t(u % uint64_t(n - T - 1));
+    for (int64_t t = 0; t < T; ++t) {
+      px[b * T + t] = static_cast<unsigned char>(text_[size_t(start + t)]);
+      py[b * T + t] = static_cast<unsigned char>(text_[size_t(start + t + 1)]);
+    }
+  }
+  return {x, y};
+}
+
+}  // namespace sinter::data

@@ -1,0 +1,262 @@
+// GPT-2-style (learned positions, LayerNorm, GELU MLP, tied embeddings) and LLaMA-style (RoPE,
+// RMSNorm, SwiGLU, grouped-query attention) language models from one config.
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "sinter/autograd.h"
+#include "sinter/nn.h"
+#include "sinter/random.h"
+
+namespace sinter::nn {
+
+namespace {
+using json = nlohmann::json;
+
+const std::set<std::string> kGptKeys{"model_type", "vocab_size", "n_positions", "n_embd", "n_inner", "n_layer", "n_head",
+                                     "layer_norm_epsilon", "tie_word_embeddings", "resid_pdrop", "architectures",
+                                     "activation_function", "torch_dtype", "bos_token_id", "eos_token_id"};
+const std::set<std::string> kLlamaKeys{"model_type", "vocab_size", "max_position_embeddings", "hidden_size",
+                                       "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                       "num_key_value_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+                                       "attention_dropout", "architectures", "hidden_act", "torch_dtype",
+                                       "bos_token_id", "eos_token_id"};
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    SINTER_THROW(IOError, "[", source, "] config is not valid JSON: ", e.what());
+  }
+  SINTER_CHECK_T(IOError, j.is_object(), "[", source, "] config must be a JSON object");
+  ModelConfig c;
+  c.model_type = j.value("model_type", std::string("gpt2"));
+  SINTER_CHECK_T(IOError, c.model_type == "gpt2" || c.model_type == "llama", "[", source, "] unknown model_type '",
+                 c.model_type, "' (gpt2 or llama)");
+  const auto& known = c.llama() ? kLlamaKeys : kGptKeys;
+  std::string unknown;
+  for (auto& [k, v] : j.items())
+    if (!known.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
+  SINTER_CHECK_T(IOError, unknown.empty(), "[", source, "] unknown config keys for ", c.model_type, ": ", unknown);
+  auto get_int = [&](const char* key, int64_t def) {
+    if (!j.contains(key)) return def;
+    SINTER_CHECK_T(IOError, j[key].is_number_integer(), "[", source, "] config key ", key, " must be an integer");
+    return j[key].get<int64_t>();
+  };
+  auto get_num = [&](const char* key, double def) {
+    if (!j.contains(key)) return def;
+    SINTER_CHECK_T(IOError, j[key].is_number(), "[", source, "] config key ", key, " must be a number");
+    return j[key].get<double>();
+  };
+  c.vocab_size = get_int("vocab_size", c.vocab_size);
+  if (c.llama()) {
+    c.max_position_embeddings = get_int("max_position_embeddings", c.max_position_embeddings);
+    c.hidden_size = get_int("hidden_size", c.hidden_size);
+    c.intermediate_size = get_int("intermediate_size", c.intermediate_size);
+    c.num_hidden_layers = get_int("num_hidden_layers", c.num_hidden_layers);
+    c.num_attention_heads = get_int("num_attention_heads", c.num_attention_heads);
+    c.num_key_value_heads = get_int("num_key_value_heads", c.num_attention_heads);
+    c.norm_eps = get_num("rms_norm_eps", 1e-6);
+    c.rope_theta = get_num("rope_theta", c.rope_theta);
+    c.dropout = get_num("attention_dropout", 0.0);
+    c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  } else {
+    c.max_position_embeddings = get_int("n_positions", c.max_position_embeddings);
+    c.hidden_size = get_int("n_embd", c.hidden_size);
+    c.num_hidden_layers = get_int("n_layer", c.num_hidden_layers);
+    c.num_attention_heads = get_int("n_head", c.num_attention_heads);
+    c.num_key_value_heads = c.num_attention_heads;
+    c.intermediate_size = j.contains("n_inner") && !j["n_inner"].is_null() ? get_int("n_inner", 0) : 4 * c.hidden_size;
+    c.norm_eps = get_num("layer_norm_epsilon", 1e-5);
+    c.dropout = get_num("resid_pdrop", 0.0);
+    c.tie_word_embeddings = j.value("tie_word_embeddings", true);
+  }
+  c.validate(source);
+  return c;
+}
+
+void ModelConfig::validate(const std::string& source) const {
+  auto pos = [&](int64_t v, const char* what) {
+    SINTER_CHECK(v > 0, "[", source, "] ", what, " must be positive, got ", v);
+  };
+  pos(vocab_size, "vocab_size");
+  pos(max_position_embeddings, "max_position_embeddings");
+  pos(hidden_size, "hidden_size");
+  pos(intermediate_size, "intermediate_size");
+  pos(num_hidden_layers, "num_hidden_layers");
+  pos(num_attention_heads, "num_attention_heads");
+  pos(num_key_value_heads, "num_key_value_heads");
+  SINTER_CHECK(hidden_size % num_attention_heads == 0, "[", source, "] hidden size ", hidden_size,
+               " is not a multiple of the ", num_attention_heads, " heads");
+  SINTER_CHECK(num_attention_heads % num_key_value_heads == 0, "[", source, "] ", num_attention_heads,
+               " attention heads are not a multiple of the ", num_key_value_heads, " key/value heads");
+  SINTER_CHECK(!llama() || head_dim() % 2 == 0, "[", source, "] RoPE needs an even head dim, got ", head_dim());
+  SINTER_CHECK(dropout >= 0 && dropout < 1, "[", source, "] dropout must be in [0, 1), got ", dropout);
+  SINTER_CHECK(norm_eps > 0, "[", source, "] norm epsilon must be positive");
+}
+
+std::string ModelConfig::to_json() const {
+  json j;
+  j["model_type"] = model_type;
+  j["vocab_size"] = vocab_size;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (llama()) {
+    j["max_position_embeddings"] = max_position_embeddings;
+    j["hidden_size"] = hidden_size;
+    j["intermediate_size"] = intermediate_size;
+    j["num_hidden_layers"] = num_hidden_layers;
+    j["num_attention_heads"] = num_attention_heads;
+    j["num_key_value_heads"] = num_key_value_heads;
+    j["rms_norm_eps"] = norm_eps;
+    j["rope_theta"] = rope_theta;
+    j["attention_dropout"] = dropout;
+  } else {
+    j["n_positions"] = max_position_embeddings;
+    j["n_embd"] = hidden_size;
+    j["n_inner"] = intermediate_size;
+    j["n_layer"] = num_hidden_layers;
+    j["n_head"] = num_attention_heads;
+    j["layer_norm_epsilon"] = norm_eps;
+    j["resid_pdrop"] = dropout;
+  }
+  return j.dump(2) + "\n";
+}
+
+ModelConfig ModelConfig::preset(const std::string& name) {
+  ModelConfig c;
+  if (name == "tiny") {  // the default: ~0.8M parameters, trains on 2 cores in minutes
+    c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.num_key_value_heads = 4;
+    c.intermediate_size = 512, c.max_position_embeddings = 256;
+  } else if (name == "small") {
+    c.hidden_size = 256, c.num_hidden_layers = 6, c.num_attention_heads = 8, c.num_key_value_heads = 8;
+    c.intermediate_size = 1024, c.max_position_embeddings = 512;
+  } else if (name == "llama-tiny") {
+    c.model_type = "llama";
+    c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.num_key_value_heads = 2;
+    c.intermediate_size = 352, c.max_position_embeddings = 256, c.norm_eps = 1e-6, c.tie_word_embeddings = false;
+  } else {
+    SINTER_THROW(ValueError, "[config] unknown preset '", name, "' (tiny, small, llama-tiny)");
+  }
+  return c;
+}
+
+CausalSelfAttention::CausalSelfAttention(const ModelConfig& c)
+    : n_head(c.num_attention_heads), n_kv_head(c.num_key_value_heads), head_dim(c.head_dim()), rope(c.llama()) {
+  const bool bias = !c.llama();
+  const int64_t C = c.hidden_size;
+  q_proj = register_module("q_proj", std::make_shared<Linear>(C, n_head * head_dim, bias));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(C, n_kv_head * head_dim, bias));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(C, n_kv_head * head_dim, bias));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(n_head * head_dim, C, bias));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto heads = [&](const Tensor& t, int64_t h) { return t.reshape({B, T, h, head_dim}).transpose(1, 2); };
+  Tensor q = heads(q_proj->forward(x), n_head), k = heads(k_proj->forward(x), n_kv_head),
+         v = heads(v_proj->forward(x), n_kv_head);
+  const int64_t pos0 = cache ? cache->length : 0;
+  if (rope) {
+    Tensor c = rope_cos.narrow(0, pos0, T), s = rope_sin.narrow(0, pos0, T);
+    q = rotary_embedding(q, c, s);
+    k = rotary_embedding(k, c, s);
+  }
+  if (cache) {
+    SINTER_CHECK(pos0 + T <= cache->k.size(2), "[attention] KV cache of ", cache->k.size(2), " positions is full");
+    {
+      NoGradGuard g;
+      cache->k.narrow(2, pos0, T).copy_(k);
+      cache->v.narrow(2, pos0, T).copy_(v);
+    }
+    cache->length = pos0 + T;
+    k = cache->k.narrow(2, 0, cache->length);
+    v = cache->v.narrow(2, 0, cache->length);
+  }
+  Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1, {}, n_kv_head != n_head);
+  return o_proj->forward(y.transpose(1, 2).reshape({B, T, n_head * head_dim}));
+}
+
+TransformerBlock::TransformerBlock(const ModelConfig& c) : llama(c.llama()) {
+  if (llama) {
+    norm1 = register_module("norm1", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
+    norm2 = register_module("norm2", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
+    attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+    mlp = register_module("mlp", std::make_shared<SwiGLU>(c.hidden_size, c.intermediate_size));
+  } else {
+    norm1 = register_module("norm1", std::make_shared<LayerNorm>(c.hidden_size, c.norm_eps));
+    norm2 = register_module("norm2", std::make_shared<LayerNorm>(c.hidden_size, c.norm_eps));
+    attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+    mlp = register_module("mlp", std::make_shared<GeluMLP>(c.hidden_size, c.intermediate_size));
+  }
+}
+
+Tensor TransformerBlock::norm(const std::shared_ptr<Module>& n, const Tensor& x) const {
+  return llama ? static_cast<RMSNorm&>(*n).forward(x) : static_cast<LayerNorm&>(*n).forward(x);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
+  Tensor h = x + attn->forward(norm(norm1, x), rope_cos, rope_sin, cache);
+  Tensor m = norm(norm2, h);
+  m = llama ? static_cast<SwiGLU&>(*mlp).forward(m) : static_cast<GeluMLP&>(*mlp).forward(m);
+  return h + m;
+}
+
+GPT::GPT(const ModelConfig& c) : cfg_(c) {
+  c.validate("config");
+  tok_emb = register_module("tok_emb", std::make_shared<Embedding>(c.vocab_size, c.hidden_size));
+  if (!c.llama()) pos_emb = register_module("pos_emb", std::make_shared<Embedding>(c.max_position_embeddings, c.hidden_size));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<TransformerBlock>(c)));
+  if (c.llama()) norm_f = register_module("norm_f", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
+  else norm_f = register_module("norm_f", std::make_shared<LayerNorm>(c.hidden_size, c.norm_eps));
+  if (!c.tie_word_embeddings) lm_head = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, false));
+  if (c.llama()) {
+    rope_cos_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, false);
+    rope_sin_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, true);
+  }
+}
+
+void GPT::init_weights(uint64_t seed) {
+  manual_seed(seed);
+  NoGradGuard g;
+  const double resid_scale = 0.02 / std::sqrt(2.0 * double(cfg_.num_hidden_layers));
+  for (auto& [name, t] : named_parameters()) {
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (is_norm) t->fill_(is_bias ? 0.0 : 1.0);
+    else if (is_bias) t->zero_();
+    else {
+      const bool resid = name.find("o_proj") != std::string::npos || name.find("mlp.proj") != std::string::npos ||
+                         name.find("mlp.down") != std::string::npos;
+      t->copy_(randn(t->shape()) * (resid ? resid_scale : 0.02));
+    }
+  }
+}
+
+std::vector<KVCache> GPT::make_caches(int64_t batch, int64_t max_len) const {
+  SINTER_CHECK(max_len <= cfg_.max_position_embeddings, "[generate] ", max_len, " positions exceed the model's ",
+               cfg_.max_position_embeddings);
+  std::vector<KVCache> caches(size_t(cfg_.num_hidden_layers));
+  for (auto& c : caches) {
+    c.k = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype());
+    c.v = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype());
+  }
+  return caches;
+}
+
+Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
+  SINTER_CHECK_SHAPE(idx.dim() == 2, "[gpt] token ids must be (B, T), got ", idx.shape());
+  const int64_t T = idx.size(1), pos0 = caches && !caches->empty() ? (*caches)[0].length : 0;
+  SINTER_CHECK(pos0 + T <= cfg_.max_position_embeddings, "[gpt] sequence of ", pos0 + T, " tokens exceeds the model's ",
+               cfg_.max_position_embeddings, " positions");
+  SINTER_CHECK(!caches || int64_t(caches->size()) == cfg_.num_hidden_layers, "[gpt] need one KV cache per layer");
+  Tensor x = tok_emb->forward(idx);
+  if (pos_emb) x = x + pos_emb->weight.narrow(0, pos0, T);
+  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, rope_cos_, rope_sin_, caches ? &(*caches)[i] : nullptr);
+  x = cfg_.llama() ? static_cast<RMSNorm&>(*norm_f).forward(x) : static_cast<LayerNorm&>(*norm_f).forward(x);
+  return lm_head ? lm_head->forward(x) : linear(x, tok_emb->weight);
+}
+
+}  // namespace sinter::nn

@@ -1,0 +1,142 @@
+#include <cmath>
+#include <sstream>
+
+#include "sinter/autograd.h"
+#include "sinter/nn.h"
+
+namespace sinter::nn {
+
+Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor value) {
+  slot = std::move(value);
+  if (slot.defined()) {
+    slot.requires_grad_(true);
+    params_.emplace_back(name, &slot);
+  }
+  return slot;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor value) {
+  slot = std::move(value);
+  if (slot.defined()) buffers_.emplace_back(name, &slot);
+  return slot;
+}
+
+void Module::collect(const std::string& prefix, bool params, std::vector<std::pair<std::string, Tensor*>>& out) {
+  for (auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
+  for (auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  collect("", true, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(*t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  collect("", false, out);
+  return out;
+}
+
+int64_t Module::num_parameters() {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t->numel();
+  return n;
+}
+
+std::map<std::string, Tensor> Module::state_dict() {
+  std::map<std::string, Tensor> sd;
+  for (auto& [n, t] : named_parameters()) sd[n] = t->detach();
+  for (auto& [n, t] : named_buffers()) sd[n] = t->detach();
+  return sd;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict) {
+  auto slots = named_parameters();
+  for (auto& b : named_buffers()) slots.push_back(b);
+  std::vector<std::string> missing, mismatched, unexpected;
+  std::map<std::string, Tensor*> by_name;
+  for (auto& [n, t] : slots) by_name[n] = t;
+  for (auto& [n, t] : slots) {
+    auto it = sd.find(n);
+    if (it == sd.end()) { missing.push_back(n); continue; }
+    if (it->second.shape() != t->shape() || it->second.dtype() != t->dtype()) {
+      std::ostringstream os;
+      os << n << " (checkpoint " << it->second.shape() << " " << it->second.dtype() << ", model " << t->shape() << " "
+         << t->dtype() << ")";
+      mismatched.push_back(os.str());
+    }
+  }
+  for (auto& [n, t] : sd)
+    if (!by_name.count(n)) unexpected.push_back(n);
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  const bool bad = !mismatched.empty() || (strict && (!missing.empty() || !unexpected.empty()));
+  if (bad) {
+    std::ostringstream os;
+    os << "[load_state_dict] checkpoint does not match the model:";
+    if (!missing.empty()) os << " missing keys: " << join(missing) << ";";
+    if (!unexpected.empty()) os << " unexpected keys: " << join(unexpected) << ";";
+    if (!mismatched.empty()) os << " mismatched: " << join(mismatched) << ";";
+    throw ValueError(os.str());
+  }
+  NoGradGuard g;
+  for (auto& [n, t] : slots) {
+    auto it = sd.find(n);
+    if (it != sd.end()) t->copy_(it->second);
+  }
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::to(DType dtype) {
+  NoGradGuard g;
+  for (auto& [n, t] : named_parameters())
+    if (is_floating(t->dtype()) && t->dtype() != dtype) { *t = t->to(dtype).detach(); t->requires_grad_(true); }
+  for (auto& [n, t] : named_buffers())
+    if (is_floating(t->dtype()) && t->dtype() != dtype) *t = t->to(dtype).detach();
+}
+
+void Module::zero_grad() {
+  for (auto& [n, t] : named_parameters()) t->set_grad({});
+}
+
+Linear::Linear(int64_t in, int64_t out, bool bias) {
+  const double bound = 1.0 / std::sqrt(double(std::max<int64_t>(in, 1)));
+  register_parameter("weight", weight, (rand({out, in}) * 2.0 - 1.0) * bound);
+  if (bias) register_parameter("bias", this->bias, (rand({out}) * 2.0 - 1.0) * bound);
+}
+
+Embedding::Embedding(int64_t num, int64_t dim) { register_parameter("weight", weight, randn({num, dim})); }
+
+LayerNorm::LayerNorm(int64_t dim, double eps) : eps(eps) {
+  register_parameter("weight", weight, ones({dim}));
+  register_parameter("bias", bias, zeros({dim}));
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps) : eps(eps) { register_parameter("weight", weight, ones({dim})); }
+
+GeluMLP::GeluMLP(int64_t dim, int64_t hidden) {
+  fc = register_module("fc", std::make_shared<Linear>(dim, hidden));
+  proj = register_module("proj", std::make_shared<Linear>(hidden, dim));
+}
+
+SwiGLU::SwiGLU(int64_t dim, int64_t hidden) {
+  gate = register_module("gate", std::make_shared<Linear>(dim, hidden, false));
+  up = register_module("up", std::make_shared<Linear>(dim, hidden, false));
+  down = register_module("down", std::make_shared<Linear>(hidden, dim, false));
+}
+
+}  // namespace sinter::nn

@@ -1,0 +1,323 @@
+// Training loop, checkpoints, evaluation and generation (with a KV cache).
+#include "sinter/train.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sinter/autograd.h"
+#include "sinter/io.h"
+#include "sinter/optim.h"
+#include "sinter/random.h"
+
+namespace sinter::train {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string Options::to_json() const {
+  json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
+         {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
+         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}};
+  return j.dump();
+}
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  SINTER_CHECK_T(IOError, fs::is_regular_file(path, ec), "[", path, "] not found");
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
+  Tensor logits = model.forward(x);
+  return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+}
+
+// Rows: step, train_loss, val_loss (NaN when not measured), tokens/s.
+using LogRows = std::vector<std::array<double, 4>>;
+
+void write_log(const std::string& dir, const LogRows& rows) {
+  std::ostringstream os;
+  os << "step,train_loss,val_loss,tokens_per_s\n";
+  for (auto& r : rows) {
+    char line[160];
+    if (std::isnan(r[2])) std::snprintf(line, sizeof line, "%lld,%.6f,,%.1f\n", (long long)r[0], r[1], r[3]);
+    else std::snprintf(line, sizeof line, "%lld,%.6f,%.6f,%.1f\n", (long long)r[0], r[1], r[2], r[3]);
+    os << line;
+  }
+  io::atomic_write(dir + "/log.csv", os.str());
+  std::vector<std::array<double, 3>> pts;
+  for (auto& r : rows) pts.push_back({r[0], r[1], r[2]});
+  write_loss_svg(dir + "/loss.svg", pts);
+}
+
+LogRows read_log(const std::string& dir, int64_t up_to_step) {
+  LogRows rows;
+  std::ifstream f(dir + "/log.csv");
+  std::string line;
+  std::getline(f, line);
+  while (std::getline(f, line)) {
+    std::array<double, 4> r{};
+    std::stringstream ss(line);
+    std::string cell;
+    for (int i = 0; i < 4 && std::getline(ss, cell, ','); ++i) r[size_t(i)] = cell.empty() ? NAN : std::stod(cell);
+    if (r[0] <= double(up_to_step)) rows.push_back(r);
+  }
+  return rows;
+}
+
+std::string fmt_time(double s) {
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(b, sizeof b, "%.0fs", s);
+  return b;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
+                     const std::string& train_state_json) {
+  fs::create_directories(dir);
+  io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "sinter"}});
+  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
+  io::atomic_write(dir + "/config.json", model.config().to_json());
+  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");  // last: it marks the checkpoint complete
+}
+
+std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
+  std::error_code ec;
+  SINTER_CHECK_T(IOError, fs::is_directory(dir, ec), "[", dir, "] checkpoint folder not found");
+  const std::string cfg_path = dir + "/config.json";
+  auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
+  auto model = std::make_unique<nn::GPT>(cfg);
+  const std::string weights = dir + "/model.safetensors";
+  auto st = io::load_safetensors(weights);
+  try {
+    model->load_state_dict(st.tensors);
+  } catch (const Error& e) {
+    SINTER_THROW(IOError, "[", weights, "] ", e.what());
+  }
+  return model;
+}
+
+double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, int64_t seq_len, int64_t batches,
+                uint64_t seed) {
+  NoGradGuard g;
+  const bool was_training = model.is_training();
+  model.eval();
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    auto [x, y] = data.batch(false, batch, seq_len, seed, uint64_t(i));
+    total += lm_loss(model, x, y).item_double();
+  }
+  model.train(was_training);
+  return total / double(batches);
+}
+
+Result run(const Options& o) {
+  SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] steps, batch and seq_len must be positive (seq_len > 1)");
+  SINTER_CHECK(o.lr > 0 && o.min_lr >= 0 && o.warmup >= 0 && o.grad_clip > 0 && o.val_every > 0 && o.val_batches > 0,
+               "[train] learning rates, warmup, grad_clip, val_every and val_batches must be positive");
+  const data::ByteDataset data = o.data_path.empty() ? data::ByteDataset::fortunes() : data::ByteDataset::from_file(o.data_path);
+  data.check_window(o.seq_len);
+
+  std::unique_ptr<nn::GPT> model;
+  int64_t start = 0;
+  LogRows rows;
+  const std::string state_path = o.out_dir + "/train_state.json";
+  std::error_code ec;
+  const bool resuming = o.resume && fs::exists(state_path, ec);
+  if (resuming) {
+    model = load_model(o.out_dir);
+    json st;
+    try {
+      st = json::parse(read_file(state_path));
+      start = st.at("step").get<int64_t>();
+    } catch (const json::exception& e) {
+      SINTER_THROW(IOError, "[", state_path, "] corrupt training state: ", e.what());
+    }
+    rows = read_log(o.out_dir, start);
+  } else {
+    nn::ModelConfig cfg = o.config_path.empty() ? nn::ModelConfig::preset(o.preset)
+                                                : nn::ModelConfig::from_json(read_file(o.config_path), o.config_path);
+    model = std::make_unique<nn::GPT>(cfg);
+    model->init_weights(o.seed);
+  }
+  const nn::ModelConfig& cfg = model->config();
+  SINTER_CHECK(cfg.vocab_size >= 256, "[train] byte-level data needs vocab_size >= 256, got ", cfg.vocab_size);
+  SINTER_CHECK(o.seq_len <= cfg.max_position_embeddings, "[train] seq_len ", o.seq_len, " exceeds the model's ",
+               cfg.max_position_embeddings, " positions");
+  model->train();
+  manual_seed(o.seed + uint64_t(start));  // dropout stream (none by default)
+
+  optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
+  if (resuming) opt.load_state_dict(io::load_safetensors(o.out_dir + "/optimizer.safetensors").tensors);
+
+  if (!o.quiet)
+    std::printf("train: %s model, %.2fM parameters, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
+                cfg.model_type.c_str(), double(model->num_parameters()) / 1e6, data.name().c_str(),
+                (long long)data.train_bytes(), (long long)data.val_bytes(), (long long)o.steps, (long long)o.batch,
+                (long long)o.seq_len, resuming ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
+  const bool tty = isatty(fileno(stdout));
+  Result res;
+  res.step = start;
+  auto t0 = std::chrono::steady_clock::now();
+  auto t_window = t0;
+  int64_t window_tokens = 0;
+  double tok_s = 0;
+  auto checkpoint = [&](int64_t step) {
+    json st{{"step", step}, {"options", json::parse(o.to_json())}};
+    save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump());
+    write_log(o.out_dir, rows);
+  };
+  for (int64_t step = start; step < o.steps; ++step) {
+    opt.lr = optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr);
+    auto [x, y] = data.batch(true, o.batch, o.seq_len, o.seed, uint64_t(step));
+    Tensor loss = lm_loss(*model, x, y);
+    opt.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm(model->parameters(), o.grad_clip);
+    opt.step();
+    res.train_loss = loss.item_double();
+    window_tokens += o.batch * o.seq_len;
+    const int64_t done = step + 1;
+    const bool val_now = done % o.val_every == 0 || done == o.steps;
+    if (done % o.log_every == 0 || val_now) {
+      const auto now = std::chrono::steady_clock::now();
+      tok_s = double(window_tokens) / std::chrono::duration<double>(now - t_window).count();
+      t_window = now;
+      window_tokens = 0;
+      double val = NAN;
+      if (val_now) val = res.val_loss = evaluate(*model, data, o.batch, o.seq_len, o.val_batches, o.seed);
+      rows.push_back({double(done), res.train_loss, val, tok_s});
+      if (!o.quiet) {
+        const double eta = double(o.steps - done) * double(o.batch * o.seq_len) / std::max(tok_s, 1e-9);
+        std::printf("%sstep %5lld/%lld  loss %.4f  %s%.0f tok/s  elapsed %s  ETA %s%s", tty ? "\r" : "",
+                    (long long)done, (long long)o.steps, res.train_loss,
+                    std::isnan(val) ? "" : ("val " + std::to_string(val).substr(0, 6) + "  ").c_str(), tok_s,
+                    fmt_time(std::chrono::duration<double>(now - t0).count()).c_str(), fmt_time(eta).c_str(),
+                    (tty && !val_now) ? "   " : "\n");
+        std::fflush(stdout);
+      }
+      if (val_now) write_log(o.out_dir.empty() ? "." : (fs::create_directories(o.out_dir), o.out_dir), rows);
+    }
+    res.step = done;
+    res.tokens_per_s = tok_s;
+    if (done % o.save_every == 0 || done == o.steps || done == o.stop_after) checkpoint(done);
+    if (done == o.stop_after) break;
+  }
+  return res;
+}
+
+namespace {
+int64_t sample(const Tensor& logits_row, const Sampling& s) {
+  Tensor l = logits_row.to(DType::f32).reshape({-1});
+  if (s.temperature <= 0) return argmax(l, 0).item<int64_t>();
+  l = l / s.temperature;
+  const int64_t V = l.size(0);
+  if ((s.top_k > 0 && s.top_k < V) || s.top_p < 1.0) {
+    auto sorted = topk(l, V, 0, true);
+    std::vector<float> vals = sorted.values.to_vector<float>();
+    std::vector<int64_t> idx = sorted.indices.to_vector<int64_t>();
+    int64_t keep = s.top_k > 0 ? std::min(s.top_k, V) : V;
+    if (s.top_p < 1.0) {
+      std::vector<double> p(static_cast<size_t>(keep));
+      double z = 0;
+      for (int64_t i = 0; i < keep; ++i) z += p[size_t(i)] = std::exp(double(vals[size_t(i)] - vals[0]));
+      double acc = 0;
+      int64_t n = 0;
+      while (n < keep && acc < s.top_p * z) acc += p[size_t(n++)];
+      keep = std::max<int64_t>(n, 1);
+    }
+    std::vector<float> masked(size_t(V), -INFINITY);
+    for (int64_t i = 0; i < keep; ++i) masked[size_t(idx[size_t(i)])] = vals[size_t(i)];
+    l = tensor<float>(masked);
+  }
+  return multinomial(softmax(l, 0), 1, true).item<int64_t>();
+}
+}  // namespace
+
+Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache, double* rate,
+                const std::function<void(int64_t)>& on_token) {
+  SINTER_CHECK_SHAPE(prompt.dim() == 1 && prompt.numel() > 0, "[generate] the prompt must be a non-empty 1-D token tensor, got ",
+                     prompt.shape());
+  SINTER_CHECK(max_new >= 0, "[generate] max_new_tokens must be >= 0");
+  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1,
+               "[generate] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+  const int64_t P = prompt.numel(), limit = model.config().max_position_embeddings;
+  SINTER_CHECK(P + max_new <= limit, "[generate] prompt of ", P, " tokens + ", max_new, " new tokens exceed the model's ",
+               limit, " positions");
+  NoGradGuard g;
+  const bool was_training = model.is_training();
+  model.eval();
+  manual_seed(s.seed);
+  std::vector<int64_t> ids = prompt.to(DType::i64).to_vector<int64_t>();
+  std::vector<nn::KVCache> caches;
+  if (use_cache) caches = model.make_caches(1, P + max_new);
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = model.forward(prompt.to(DType::i64).reshape({1, P}), use_cache ? &caches : nullptr);
+  for (int64_t i = 0; i < max_new; ++i) {
+    const int64_t next = sample(logits.select(0, 0).select(0, logits.size(1) - 1), s);
+    ids.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == max_new) break;
+    if (use_cache) logits = model.forward(tensor<int64_t>({next}).reshape({1, 1}), &caches);
+    else logits = model.forward(tensor<int64_t>(ids).reshape({1, int64_t(ids.size())}));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rate) *rate = double(max_new) / std::max(secs, 1e-9);
+  model.train(was_training);
+  return tensor<int64_t>(ids);
+}
+
+void write_loss_svg(const std::string& path, const std::vector<std::array<double, 3>>& rows) {
+  const double W = 640, H = 400, L = 60, R = 20, T = 30, B = 50;
+  double x1 = 1, ymin = 1e30, ymax = -1e30;
+  for (auto& r : rows) {
+    x1 = std::max(x1, r[0]);
+    for (int k = 1; k < 3; ++k)
+      if (std::isfinite(r[size_t(k)])) { ymin = std::min(ymin, r[size_t(k)]); ymax = std::max(ymax, r[size_t(k)]); }
+  }
+  if (ymin > ymax) { ymin = 0; ymax = 1; }
+  if (ymax - ymin < 1e-6) ymax = ymin + 1;
+  auto px = [&](double x) { return L + (W - L - R) * x / x1; };
+  auto py = [&](double y) { return T + (H - T - B) * (1 - (y - ymin) / (ymax - ymin)); };
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << W / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">loss (nats per byte)</text>\n"
+     << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n"
+     << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double y = ymin + (ymax - ymin) * i / 4, x = x1 * i / 4;
+    os << "<text x=\"" << L - 6 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << std::to_string(y).substr(0, 4) << "</text>\n"
+       << "<line x1=\"" << L << "\" y1=\"" << py(y) << "\" x2=\"" << W - R << "\" y2=\"" << py(y) << "\" stroke=\"#ddd\"/>\n"
+       << "<text x=\"" << px(x) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">" << int64_t(x) << "</text>\n";
+  }
+  os << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 10 << "\" text-anchor=\"middle\">step</text>\n";
+  const char* colors[3] = {"", "#1f77b4", "#ff7f0e"};
+  const char* names[3] = {"", "train", "validation"};
+  for (int k = 1; k < 3; ++k) {
+    os << "<polyline fill=\"none\" stroke=\"" << colors[k] << "\" stroke-width=\"" << (k == 2 ? 2 : 1.2) << "\" points=\"";
+    for (auto& r : rows)
+      if (std::isfinite(r[size_t(k)])) os << px(r[0]) << "," << py(r[size_t(k)]) << " ";
+    os << "\"/>\n<text x=\"" << W - R - 90 << "\" y=\"" << T + 16 * k << "\" fill=\"" << colors[k] << "\">" << names[k] << "</text>\n";
+  }
+  os << "</svg>\n";
+  io::atomic_write(path, os.str());
+}
+
+}  // namespace sinter::train

@@ -1,0 +1,281 @@
+// Models and training: PyTorch parity, exact resume, KV-cache generation, clear errors.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <sinter/train.h>
+
+#include "test_util.h"
+
+using namespace sinter;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string data_path(const std::string& f) { return std::string(SINTER_TEST_DATA) + "/" + f; }
+
+std::string temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("sinter_nn_test_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// Checks every value of `got` against `want` with a relative error bound scaled by the tensor's size.
+::testing::AssertionResult rel_close(const Tensor& got, const Tensor& want, double tol) {
+  if (got.shape() != want.shape()) return ::testing::AssertionFailure() << "shape " << got.shape() << " vs " << want.shape();
+  auto a = to_double_vector(got), b = to_double_vector(want);
+  double num = 0, den = 0, worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  // Gradients that are zero in exact arithmetic (the key bias: softmax ignores a per-row constant)
+  // hold only rounding noise; below a norm of 1e-3 the bound is absolute.
+  const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-3);
+  if (rel <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative error " << rel << " > " << tol << " (max abs diff " << worst << ")";
+}
+
+struct Parity {
+  std::unique_ptr<nn::GPT> model;
+  io::SafeTensors weights, ref;
+};
+
+Parity load_parity(const std::string& name) {
+  Parity p;
+  p.weights = io::load_safetensors(data_path(name + "_weights.safetensors"));
+  p.ref = io::load_safetensors(data_path(name + "_ref.safetensors"));
+  p.model = std::make_unique<nn::GPT>(nn::ModelConfig::from_json(p.weights.metadata.at("config"), name));
+  std::map<std::string, Tensor> sd;
+  for (auto& [k, t] : p.weights.tensors)
+    if (k.rfind("batch.", 0) != 0) sd[k] = t;
+  p.model->load_state_dict(sd);
+  return p;
+}
+
+nn::ModelConfig micro_config(const std::string& type) {
+  nn::ModelConfig c = nn::ModelConfig::preset(type == "llama" ? "llama-tiny" : "tiny");
+  c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4;
+  c.num_key_value_heads = type == "llama" ? 2 : 4;
+  c.max_position_embeddings = 128;
+  return c;
+}
+
+}  // namespace
+
+class ParityWithPyTorch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ParityWithPyTorch, LogitsLossAndEveryGradient) {
+  Parity p = load_parity(GetParam());
+  Tensor x = p.weights.tensors.at("batch.x"), y = p.weights.tensors.at("batch.y");
+  Tensor logits = p.model->forward(x);
+  Tensor loss = cross_entropy(logits.reshape({-1, 256}), y.reshape({-1}));
+  loss.backward();
+  EXPECT_TRUE(rel_close(logits, p.ref.tensors.at("logits"), 1e-4));
+  EXPECT_TRUE(rel_close(loss, p.ref.tensors.at("loss"), 1e-4));
+  int checked = 0;
+  for (auto& [name, t] : p.model->named_parameters()) {
+    ASSERT_TRUE(t->grad().defined()) << name;
+    EXPECT_TRUE(rel_close(t->grad(), p.ref.tensors.at("grad." + name), 1e-4)) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, int(p.weights.tensors.size()) - 2);
+}
+
+TEST_P(ParityWithPyTorch, ThreeAdamWSteps) {
+  // The optimizer alone: each step gets exactly the gradients PyTorch's step saw (model gradients
+  // are checked above; Adam's normalisation would amplify their last-bit differences).
+  Parity p = load_parity(GetParam());
+  optim::AdamW opt(p.model->named_parameters(), 1e-2, 0.9, 0.95, 1e-8, 0.1);
+  for (int k = 1; k <= 3; ++k) {
+    for (auto& [name, t] : p.model->named_parameters())
+      t->set_grad(p.ref.tensors.at("adamw_grad" + std::to_string(k) + "." + name).clone());
+    opt.step();
+  }
+  for (auto& [name, t] : p.model->named_parameters())
+    EXPECT_TRUE(rel_close(*t, p.ref.tensors.at("adamw3." + name), 1e-6)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ParityWithPyTorch, ::testing::Values("gpt2", "llama"));
+
+TEST(Training, TwentyStepsEqualTenThenResumeTen) {
+  const std::string corpus = temp_dir("resume") + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the quick brown fox " + std::to_string(i * 7919 % 1000) + " jumps over the lazy dog.\n";
+  write_file(corpus, text);
+  const std::string cfg = temp_dir("resume_cfg") + "/config.json";
+  write_file(cfg, micro_config("gpt2").to_json());
+  train::Options o;
+  o.config_path = cfg, o.data_path = corpus, o.steps = 20, o.batch = 4, o.seq_len = 32, o.warmup = 3;
+  o.val_every = 5, o.val_batches = 2, o.save_every = 1000, o.quiet = true;
+  o.out_dir = temp_dir("straight");
+  train::run(o);
+  train::Options a = o;
+  a.out_dir = temp_dir("split");
+  a.stop_after = 10;
+  EXPECT_EQ(train::run(a).step, 10);
+  a.stop_after = 0;
+  a.resume = true;
+  EXPECT_EQ(train::run(a).step, 20);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    auto x = io::load_safetensors(o.out_dir + "/" + f), y = io::load_safetensors(a.out_dir + "/" + f);
+    ASSERT_EQ(x.tensors.size(), y.tensors.size());
+    for (auto& [name, t] : x.tensors) {
+      const Tensor& u = y.tensors.at(name);
+      ASSERT_EQ(t.shape(), u.shape()) << name;
+      EXPECT_EQ(0, std::memcmp(t.data_ptr(), u.data_ptr(), size_t(t.numel() * t.element_size()))) << f << ": " << name;
+    }
+  }
+  // The log of the resumed run holds the same rows as the straight one (tokens/s aside).
+  std::ifstream l1(o.out_dir + "/log.csv"), l2(a.out_dir + "/log.csv");
+  std::string r1, r2;
+  int rows = 0;
+  while (std::getline(l1, r1) && std::getline(l2, r2)) {
+    EXPECT_EQ(r1.substr(0, r1.rfind(',')), r2.substr(0, r2.rfind(','))) << "row " << rows;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 1 + 4);  // header, then a row at every validation (every 5 steps; log_every is 10)
+  EXPECT_TRUE(fs::exists(a.out_dir + "/loss.svg"));
+}
+
+class KVCacheGeneration : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KVCacheGeneration, GreedyMatchesRecomputingTheContext) {
+  manual_seed(1);
+  nn::GPT model(micro_config(GetParam()));
+  model.init_weights(3);
+  {
+    // A few steps of training so the distribution is not uniform noise.
+    NoGradGuard g;
+    for (auto& [n, t] : model.named_parameters()) t->mul_(4.0);
+  }
+  Tensor prompt = data::encode("Once upon a time");
+  train::Sampling greedy;
+  greedy.temperature = 0;
+  Tensor with = train::generate(model, prompt, 64, greedy, true);
+  Tensor without = train::generate(model, prompt, 64, greedy, false);
+  EXPECT_EQ(with.numel(), prompt.numel() + 64);
+  EXPECT_EQ(with.to_vector<int64_t>(), without.to_vector<int64_t>());
+  // Sampling is reproducible with a seed.
+  train::Sampling s;
+  s.seed = 9, s.top_k = 20, s.top_p = 0.9;
+  EXPECT_EQ(train::generate(model, prompt, 32, s).to_vector<int64_t>(), train::generate(model, prompt, 32, s).to_vector<int64_t>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KVCacheGeneration, ::testing::Values("gpt2", "llama"));
+
+TEST(Module, StateDictIsStrictAndNamesEveryProblem) {
+  nn::GPT model(micro_config("gpt2"));
+  auto sd = model.state_dict();
+  sd.erase("norm_f.bias");
+  sd["extra.weight"] = zeros({2});
+  sd["blocks.0.attn.q_proj.weight"] = zeros({3, 3});
+  try {
+    model.load_state_dict(sd);
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("missing keys: norm_f.bias"), std::string::npos) << m;
+    EXPECT_NE(m.find("unexpected keys: extra.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("blocks.0.attn.q_proj.weight (checkpoint (3, 3) f32, model (32, 32) f32)"), std::string::npos) << m;
+  }
+  EXPECT_GT(model.num_parameters(), 0);
+  model.eval();
+  EXPECT_FALSE(model.blocks[0]->attn->is_training());
+}
+
+TEST(Config, UnknownKeysAreListed) {
+  try {
+    nn::ModelConfig::from_json(R"({"model_type": "gpt2", "n_embd": 64, "n_layers": 2, "dropuot": 0.1})", "cfg.json");
+    FAIL() << "no error";
+  } catch (const IOError& e) {
+    EXPECT_STREQ(e.what(), "[cfg.json] unknown config keys for gpt2: dropuot, n_layers");
+  }
+  EXPECT_THROW(nn::ModelConfig::from_json(R"({"model_type": "gpt2", "n_embd": 30, "n_head": 4})", "c"), ValueError);
+  auto c = nn::ModelConfig::from_json(micro_config("llama").to_json(), "round trip");
+  EXPECT_EQ(c.to_json(), micro_config("llama").to_json());
+}
+
+TEST(Optim, SGDWithNesterovMatchesTheFormula) {
+  Tensor w = tensor<float>({1.0f, -2.0f}).requires_grad_();
+  optim::SGD opt({{"w", &w}}, 0.1, 0.9, true, 0.01);
+  std::vector<double> ref{1.0, -2.0}, buf{0, 0};
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    sum(w * w).backward();  // g = 2w
+    opt.step();
+    for (int i = 0; i < 2; ++i) {
+      const double g = 2 * ref[size_t(i)] + 0.01 * ref[size_t(i)];
+      buf[size_t(i)] = step == 0 ? g : 0.9 * buf[size_t(i)] + g;
+      ref[size_t(i)] -= 0.1 * (g + 0.9 * buf[size_t(i)]);
+    }
+  }
+  EXPECT_TRUE(test::all_close(w.detach(), ref, 1e-6, 1e-6));
+}
+
+TEST(Optim, ScheduleAndClipping) {
+  EXPECT_DOUBLE_EQ(optim::warmup_cosine(0, 10, 100, 1.0, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(optim::warmup_cosine(9, 10, 100, 1.0, 0.1), 1.0);
+  EXPECT_NEAR(optim::warmup_cosine(55, 10, 100, 1.0, 0.1), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(optim::warmup_cosine(100, 10, 100, 1.0, 0.1), 0.1);
+  Tensor a = ones({4}).requires_grad_();
+  sum(a * 3.0).backward();  // grad 3 everywhere: norm 6
+  EXPECT_NEAR(optim::clip_grad_norm({a}, 1.5), 6.0, 1e-9);
+  EXPECT_NEAR(std::sqrt(sum(a.grad() * a.grad()).item<float>()), 1.5, 1e-5);
+}
+
+TEST(Errors, BadInputGetsAClearError) {
+  const std::string dir = temp_dir("errors");
+  EXPECT_TRUE(test::throws_naming(dir + "/missing.txt", [&] { data::ByteDataset::from_file(dir + "/missing.txt"); }));
+  write_file(dir + "/empty.txt", "");
+  EXPECT_TRUE(test::throws_naming(dir + "/empty.txt", [&] { data::ByteDataset::from_file(dir + "/empty.txt"); }));
+  write_file(dir + "/short.txt", "hello");
+  train::Options o;
+  o.data_path = dir + "/short.txt";
+  o.quiet = true;
+  EXPECT_TRUE(test::throws_naming(dir + "/short.txt", [&] { train::run(o); }));
+  EXPECT_TRUE(test::throws_naming(dir + "/nockpt", [&] { train::load_model(dir + "/nockpt"); }));
+  // A checkpoint whose weights belong to another model.
+  const std::string ck = dir + "/ckpt";
+  nn::GPT model(micro_config("gpt2"));
+  train::save_checkpoint(ck, model, {}, "{}");
+  nn::ModelConfig other = micro_config("gpt2");
+  other.num_hidden_layers = 3;
+  write_file(ck + "/config.json", other.to_json());
+  EXPECT_TRUE(test::throws_naming(ck + "/model.safetensors", [&] { train::load_model(ck); }));
+  write_file(ck + "/model.safetensors", "garbage");
+  EXPECT_TRUE(test::throws_naming(ck + "/model.safetensors", [&] { train::load_model(ck); }));
+  write_file(ck + "/config.json", "{\"n_embd\": 32, \"colour\": 1}");
+  EXPECT_TRUE(test::throws_naming(ck + "/config.json", [&] { train::load_model(ck); }));
+  nn::GPT m2(micro_config("gpt2"));
+  EXPECT_TRUE(test::throws_naming("generate", [&] { train::generate(m2, data::encode("x"), 1000, {}); }));
+}
+
+TEST(Errors, TheCommandLineExitsNonZeroWithAMessage) {
+  const std::string dir = temp_dir("cli");
+  auto run = [&](const std::string& args) {
+    const std::string cmd = std::string(SINTER_CLI) + " " + args + " > " + dir + "/out.txt 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(dir + "/out.txt");
+    std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return std::make_pair(rc, out);
+  };
+  auto [rc1, out1] = run("train --data " + dir + "/nope.txt --out " + dir + "/o");
+  EXPECT_NE(rc1, 0);
+  EXPECT_NE(out1.find("no such data file"), std::string::npos) << out1;
+  auto [rc2, out2] = run("train --steps -5");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("--steps"), std::string::npos) << out2;
+  auto [rc3, out3] = run("generate --checkpoint " + dir + "/none");
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("checkpoint folder not found"), std::string::npos) << out3;
+  auto [rc4, out4] = run("generate --temperature -1");
+  EXPECT_NE(rc4, 0);
+  auto [rc5, out5] = run("info " + dir + "/none");
+  EXPECT_NE(rc5, 0);
+}
