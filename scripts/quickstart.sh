@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Quick-start command (1): install what is needed, build, run the main job on its built-in default.
+# Quick-start command (1): install what is needed, build, train the default model (a tiny GPT on
+# Debian's fortune-cookie corpus) and generate a sample from it. Extra arguments go to `train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"
-build/sinter demo "$@"
+build/sinter train --out out/tiny "$@"
+build/sinter generate --checkpoint out/tiny --prompt "The " --max-new-tokens 300 --seed 1

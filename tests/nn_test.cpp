@@ -161,6 +161,11 @@ TEST_P(KVCacheGeneration, GreedyMatchesRecomputingTheContext) {
   Tensor without = train::generate(model, prompt, 64, greedy, false);
   EXPECT_EQ(with.numel(), prompt.numel() + 64);
   EXPECT_EQ(with.to_vector<int64_t>(), without.to_vector<int64_t>());
+  // Past the model's 128 positions the window slides; both paths slide alike.
+  Tensor long_with = train::generate(model, prompt, 200, greedy, true);
+  EXPECT_EQ(long_with.to_vector<int64_t>(), train::generate(model, prompt, 200, greedy, false).to_vector<int64_t>());
+  const std::vector<int64_t> long_ids = long_with.to_vector<int64_t>();
+  EXPECT_EQ(std::vector<int64_t>(long_ids.begin(), long_ids.begin() + with.numel()), with.to_vector<int64_t>());
   // Sampling is reproducible with a seed.
   train::Sampling s;
   s.seed = 9, s.top_k = 20, s.top_p = 0.9;
@@ -253,7 +258,7 @@ TEST(Errors, BadInputGetsAClearError) {
   write_file(ck + "/config.json", "{\"n_embd\": 32, \"colour\": 1}");
   EXPECT_TRUE(test::throws_naming(ck + "/config.json", [&] { train::load_model(ck); }));
   nn::GPT m2(micro_config("gpt2"));
-  EXPECT_TRUE(test::throws_naming("generate", [&] { train::generate(m2, data::encode("x"), 1000, {}); }));
+  EXPECT_TRUE(test::throws_naming("generate", [&] { train::generate(m2, Tensor(zeros({0}, DType::i64)), 10, {}); }));
 }
 
 TEST(Errors, TheCommandLineExitsNonZeroWithAMessage) {

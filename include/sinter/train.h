@@ -17,11 +17,11 @@ struct Options {
   std::string config_path;   // a config.json instead of a preset
   std::string data_path;     // empty: the fortunes corpus
   std::string out_dir = "out/tiny";
-  int64_t steps = 2000;
+  int64_t steps = 1200;
   int64_t batch = 16;
   int64_t seq_len = 128;
-  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, grad_clip = 1.0;
-  int64_t warmup = 100;
+  double lr = 4e-3, min_lr = 4e-4, weight_decay = 0.1, grad_clip = 1.0;
+  int64_t warmup = 60;
   uint64_t seed = 1337;
   int64_t val_every = 200, val_batches = 8, log_every = 10, save_every = 500;
   bool resume = false;
@@ -49,8 +49,9 @@ struct Sampling {
   double top_p = 1.0;        // 1: off
   uint64_t seed = 0;
 };
-// Appends max_new tokens to `prompt` (int64 ids). use_cache=false recomputes the whole context
-// each step (the reference the cache is tested against). Reports tokens/s through `rate`.
+// Appends max_new tokens to `prompt` (int64 ids). The model sees at most max_position_embeddings
+// tokens; when the window fills it slides forward by half. use_cache=false recomputes the whole
+// window each step (the reference the cache is tested against). Reports tokens/s through `rate`.
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache = true,
                 double* rate = nullptr, const std::function<void(int64_t)>& on_token = {});
 

@@ -23,7 +23,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     vv = v.unsqueeze(2).expand({B, Hkv, rep, Lkv, v.size(3)}).reshape({B, Hq, Lkv, v.size(3)});
   }
   const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
-  Tensor scores = matmul(q, kk.transpose(-1, -2)) * s;
+  Tensor scores = matmul(q * s, kk.transpose(-1, -2));  // scaling q is Lq*D work, not Lq*Lkv
   if (is_causal) {
     // Bottom-right aligned: query i sees keys j <= i + (Lkv - Lq).
     Tensor mask = Tensor::empty({Lq, Lkv}, DType::boolean);

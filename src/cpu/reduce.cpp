@@ -63,6 +63,31 @@ void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
   });
 }
 
+void sum_cols(const Tensor& x, const Tensor& out) {
+  const int64_t R = x.size(0), C = x.size(1);
+  constexpr int64_t kBlock = 256;
+  visit_dtype(x.dtype(), [&]<class T>() {
+    visit_dtype(out.dtype(), [&]<class O>() {
+      using A = acc_t<T>;
+      const T* px = x.data<T>();
+      O* po = out.data<O>();
+      parallel_for(0, (C + kBlock - 1) / kBlock, std::max<int64_t>(1, 8192 / std::max<int64_t>(R, 1)), [&](int64_t lo, int64_t hi) {
+        A acc[kBlock];
+        for (int64_t b = lo; b < hi; ++b) {
+          const int64_t c0 = b * kBlock, n = std::min(kBlock, C - c0);
+          for (int64_t j = 0; j < n; ++j) acc[j] = 0;
+          for (int64_t r = 0; r < R; ++r) {
+            const T* row = px + r * C + c0;
+#pragma omp simd
+            for (int64_t j = 0; j < n; ++j) acc[j] += A(compute_t<T>(row[j]));
+          }
+          for (int64_t j = 0; j < n; ++j) po[c0 + j] = convert<O>(acc[j]);
+        }
+      });
+    });
+  });
+}
+
 void var_rows(const Tensor& x, int64_t correction, const Tensor& out) {
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {

@@ -128,14 +128,14 @@ ModelConfig ModelConfig::preset(const std::string& name) {
   ModelConfig c;
   if (name == "tiny") {  // the default: ~0.8M parameters, trains on 2 cores in minutes
     c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.num_key_value_heads = 4;
-    c.intermediate_size = 512, c.max_position_embeddings = 256;
+    c.intermediate_size = 512, c.max_position_embeddings = 128;  // = the default training seq_len
   } else if (name == "small") {
     c.hidden_size = 256, c.num_hidden_layers = 6, c.num_attention_heads = 8, c.num_key_value_heads = 8;
     c.intermediate_size = 1024, c.max_position_embeddings = 512;
   } else if (name == "llama-tiny") {
     c.model_type = "llama";
     c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.num_key_value_heads = 2;
-    c.intermediate_size = 352, c.max_position_embeddings = 256, c.norm_eps = 1e-6, c.tie_word_embeddings = false;
+    c.intermediate_size = 352, c.max_position_embeddings = 128, c.norm_eps = 1e-6, c.tie_word_embeddings = false;
   } else {
     SINTER_THROW(ValueError, "[config] unknown preset '", name, "' (tiny, small, llama-tiny)");
   }

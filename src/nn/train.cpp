@@ -257,25 +257,34 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   SINTER_CHECK(max_new >= 0, "[generate] max_new_tokens must be >= 0");
   SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1,
                "[generate] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
-  const int64_t P = prompt.numel(), limit = model.config().max_position_embeddings;
-  SINTER_CHECK(P + max_new <= limit, "[generate] prompt of ", P, " tokens + ", max_new, " new tokens exceed the model's ",
-               limit, " positions");
+  const int64_t limit = model.config().max_position_embeddings;
   NoGradGuard g;
   const bool was_training = model.is_training();
   model.eval();
   manual_seed(s.seed);
   std::vector<int64_t> ids = prompt.to(DType::i64).to_vector<int64_t>();
+  // The model sees a window of at most `limit` tokens; when it fills, it slides forward by half
+  // (with the cache: the cache is refilled from the kept half), the same with or without cache.
+  int64_t start = std::max<int64_t>(0, int64_t(ids.size()) - limit);
   std::vector<nn::KVCache> caches;
-  if (use_cache) caches = model.make_caches(1, P + max_new);
+  if (use_cache) caches = model.make_caches(1, limit);
+  auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}); };
   const auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model.forward(prompt.to(DType::i64).reshape({1, P}), use_cache ? &caches : nullptr);
+  Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
   for (int64_t i = 0; i < max_new; ++i) {
     const int64_t next = sample(logits.select(0, 0).select(0, logits.size(1) - 1), s);
     ids.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == max_new) break;
-    if (use_cache) logits = model.forward(tensor<int64_t>({next}).reshape({1, 1}), &caches);
-    else logits = model.forward(tensor<int64_t>(ids).reshape({1, int64_t(ids.size())}));
+    if (int64_t(ids.size()) - start > limit) {
+      start = int64_t(ids.size()) - limit / 2;
+      for (auto& c : caches) c.length = 0;
+      logits = model.forward(window(), use_cache ? &caches : nullptr);
+    } else if (use_cache) {
+      logits = model.forward(tensor<int64_t>({next}).reshape({1, 1}), &caches);
+    } else {
+      logits = model.forward(window());
+    }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rate) *rate = double(max_new) / std::max(secs, 1e-9);

@@ -35,6 +35,16 @@ int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& dims) {
 
 void reduce_kernel(cpu::ReduceOp op, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const auto dims = reduce_dims("reduce", a.ints("dims"), in[0].dim());
+  // Summing leading dims of a contiguous tensor: columns sums, no transposing copy.
+  bool leading = op == cpu::ReduceOp::Sum && in[0].is_contiguous() && !dims.empty() && int64_t(dims.size()) < in[0].dim();
+  for (size_t i = 0; leading && i < dims.size(); ++i) leading = dims[i] == int64_t(i);
+  if (leading) {
+    const int64_t cols = out[0].numel(), rows = cols ? in[0].numel() / cols : 0;
+    if (rows > 0) {
+      cpu::sum_cols(raw_reshape_contiguous(in[0], Shape{rows, cols}), raw_reshape_contiguous(out[0], Shape{cols}));
+      return;
+    }
+  }
   Tensor x2 = rows_last(in[0], dims);
   cpu::reduce_rows(op, x2, raw_reshape_contiguous(out[0], Shape{x2.size(0)}));
 }
