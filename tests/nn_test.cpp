@@ -109,7 +109,9 @@ TEST(Training, TwentyStepsEqualTenThenResumeTen) {
   for (int i = 0; i < 400; ++i) text += "the quick brown fox " + std::to_string(i * 7919 % 1000) + " jumps over the lazy dog.\n";
   write_file(corpus, text);
   const std::string cfg = temp_dir("resume_cfg") + "/config.json";
-  write_file(cfg, micro_config("gpt2").to_json());
+  nn::ModelConfig mc = micro_config("gpt2");
+  mc.dropout = 0.1;  // dropout masks must replay exactly after a resume too
+  write_file(cfg, mc.to_json());
   train::Options o;
   o.config_path = cfg, o.data_path = corpus, o.steps = 20, o.batch = 4, o.seq_len = 32, o.warmup = 3;
   o.val_every = 5, o.val_batches = 2, o.save_every = 1000, o.quiet = true;

@@ -1,4 +1,5 @@
 // The README's C++ example, compiled and run as written, so the front page cannot rot.
+#include <cmath>
 #include <filesystem>
 
 #include "test_util.h"
@@ -36,6 +37,17 @@ TEST(Readme, ExampleRunsAsWritten) {
   io::save_safetensors("model.safetensors", {{"w", w}, {"b", b}}, {{"format", "pt"}});
   auto st = io::load_safetensors("model.safetensors");  // st.tensors.at("w")
 
+  nn::GPT gpt(nn::ModelConfig::preset("llama-tiny"));          // RMSNorm, RoPE, SwiGLU, GQA
+  optim::AdamW opt(gpt.named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
+  Tensor ids = data::encode("hello world, hello sinter");
+  Tensor inp = ids.narrow(0, 0, 24).reshape({1, 24}), tgt = ids.narrow(0, 1, 24).reshape({1, 24});
+  Tensor lm_loss = cross_entropy(gpt.forward(inp).reshape({-1, 256}), tgt.reshape({-1}));
+  opt.zero_grad();
+  lm_loss.backward();
+  opt.step();
+
+  EXPECT_EQ(opt.steps(), 1);
+  EXPECT_NEAR(lm_loss.item<float>(), std::log(256.0), 0.5);
   EXPECT_EQ(y.shape(), Shape({4, 16}));
   EXPECT_EQ(v.shape(), Shape({2, 3, 2}));
   EXPECT_EQ(v.storage(), t.storage());

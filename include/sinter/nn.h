@@ -156,6 +156,7 @@ class TransformerBlock : public Module {
   std::shared_ptr<Module> norm1, norm2, mlp;
   std::shared_ptr<CausalSelfAttention> attn;
   bool llama;
+  double p_drop;
 
  private:
   Tensor norm(const std::shared_ptr<Module>& n, const Tensor& x) const;

@@ -178,7 +178,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, con
   return o_proj->forward(y.transpose(1, 2).reshape({B, T, n_head * head_dim}));
 }
 
-TransformerBlock::TransformerBlock(const ModelConfig& c) : llama(c.llama()) {
+TransformerBlock::TransformerBlock(const ModelConfig& c) : llama(c.llama()), p_drop(c.dropout) {
   if (llama) {
     norm1 = register_module("norm1", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
     norm2 = register_module("norm2", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
@@ -197,10 +197,11 @@ Tensor TransformerBlock::norm(const std::shared_ptr<Module>& n, const Tensor& x)
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
-  Tensor h = x + attn->forward(norm(norm1, x), rope_cos, rope_sin, cache);
+  // Residual dropout (GPT-2's resid_pdrop, LLaMA's attention_dropout), only while training.
+  Tensor h = x + dropout(attn->forward(norm(norm1, x), rope_cos, rope_sin, cache), p_drop, is_training());
   Tensor m = norm(norm2, h);
   m = llama ? static_cast<SwiGLU&>(*mlp).forward(m) : static_cast<GeluMLP&>(*mlp).forward(m);
-  return h + m;
+  return h + dropout(m, p_drop, is_training());
 }
 
 GPT::GPT(const ModelConfig& c) : cfg_(c) {

@@ -161,7 +161,6 @@ Result run(const Options& o) {
   SINTER_CHECK(o.seq_len <= cfg.max_position_embeddings, "[train] seq_len ", o.seq_len, " exceeds the model's ",
                cfg.max_position_embeddings, " positions");
   model->train();
-  manual_seed(o.seed + uint64_t(start));  // dropout stream (none by default)
 
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(io::load_safetensors(o.out_dir + "/optimizer.safetensors").tensors);
@@ -186,6 +185,7 @@ Result run(const Options& o) {
   for (int64_t step = start; step < o.steps; ++step) {
     opt.lr = optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr);
     auto [x, y] = data.batch(true, o.batch, o.seq_len, o.seed, uint64_t(step));
+    manual_seed(o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(step + 1)));  // dropout masks: a function of the step
     Tensor loss = lm_loss(*model, x, y);
     opt.zero_grad();
     loss.backward();
