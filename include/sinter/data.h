@@ -1,6 +1,8 @@
 #pragma once
 // Byte-level tokenizer and a dataset of random windows over a text, split into train/validation.
+#include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "sinter/tensor.h"
@@ -12,8 +14,9 @@ std::string decode(const Tensor& ids);    // int64 ids -> bytes
 
 class ByteDataset {
  public:
-  // The last `val_fraction` of the bytes is the validation split. Throws IOError naming the file
-  // when it is missing, unreadable or too small for the requested windows.
+  // The last `val_fraction` of the bytes is the validation split. The file is memory-mapped (a
+  // corpus larger than RAM trains fine). Throws IOError naming the file when it is missing,
+  // unreadable or too small for the requested windows.
   static ByteDataset from_file(const std::string& path, double val_fraction = 0.05);
   static ByteDataset from_text(std::string text, const std::string& name, double val_fraction = 0.05);
   // The fortune-cookie corpus Debian's `fortunes` package installs, concatenated in name order.
@@ -27,8 +30,13 @@ class ByteDataset {
   const std::string& name() const { return name_; }
   void check_window(int64_t T) const;  // both splits must hold a window of T + 1 bytes
 
+  ByteDataset(std::shared_ptr<const void> owner, std::string_view text, std::string name, int64_t split)
+      : owner_(std::move(owner)), text_(text), name_(std::move(name)), split_(split) {}
+
  private:
-  std::string text_, name_;
+  std::shared_ptr<const void> owner_;  // keeps the mapping or the string alive
+  std::string_view text_;
+  std::string name_;
   int64_t split_ = 0;
 };
 

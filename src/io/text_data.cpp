@@ -1,4 +1,11 @@
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,25 +28,40 @@ std::string decode(const Tensor& ids) {
   return s;
 }
 
+namespace {
+ByteDataset make(std::shared_ptr<const void> owner, std::string_view text, const std::string& name, double val_fraction);
+}
+
 ByteDataset ByteDataset::from_text(std::string text, const std::string& name, double val_fraction) {
-  SINTER_CHECK(val_fraction > 0 && val_fraction < 1, "[data] validation fraction must be in (0, 1), got ", val_fraction);
-  ByteDataset d;
-  d.text_ = std::move(text);
-  d.name_ = name;
-  d.split_ = int64_t(double(d.text_.size()) * (1.0 - val_fraction));
-  SINTER_CHECK_T(IOError, !d.text_.empty(), "[", name, "] data is empty");
-  return d;
+  auto owned = std::make_shared<const std::string>(std::move(text));
+  return make(owned, *owned, name, val_fraction);
 }
 
 ByteDataset ByteDataset::from_file(const std::string& path, double val_fraction) {
   std::error_code ec;
   SINTER_CHECK_T(IOError, std::filesystem::is_regular_file(path, ec), "[", path, "] no such data file");
-  std::ifstream f(path, std::ios::binary);
-  SINTER_CHECK_T(IOError, f.good(), "[", path, "] cannot read the data file");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return from_text(ss.str(), path, val_fraction);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  SINTER_CHECK_T(IOError, fd >= 0, "[", path, "] cannot read the data file: ", std::strerror(errno));
+  struct stat st;
+  const bool ok = ::fstat(fd, &st) == 0;
+  const size_t size = ok ? size_t(st.st_size) : 0;
+  void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  const int err = errno;
+  ::close(fd);
+  SINTER_CHECK_T(IOError, ok && p != MAP_FAILED, "[", path, "] cannot map the data file: ", std::strerror(err));
+  std::shared_ptr<const void> owner(p, [size](const void* q) {
+    if (q) ::munmap(const_cast<void*>(q), size);
+  });
+  return make(owner, std::string_view(static_cast<const char*>(p), size), path, val_fraction);
 }
+
+namespace {
+ByteDataset make(std::shared_ptr<const void> owner, std::string_view text, const std::string& name, double val_fraction) {
+  SINTER_CHECK(val_fraction > 0 && val_fraction < 1, "[data] validation fraction must be in (0, 1), got ", val_fraction);
+  SINTER_CHECK_T(IOError, !text.empty(), "[", name, "] data is empty");
+  return ByteDataset(std::move(owner), text, name, int64_t(double(text.size()) * (1.0 - val_fraction)));
+}
+}  // namespace
 
 ByteDataset ByteDataset::fortunes(double val_fraction) {
   const std::filesystem::path dir = "/usr/share/games/fortunes";
