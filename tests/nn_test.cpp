@@ -286,3 +286,20 @@ TEST(Errors, TheCommandLineExitsNonZeroWithAMessage) {
   auto [rc5, out5] = run("info " + dir + "/none");
   EXPECT_NE(rc5, 0);
 }
+
+TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
+  manual_seed(4);
+  Tensor q = randn({2, 4, 33, 16}), k = randn({2, 2, 40, 16}), v = randn({2, 2, 40, 16});
+  Tensor flash = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::flash);
+  Tensor math = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::math);
+  EXPECT_TRUE(test::all_close(flash, math, 1e-5, 1e-5));
+  const SDPAChoice small = sdpa_choose(q, k, {}, 0.0);
+  EXPECT_EQ(small.backend, SDPABackend::math);
+  EXPECT_NE(small.reason.find("KiB"), std::string::npos) << small.reason;
+  const SDPAChoice big = sdpa_choose(Tensor::symbolic({1, 16, 4096, 64}), Tensor::symbolic({1, 16, 4096, 64}), {}, 0.0);
+  EXPECT_EQ(big.backend, SDPABackend::flash) << big.reason;
+  EXPECT_EQ(sdpa_choose(q, k, {}, 0.1).backend, SDPABackend::math);
+  EXPECT_TRUE(test::throws_naming("sdpa", [&] {
+    scaled_dot_product_attention(q, k, v, {}, 0.1, true, {}, true, SDPABackend::flash);
+  }));
+}

@@ -396,6 +396,120 @@ void add_more_specs(std::map<std::string, Spec>& m) {
   dr.grad_cases = [dr_attrs] { return small_f64({{{rn({6, 5})}, dr_attrs(0.4, 5, 2)}}); };
   m["dropout"] = dr;
 
+  // ---- flash attention ----
+  struct AttnShape { Shape q, kv; bool causal; double scale; };
+  const std::vector<AttnShape> attn_shapes{
+      {{1, 2, 5, 4}, {1, 2, 5, 4}, false, 0.5},   {{2, 4, 7, 8}, {2, 2, 7, 8}, true, 0.35},
+      {{1, 4, 3, 16}, {1, 1, 9, 16}, true, 0.25},  {{1, 1, 1, 8}, {1, 1, 70, 8}, true, 0.3},
+      {{1, 2, 40, 8}, {1, 2, 40, 8}, true, 0.3},   {{1, 1, 70, 4}, {1, 1, 130, 4}, false, 0.5},
+      {{1, 1, 6, 4}, {1, 1, 3, 4}, true, 0.5},     {{1, 1, 0, 4}, {1, 1, 3, 4}, false, 0.5}};
+  auto attn_attrs = [](bool causal, double scale) { return Attrs{{"causal", causal}, {"scale", scale}}; };
+  // Visible keys of query row i: causal masks align to the bottom right.
+  auto visible = [](int64_t i, int64_t Lq, int64_t Lkv, bool causal) {
+    return causal ? std::clamp<int64_t>(i + Lkv - Lq + 1, 0, Lkv) : Lkv;
+  };
+  Spec fl;
+  fl.cases = [attn_shapes, attn_attrs] {
+    std::vector<Case> c;
+    for (auto& a : attn_shapes) c.push_back({{rn(a.q), rn(a.kv), rn(a.kv)}, attn_attrs(a.causal, a.scale)});
+    c.push_back({{rn({1, 2, 9, 4}, DType::f64), rn({1, 1, 9, 4}, DType::f64), rn({1, 1, 9, 4}, DType::f64)}, attn_attrs(true, 0.5)});
+    return c;
+  };
+  fl.ref = [visible](const std::vector<R>& in, const Attrs& a) {
+    const R &q = in[0], &k = in[1], &v = in[2];
+    const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Lkv = k.shape[2];
+    const bool causal = a.b("causal");
+    const double scale = a.f("scale");
+    R o{q.shape, std::vector<double>(q.v.size()), q.dtype}, lse{{B, Hq, Lq}, std::vector<double>(size_t(B * Hq * Lq)), q.dtype};
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t i = 0; i < Lq; ++i) {
+          const int64_t hk = h / (Hq / Hkv), lim = visible(i, Lq, Lkv, causal);
+          std::vector<double> sc;
+          double mx = -INFINITY, z = 0;
+          for (int64_t j = 0; j < lim; ++j) {
+            double d = 0;
+            for (int64_t e = 0; e < D; ++e) d += at(q, {b, h, i, e}) * at(k, {b, hk, j, e});
+            sc.push_back(d * scale);
+            mx = std::max(mx, d * scale);
+          }
+          for (double x : sc) z += std::exp(x - mx);
+          const double l = lim ? mx + std::log(z) : -INFINITY;
+          lse.v[size_t((b * Hq + h) * Lq + i)] = l;
+          for (int64_t e = 0; e < D; ++e) {
+            double acc = 0;
+            for (int64_t j = 0; j < lim; ++j) acc += std::exp(sc[size_t(j)] - l) * at(v, {b, hk, j, e});
+            o.v[size_t(((b * Hq + h) * Lq + i) * D + e)] = lim ? acc : NAN;
+          }
+        }
+    return std::vector<R>{o, lse};
+  };
+  fl.bad = [attn_attrs] {
+    return std::vector<Case>{{{rn({1, 2, 3, 4}), rn({1, 2, 3, 5}), rn({1, 2, 3, 5})}, attn_attrs(false, 1.0)},
+                             {{rn({1, 3, 3, 4}), rn({1, 2, 3, 4}), rn({1, 2, 3, 4})}, attn_attrs(false, 1.0)},
+                             {{rn({3, 3, 4}), rn({3, 3, 4}), rn({3, 3, 4})}, attn_attrs(false, 1.0)},
+                             {{ints({1, 1, 2, 2}, 0, 3), ints({1, 1, 2, 2}, 0, 3), ints({1, 1, 2, 2}, 0, 3)}, attn_attrs(false, 1.0)},
+                             {{rn({1, 1, 2, 2}), rn({1, 1, 2, 2}, DType::f64), rn({1, 1, 2, 2})}, attn_attrs(false, 1.0)}};
+  };
+  fl.grad_cases = [attn_attrs] {
+    return small_f64({{{rn({1, 2, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4})}, attn_attrs(true, 0.5)},
+                      {{rn({1, 2, 4, 3}), rn({1, 2, 4, 3}), rn({1, 2, 4, 3})}, attn_attrs(false, 0.6)}});
+  };
+  m["sdpa_flash"] = fl;
+
+  Spec fb;
+  auto backward_case = [attn_attrs](const Shape& qs, const Shape& kvs, bool causal, double scale, DType dt) {
+    Tensor q = rn(qs, dt), k = rn(kvs, dt), v = rn(kvs, dt);
+    auto fwd = call(get_op("sdpa_flash"), {q, k, v}, attn_attrs(causal, scale));
+    return Case{{q, k, v, fwd[0], fwd[1], rn(fwd[0].shape(), dt), rn(fwd[1].shape(), dt)}, attn_attrs(causal, scale)};
+  };
+  fb.cases = [backward_case] {
+    return std::vector<Case>{backward_case({1, 2, 5, 4}, {1, 2, 5, 4}, false, 0.5, DType::f32),
+                             backward_case({2, 4, 7, 8}, {2, 2, 7, 8}, true, 0.35, DType::f32),
+                             backward_case({1, 4, 3, 16}, {1, 1, 9, 16}, true, 0.25, DType::f32),
+                             backward_case({1, 2, 40, 8}, {1, 2, 70, 8}, true, 0.3, DType::f32),
+                             backward_case({1, 2, 6, 4}, {1, 1, 6, 4}, true, 0.5, DType::f64)};
+  };
+  fb.ref = [visible](const std::vector<R>& in, const Attrs& a) {
+    const R &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5], &dlse = in[6];
+    const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Lkv = k.shape[2];
+    const bool causal = a.b("causal");
+    const double scale = a.f("scale");
+    R dq{q.shape, std::vector<double>(q.v.size()), q.dtype}, dk{k.shape, std::vector<double>(k.v.size()), k.dtype},
+        dv{v.shape, std::vector<double>(v.v.size()), v.dtype};
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t i = 0; i < Lq; ++i) {
+          const int64_t hk = h / (Hq / Hkv), lim = visible(i, Lq, Lkv, causal);
+          const double l = at(lse, {b, h, i});
+          if (!std::isfinite(l)) continue;
+          double delta = -at(dlse, {b, h, i});
+          for (int64_t e = 0; e < D; ++e) delta += at(dout, {b, h, i, e}) * at(o, {b, h, i, e});
+          for (int64_t j = 0; j < lim; ++j) {
+            double s = 0, dp = 0;
+            for (int64_t e = 0; e < D; ++e) {
+              s += at(q, {b, h, i, e}) * at(k, {b, hk, j, e});
+              dp += at(dout, {b, h, i, e}) * at(v, {b, hk, j, e});
+            }
+            const double p = std::exp(s * scale - l), ds = p * (dp - delta);
+            for (int64_t e = 0; e < D; ++e) {
+              dv.v[size_t(ravel({b, hk, j, e}, v.shape))] += p * at(dout, {b, h, i, e});
+              dq.v[size_t(ravel({b, h, i, e}, q.shape))] += scale * ds * at(k, {b, hk, j, e});
+              dk.v[size_t(ravel({b, hk, j, e}, k.shape))] += scale * ds * at(q, {b, h, i, e});
+            }
+          }
+        }
+    return std::vector<R>{dq, dk, dv};
+  };
+  fb.bad = [backward_case] {
+    Case c = backward_case({1, 2, 5, 4}, {1, 2, 5, 4}, false, 0.5, DType::f32);
+    Case wrong_o = c, wrong_dtype = c;
+    wrong_o.in[3] = rn({1, 2, 4, 4});
+    wrong_dtype.in[6] = rn({1, 2, 5}, DType::f64);
+    return std::vector<Case>{wrong_o, wrong_dtype};
+  };
+  m["sdpa_flash_backward"] = fb;
+
   // ---- indexing ----
   Spec is;
   is.cases = [] {

@@ -11,12 +11,21 @@
 
 namespace sinter {
 
+enum class SDPABackend { automatic, flash, math };
+struct SDPAChoice {
+  SDPABackend backend;
+  std::string reason;
+};
+// Which backend a call would take, and why (forcing one the inputs do not allow is an error).
+SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p,
+                       SDPABackend requested = SDPABackend::automatic);
+
 // softmax(q k^T * scale + mask) v with PyTorch's semantics. q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D);
 // attn_mask bool (true = keep) or additive, broadcastable to (B, Hq, Lq, Lkv); causal masks align
 // to the bottom right when Lq != Lkv (a decode step attends to the whole cache).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
                                     double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = {},
-                                    bool enable_gqa = false);
+                                    bool enable_gqa = false, SDPABackend backend = SDPABackend::automatic);
 
 namespace nn {
 

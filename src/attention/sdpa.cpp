@@ -1,13 +1,34 @@
-// scaled_dot_product_attention, math backend: the materialised reference (scores in memory).
-// The flash backend replaces it for speed in a later issue.
+// scaled_dot_product_attention: the flash backend (src/attention/flash.cpp, O(L) memory) where it
+// applies, else the math backend, the materialised reference (scores in memory).
 #include <cmath>
 
 #include "sinter/nn.h"
+#include "sinter/op.h"
 
 namespace sinter {
 
+// Measured (BENCHMARKS.md): the flash kernel is not yet tuned and trains the default model ~20%
+// slower than math at L = 128, so `automatic` takes flash only once the materialised scores get big.
+constexpr double kFlashFromScoreBytes = 64.0 * (1 << 20);
+
+SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p, SDPABackend requested) {
+  std::string why_not;
+  if (attn_mask.defined()) why_not = "an explicit attn_mask (flash supports causal masking only)";
+  else if (dropout_p > 0) why_not = "dropout (not yet in the flash kernel)";
+  else if (q.dtype() != DType::f32 && q.dtype() != DType::f64) why_not = std::string("dtype ") + dtype_name(q.dtype());
+  if (requested == SDPABackend::math) return {SDPABackend::math, "math backend requested"};
+  const double score_bytes = double(q.numel() / std::max<int64_t>(q.size(-1), 1)) * double(k.size(-2)) * double(q.element_size());
+  if (why_not.empty() && requested == SDPABackend::automatic && score_bytes < kFlashFromScoreBytes)
+    return {SDPABackend::math, "math: the scores take " + std::to_string(int64_t(score_bytes / 1024)) +
+                                   " KiB, below the 64 MiB where flash starts to pay off (untuned kernel)"};
+  if (why_not.empty()) return {SDPABackend::flash, "flash: no explicit mask, no dropout, f32/f64"};
+  SINTER_CHECK(requested != SDPABackend::flash, "[sdpa] the flash backend was requested but cannot run: ", why_not);
+  return {SDPABackend::math, "math: " + why_not};
+}
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
+                                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
+                                    SDPABackend backend) {
   SINTER_CHECK_SHAPE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[sdpa] q, k, v must be (B, H, L, D), got q", q.shape(),
                      " k", k.shape(), " v", v.shape());
   const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Lkv = k.size(2);
@@ -16,13 +37,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   SINTER_CHECK_SHAPE(Hkv == Hq || (enable_gqa && Hkv > 0 && Hq % Hkv == 0), "[sdpa] ", Hq, " query heads and ", Hkv,
                      " key/value heads", enable_gqa ? " (query heads must be a multiple)" : " (pass enable_gqa for GQA)");
   SINTER_CHECK(!(is_causal && attn_mask.defined()), "[sdpa] pass either is_causal or attn_mask, not both");
+  const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
+  if (sdpa_choose(q, k, attn_mask, dropout_p, backend).backend == SDPABackend::flash) {
+    static const OpDef& flash = get_op("sdpa_flash");  // K/V heads shared by query heads, never copied
+    return call(flash, {q, k, v}, {{"scale", s}, {"causal", is_causal}})[0];
+  }
   Tensor kk = k, vv = v;
   if (Hkv != Hq) {  // the math backend materialises the shared heads
     const int64_t rep = Hq / Hkv;
     kk = k.unsqueeze(2).expand({B, Hkv, rep, Lkv, D}).reshape({B, Hq, Lkv, D});
     vv = v.unsqueeze(2).expand({B, Hkv, rep, Lkv, v.size(3)}).reshape({B, Hq, Lkv, v.size(3)});
   }
-  const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
   Tensor scores = matmul(q * s, kk.transpose(-1, -2));  // scaling q is Lq*D work, not Lq*Lkv
   if (is_causal) {
     // Bottom-right aligned: query i sees keys j <= i + (Lkv - Lq).

@@ -8,6 +8,7 @@ void register_reduce_ops();
 void register_linalg_ops();
 void register_nn_ops();
 void register_index_ops();
+void register_flash_ops();
 
 void register_builtin_ops() {
   register_elementwise_ops();
@@ -16,6 +17,7 @@ void register_builtin_ops() {
   register_linalg_ops();
   register_nn_ops();
   register_index_ops();
+  register_flash_ops();
 }
 
 }  // namespace sinter::detail

@@ -1,0 +1,237 @@
+// FlashAttention-2 on the CPU: tiles of Q against tiles of K/V with an online softmax, fp32
+// accumulation, fully masked tiles skipped; the forward saves only O and the row log-sum-exp, and
+// the backward recomputes the scores tile by tile. Memory: O(tile^2) per thread, not O(L^2).
+//   sdpa_flash(q, k, v) -> (o, lse)          q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D), Hq % Hkv == 0
+//   sdpa_flash_backward(q, k, v, o, lse, do, dlse) -> (dq, dk, dv)
+#include <cmath>
+#include <limits>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "ops/common.h"
+#include "ops/scalar_fns.h"
+
+namespace sinter {
+namespace detail {
+namespace {
+
+constexpr int64_t kBr = 32, kBc = 64;  // query rows x key columns per tile
+
+struct Geometry {
+  int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
+  double scale;
+  bool causal;
+  int64_t offset() const { return Lkv - Lq; }  // bottom-right alignment: query i sees keys j <= i + offset
+};
+
+Geometry geometry(std::span<const TensorMeta> in, const Attrs& a) {
+  const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+  SINTER_CHECK_SHAPE(q.size() == 4 && k.size() == 4 && v.size() == 4, "[sdpa_flash] q, k, v must be (B, H, L, D), got q", q,
+                     " k", k, " v", v);
+  SINTER_CHECK_SHAPE(k[0] == q[0] && v[0] == q[0] && k[3] == q[3] && v[1] == k[1] && v[2] == k[2],
+                     "[sdpa_flash] inconsistent shapes q", q, " k", k, " v", v);
+  SINTER_CHECK_SHAPE(k[1] > 0 && q[1] % k[1] == 0, "[sdpa_flash] ", q[1], " query heads are not a multiple of ", k[1],
+                     " key/value heads");
+  for (size_t i = 1; i < 3; ++i)
+    SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[sdpa_flash] q, k, v dtypes differ: ", in[0].dtype, ", ", in[1].dtype,
+                       ", ", in[2].dtype);
+  SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64, "[sdpa_flash] needs f32 or f64, got ",
+                     in[0].dtype);
+  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal")};
+}
+
+// Visible key range [0, hi) for query row i (causal), or everything.
+inline int64_t key_limit(const Geometry& g, int64_t i) {
+  return g.causal ? std::clamp<int64_t>(i + g.offset() + 1, 0, g.Lkv) : g.Lkv;
+}
+
+template <class T>
+void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, T* lse) {
+  const int64_t q_tiles = (g.Lq + kBr - 1) / kBr, group = g.Hq / g.Hkv;
+  parallel_for(0, g.B * g.Hq * q_tiles, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<T> s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * g.Dv)), m(static_cast<size_t>(kBr)),
+        l(static_cast<size_t>(kBr));
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
+      const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
+      const T* Q = q + ((b * g.Hq + h) * g.Lq + i0) * g.D;
+      const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
+      const T* V = v + (b * g.Hkv + hk) * g.Lkv * g.Dv;
+      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
+      std::fill(l.begin(), l.end(), T(0));
+      const int64_t kend = key_limit(g, i0 + rows - 1);  // tiles past the last row's limit are fully masked
+      for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+        const int64_t cols = std::min(kBc, kend - j0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t lim = key_limit(g, i0 + r) - j0;
+          const T* qr = Q + r * g.D;
+          T* sr = s.data() + r * kBc;
+          T row_max = -std::numeric_limits<T>::infinity();
+          for (int64_t c = 0; c < cols; ++c) {
+            if (c >= lim) { sr[c] = -std::numeric_limits<T>::infinity(); continue; }
+            const T* kc = K + (j0 + c) * g.D;
+            T dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t d = 0; d < g.D; ++d) dot += qr[d] * kc[d];
+            sr[c] = dot * T(g.scale);
+            row_max = std::max(row_max, sr[c]);
+          }
+          const T m_new = std::max(m[size_t(r)], row_max);
+          if (m_new == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
+          const T alpha = fn::exp_(m[size_t(r)] - m_new);
+          T row_sum = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            sr[c] = fn::exp_(sr[c] - m_new);
+            row_sum += sr[c];
+          }
+          l[size_t(r)] = l[size_t(r)] * alpha + row_sum;
+          m[size_t(r)] = m_new;
+          T* ar = acc.data() + r * g.Dv;
+#pragma omp simd
+          for (int64_t d = 0; d < g.Dv; ++d) ar[d] *= alpha;
+          for (int64_t c = 0; c < cols; ++c) {
+            const T p = sr[c];
+            if (p == T(0)) continue;
+            const T* vc = V + (j0 + c) * g.Dv;
+#pragma omp simd
+            for (int64_t d = 0; d < g.Dv; ++d) ar[d] += p * vc[d];
+          }
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        T* orow = o + ((b * g.Hq + h) * g.Lq + i0 + r) * g.Dv;
+        const T inv = l[size_t(r)] > 0 ? T(1) / l[size_t(r)] : std::numeric_limits<T>::quiet_NaN();  // no visible key: NaN, as softmax
+        for (int64_t d = 0; d < g.Dv; ++d) orow[d] = acc[size_t(r * g.Dv + d)] * inv;
+        lse[(b * g.Hq + h) * g.Lq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+      }
+    }
+  });
+}
+
+// Backward, parallel over (batch, key/value head) so dK/dV of a head are owned by one thread.
+template <class T>
+void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
+                    const T* dlse, T* dq, T* dk, T* dv) {
+  const int64_t group = g.Hq / g.Hkv;
+  parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), dp(static_cast<size_t>(kBc));
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t b = job / g.Hkv, hk = job % g.Hkv;
+      const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
+      const T* V = v + (b * g.Hkv + hk) * g.Lkv * g.Dv;
+      T* dK = dk + (b * g.Hkv + hk) * g.Lkv * g.D;
+      T* dV = dv + (b * g.Hkv + hk) * g.Lkv * g.Dv;
+      std::fill(dK, dK + g.Lkv * g.D, T(0));
+      std::fill(dV, dV + g.Lkv * g.Dv, T(0));
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const int64_t base = (b * g.Hq + h) * g.Lq;
+        const T *Q = q + base * g.D, *O = o + base * g.Dv, *dO = dout + base * g.Dv, *LSE = lse + base;
+        T* dQ = dq + base * g.D;
+        std::fill(dQ, dQ + g.Lq * g.D, T(0));
+        for (int64_t i = 0; i < g.Lq; ++i) {  // delta_i = rowsum(dO_i * O_i) - dLSE_i (dLSE_i / dS_ij = P_ij)
+          T s = 0;
+          for (int64_t d = 0; d < g.Dv; ++d) s += dO[i * g.Dv + d] * O[i * g.Dv + d];
+          delta[size_t(i)] = s - dlse[base + i];
+        }
+        for (int64_t i = 0; i < g.Lq; ++i) {
+          if (std::isinf(LSE[i]) || std::isnan(LSE[i])) continue;  // a row that saw no key
+          const int64_t kend = key_limit(g, i);
+          const T *qi = Q + i * g.D, *doi = dO + i * g.Dv;
+          T* dqi = dQ + i * g.D;
+          for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+            const int64_t cols = std::min(kBc, kend - j0);
+            for (int64_t c = 0; c < cols; ++c) {  // recompute P and dP for this row and key tile
+              const T *kc = K + (j0 + c) * g.D, *vc = V + (j0 + c) * g.Dv;
+              T dot = 0, dpv = 0;
+#pragma omp simd reduction(+ : dot)
+              for (int64_t d = 0; d < g.D; ++d) dot += qi[d] * kc[d];
+#pragma omp simd reduction(+ : dpv)
+              for (int64_t d = 0; d < g.Dv; ++d) dpv += doi[d] * vc[d];
+              p[size_t(c)] = fn::exp_(dot * T(g.scale) - LSE[i]);
+              dp[size_t(c)] = p[size_t(c)] * (dpv - delta[size_t(i)]) * T(g.scale);  // dS scaled
+            }
+            for (int64_t c = 0; c < cols; ++c) {
+              const T pc = p[size_t(c)], ds = dp[size_t(c)];
+              const T *kc = K + (j0 + c) * g.D;
+              T *dkc = dK + (j0 + c) * g.D, *dvc = dV + (j0 + c) * g.Dv;
+#pragma omp simd
+              for (int64_t d = 0; d < g.Dv; ++d) dvc[d] += pc * doi[d];
+#pragma omp simd
+              for (int64_t d = 0; d < g.D; ++d) {
+                dqi[d] += ds * kc[d];
+                dkc[d] += ds * qi[d];
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_flash_ops() {
+  OpDef f;
+  f.name = "sdpa_flash";  // attrs: scale (double), causal (bool); outputs o, lse (B, Hq, Lq)
+  f.num_inputs = 3;
+  f.num_outputs = 2;
+  f.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    const Geometry g = geometry(in, a);
+    return std::vector<TensorMeta>{{{g.B, g.Hq, g.Lq, g.Dv}, in[0].dtype, in[0].device},
+                                   {{g.B, g.Hq, g.Lq}, in[0].dtype, in[0].device}};
+  };
+  f.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const Geometry g = geometry(std::vector<TensorMeta>{{in[0].shape(), in[0].dtype(), {}}, {in[1].shape(), in[1].dtype(), {}},
+                                                        {in[2].shape(), in[2].dtype(), {}}}, a);
+    visit_dtype(in[0].dtype(), [&]<class T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        Tensor q = contiguous_as(in[0], in[0].dtype()), k = contiguous_as(in[1], in[1].dtype()),
+               v = contiguous_as(in[2], in[2].dtype());
+        flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), out[0].data<T>(), out[1].data<T>());
+      }
+    });
+  };
+  f.backward = [](BackwardCtx& c) {
+    static const OpDef& bw = get_op("sdpa_flash_backward");
+    auto g = call(bw, {c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0], c.outputs[1], c.grads[0], c.grads[1]}, c.attrs);
+    return std::vector<Tensor>{g[0], g[1], g[2]};
+  };
+  f.save_inputs = 7;
+  f.save_outputs = 3;
+  add_op(std::move(f));
+
+  OpDef b;
+  b.name = "sdpa_flash_backward";  // inputs q, k, v, o, lse, do, dlse -> dq, dk, dv
+  b.num_inputs = 7;
+  b.num_outputs = 3;
+  b.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    const Geometry g = geometry(in.subspan(0, 3), a);
+    const Shape o{g.B, g.Hq, g.Lq, g.Dv};
+    const Shape rows{g.B, g.Hq, g.Lq};
+    SINTER_CHECK_SHAPE(in[3].shape == o && in[5].shape == o && in[4].shape == rows && in[6].shape == rows,
+                       "[sdpa_flash_backward] o", in[3].shape, ", lse", in[4].shape, ", do", in[5].shape, ", dlse",
+                       in[6].shape, " do not match q", in[0].shape, " and v", in[2].shape);
+    for (size_t i = 3; i < 7; ++i)
+      SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[sdpa_flash_backward] input ", i, " has dtype ", in[i].dtype);
+    return std::vector<TensorMeta>{in[0], in[1], in[2]};
+  };
+  b.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    std::vector<TensorMeta> m;
+    for (int i = 0; i < 3; ++i) m.push_back({in[size_t(i)].shape(), in[size_t(i)].dtype(), {}});
+    const Geometry g = geometry(m, a);
+    visit_dtype(in[0].dtype(), [&]<class T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        std::vector<Tensor> c;
+        for (auto& t : in) c.push_back(contiguous_as(t, t.dtype()));
+        flash_backward<T>(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
+                          c[5].data<T>(), c[6].data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>());
+      }
+    });
+  };
+  add_op(std::move(b));
+}
+
+}  // namespace detail
+}  // namespace sinter
