@@ -50,7 +50,7 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
   const int64_t q_tiles = (g.Lq + kBr - 1) / kBr, group = g.Hq / g.Hkv;
   parallel_for(0, g.B * g.Hq * q_tiles, 1, [&](int64_t lo, int64_t hi) {
     std::vector<T> s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * g.Dv)), m(static_cast<size_t>(kBr)),
-        l(static_cast<size_t>(kBr));
+        l(static_cast<size_t>(kBr)), kt(static_cast<size_t>(g.D * kBc));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
       const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
@@ -63,24 +63,29 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
       const int64_t kend = key_limit(g, i0 + rows - 1);  // tiles past the last row's limit are fully masked
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t cols = std::min(kBc, kend - j0);
+        // K tile transposed to (D, cols): scores then vectorize across keys instead of reducing over D.
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t d = 0; d < g.D; ++d) kt[size_t(d * kBc + c)] = K[(j0 + c) * g.D + d];
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t lim = key_limit(g, i0 + r) - j0;
           const T* qr = Q + r * g.D;
           T* sr = s.data() + r * kBc;
-          T row_max = -std::numeric_limits<T>::infinity();
-          for (int64_t c = 0; c < cols; ++c) {
-            if (c >= lim) { sr[c] = -std::numeric_limits<T>::infinity(); continue; }
-            const T* kc = K + (j0 + c) * g.D;
-            T dot = 0;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t d = 0; d < g.D; ++d) dot += qr[d] * kc[d];
-            sr[c] = dot * T(g.scale);
-            row_max = std::max(row_max, sr[c]);
+          std::fill(sr, sr + cols, T(0));
+          for (int64_t d = 0; d < g.D; ++d) {
+            const T qd = qr[d] * T(g.scale);
+            const T* ktd = kt.data() + d * kBc;
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) sr[c] += qd * ktd[c];
           }
+          for (int64_t c = std::max<int64_t>(lim, 0); c < cols; ++c) sr[c] = -std::numeric_limits<T>::infinity();
+          T row_max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : row_max)
+          for (int64_t c = 0; c < cols; ++c) row_max = std::max(row_max, sr[c]);
           const T m_new = std::max(m[size_t(r)], row_max);
           if (m_new == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
           const T alpha = fn::exp_(m[size_t(r)] - m_new);
           T row_sum = 0;
+#pragma omp simd reduction(+ : row_sum)
           for (int64_t c = 0; c < cols; ++c) {
             sr[c] = fn::exp_(sr[c] - m_new);
             row_sum += sr[c];
