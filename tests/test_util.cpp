@@ -54,9 +54,6 @@ Tensor noncontiguous(const Tensor& t) {
     NoGradGuard g;
     view.copy_(t.detach());
   }
-  if (t.requires_grad()) {
-    // A non-leaf with the same values would lose leaf-ness; tests make leaves from the result.
-  }
   return view;
 }
 

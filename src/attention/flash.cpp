@@ -120,7 +120,7 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
                     const T* dlse, T* dq, T* dk, T* dv) {
   const int64_t group = g.Hq / g.Hkv;
   parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), dp(static_cast<size_t>(kBc));
+    std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), ds(static_cast<size_t>(kBc));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
       const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
@@ -154,18 +154,18 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
 #pragma omp simd reduction(+ : dpv)
               for (int64_t d = 0; d < g.Dv; ++d) dpv += doi[d] * vc[d];
               p[size_t(c)] = fn::exp_(dot * T(g.scale) - LSE[i]);
-              dp[size_t(c)] = p[size_t(c)] * (dpv - delta[size_t(i)]) * T(g.scale);  // dS scaled
+              ds[size_t(c)] = p[size_t(c)] * (dpv - delta[size_t(i)]) * T(g.scale);  // dS, scaled
             }
             for (int64_t c = 0; c < cols; ++c) {
-              const T pc = p[size_t(c)], ds = dp[size_t(c)];
+              const T pc = p[size_t(c)], dsc = ds[size_t(c)];
               const T *kc = K + (j0 + c) * g.D;
               T *dkc = dK + (j0 + c) * g.D, *dvc = dV + (j0 + c) * g.Dv;
 #pragma omp simd
               for (int64_t d = 0; d < g.Dv; ++d) dvc[d] += pc * doi[d];
 #pragma omp simd
               for (int64_t d = 0; d < g.D; ++d) {
-                dqi[d] += ds * kc[d];
-                dkc[d] += ds * qi[d];
+                dqi[d] += dsc * kc[d];
+                dkc[d] += dsc * qi[d];
               }
             }
           }

@@ -165,6 +165,8 @@ Result run(const Options& o) {
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(io::load_safetensors(o.out_dir + "/optimizer.safetensors").tensors);
 
+  SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
+  fs::create_directories(o.out_dir);
   if (!o.quiet)
     std::printf("train: %s model, %.2fM parameters, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
                 cfg.model_type.c_str(), double(model->num_parameters()) / 1e6, data.name().c_str(),
@@ -212,7 +214,7 @@ Result run(const Options& o) {
                     (tty && !val_now) ? "   " : "\n");
         std::fflush(stdout);
       }
-      if (val_now) write_log(o.out_dir.empty() ? "." : (fs::create_directories(o.out_dir), o.out_dir), rows);
+      if (val_now) write_log(o.out_dir, rows);
     }
     res.step = done;
     res.tokens_per_s = tok_s;

@@ -29,6 +29,9 @@ inline void check_integer(const std::string& op, const TensorMeta& m, const char
   SINTER_CHECK_DTYPE(is_integral(m.dtype), "[", op, "] ", what, " must be an integer tensor, got ", m.dtype);
 }
 
+// Throws IndexError naming the op unless every int64 index lies in [0, n) (idx contiguous).
+void check_index_range(const std::string& op, const Tensor& idx, int64_t n);
+
 // Views of a tensor that bypass the op table: for kernels writing into parts of their outputs.
 Tensor raw_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
 Tensor raw_slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);

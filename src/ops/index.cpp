@@ -12,15 +12,16 @@
 
 namespace sinter {
 namespace detail {
-namespace {
 
-Tensor as_i64(const Tensor& t) { return contiguous_as(t, DType::i64); }
-
-void check_range(const std::string& op, const Tensor& idx, int64_t n) {
+void check_index_range(const std::string& op, const Tensor& idx, int64_t n) {
   const int64_t* p = idx.data<int64_t>();
   for (int64_t i = 0; i < idx.numel(); ++i)
     SINTER_CHECK_INDEX(p[i] >= 0 && p[i] < n, "[", op, "] index ", p[i], " at position ", i, " out of range for size ", n);
 }
+
+namespace {
+
+Tensor as_i64(const Tensor& t) { return contiguous_as(t, DType::i64); }
 
 // Calls f(linear position, multi-index) over a shape in row-major order.
 template <class F> void for_each_index(const Shape& shape, F&& f) {
@@ -66,7 +67,7 @@ void register_index_ops() {
   is.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     const int64_t dim = wrap_dim("index_select", a.i("dim"), in[0].dim());
     Tensor idx = as_i64(in[1]);
-    check_range("index_select", idx, in[0].size(dim));
+    check_index_range("index_select", idx, in[0].size(dim));
     const int64_t* p = idx.data<int64_t>();
     for (int64_t i = 0; i < idx.numel(); ++i)
       cpu::copy(raw_slice(in[0], dim, p[i], p[i] + 1), raw_slice(out[0], dim, i, i + 1));
@@ -96,7 +97,7 @@ void register_index_ops() {
     const Tensor& x = in[0];
     const int64_t dim = wrap_dim("gather", a.i("dim"), x.dim());
     Tensor idx = as_i64(in[1]);
-    check_range("gather", idx, x.dim() ? x.size(dim) : 1);
+    check_index_range("gather", idx, x.dim() ? x.size(dim) : 1);
     const int64_t* pi = idx.data<int64_t>();
     const int64_t es = x.element_size();
     const char* px = static_cast<const char*>(x.storage()->data);
@@ -130,7 +131,7 @@ void register_index_ops() {
     const Tensor& x = in[0];
     const int64_t dim = wrap_dim("scatter_add", a.i("dim"), x.dim());
     Tensor idx = as_i64(in[1]);
-    check_range("scatter_add", idx, x.dim() ? x.size(dim) : 1);
+    check_index_range("scatter_add", idx, x.dim() ? x.size(dim) : 1);
     cpu::copy(x, out[0]);
     Tensor src = contiguous_as(in[2], x.dtype());
     const int64_t* pi = idx.data<int64_t>();
@@ -261,7 +262,7 @@ void register_index_ops() {
   oh.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     const int64_t C = a.i("num_classes");
     Tensor idx = as_i64(in[0]);
-    check_range("one_hot", idx, C);
+    check_index_range("one_hot", idx, C);
     cpu::fill(out[0], 0.0);
     const int64_t* pi = idx.data<int64_t>();
     int64_t* po = out[0].data<int64_t>();

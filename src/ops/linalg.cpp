@@ -70,20 +70,14 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   cpu::gemm(a3, b3, raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
 }
 
-Tensor matmul_backward_a(const Tensor& g, const Tensor& a, const Tensor& b) {
-  // Promote 1-D operands to matrices, differentiate, and fold back.
+// Gradients of a @ b: 1-D operands are promoted to matrices, differentiated, and folded back.
+std::vector<Tensor> matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool want_a, bool want_b) {
   Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a, b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
   Tensor g2 = g;
   if (a.dim() == 1) g2 = g2.unsqueeze(b.dim() == 1 ? 0 : -2);
   if (b.dim() == 1) g2 = g2.unsqueeze(-1);
-  return sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
-}
-Tensor matmul_backward_b(const Tensor& g, const Tensor& a, const Tensor& b) {
-  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a, b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
-  Tensor g2 = g;
-  if (a.dim() == 1) g2 = g2.unsqueeze(b.dim() == 1 ? 0 : -2);
-  if (b.dim() == 1) g2 = g2.unsqueeze(-1);
-  return sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
+  return {want_a ? sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape()) : Tensor(),
+          want_b ? sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape()) : Tensor()};
 }
 
 }  // namespace
@@ -97,9 +91,7 @@ void register_linalg_ops() {
   };
   mm.cpu = matmul_kernel;
   mm.backward = [](BackwardCtx& c) {
-    const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grads[0];
-    return std::vector<Tensor>{c.needs_grad[0] ? matmul_backward_a(g, a, b) : Tensor(),
-                               c.needs_grad[1] ? matmul_backward_b(g, a, b) : Tensor()};
+    return matmul_backward(c.grads[0], c.inputs[0], c.inputs[1], c.needs_grad[0], c.needs_grad[1]);
   };
   add_op(std::move(mm));
 
