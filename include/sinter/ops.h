@@ -86,6 +86,20 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // (B, n, k) x (B, k, m), no broa
 // y(..., N) = x(..., K) w(N, K)^T + b(N)
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 
+// Mixed precision, as torch.autocast: inside the guard (thread-local), linear() on f32 tensors
+// computes in bf16 (oneDNN's bf16 GEMM, fp32 accumulation) and returns f32; parameters stay f32
+// (the master weights) and their gradients arrive in f32 through the casts. f32 switches it off.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType compute);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+ private:
+  DType prev_;
+};
+DType autocast_dtype();
+
 // Neural-network building blocks.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);

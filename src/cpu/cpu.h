@@ -47,6 +47,8 @@ void cumsum_rows(const Tensor& x2d, const Tensor& out);
 
 // c(B, M, N) = a(B, M, K) b(B, K, N) (+ bias(N)); inner two dims of a and b may be transposed views.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias = {});
+// Whether oneDNN runs bf16 matmul natively on this CPU (AVX512-BF16); otherwise bf16 is widened to f32.
+bool dnnl_has_bf16();
 
 }  // namespace sinter::cpu
 

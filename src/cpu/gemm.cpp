@@ -64,10 +64,13 @@ void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tenso
     bias_md = c.size(0) == 1 ? dnnl::memory::desc({1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), 1})
                              : dnnl::memory::desc({1, 1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), c.size(2), 1});
   // The primitive cache makes re-creating an identical primitive cheap.
-  dnnl::matmul::primitive_desc pd = bias.defined()
-                                        ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine())
-                                        : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), engine());
-  dnnl::matmul prim(pd);
+  dnnl::matmul prim;
+  try {
+    prim = dnnl::matmul(bias.defined() ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine())
+                                       : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), engine()));
+  } catch (const dnnl::error& e) {
+    SINTER_THROW(Error, "[matmul] oneDNN has no ", a.dtype(), " matmul for a", a.shape(), " b", b.shape(), " here: ", e.what());
+  }
   auto mem = [&](const dnnl::memory::desc& d, const Tensor& t) { return dnnl::memory(d, engine(), t.data_ptr()); };
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem(a_md, a)}, {DNNL_ARG_WEIGHTS, mem(b_md, b)},
                                              {DNNL_ARG_DST, mem(c_md, c)}};
@@ -76,6 +79,25 @@ void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tenso
   prim.execute(stream, args);
   stream.wait();
 }
+
+}  // namespace
+
+bool dnnl_has_bf16() {
+  // oneDNN 2.6 runs bf16 matmul on AVX512 CPUs only; ask it once with a tiny primitive.
+  static const bool ok = [] {
+    try {
+      const auto bf = dnnl::memory::data_type::bf16;
+      dnnl::memory::desc m({2, 2}, bf, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m, m, m), engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+namespace {
 
 template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias) {
   using A = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
@@ -111,11 +133,11 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias)
     else fill(c, 0.0);
     return;
   }
-  if (a.dtype() == DType::f32 || a.dtype() == DType::bf16) {
+  if (a.dtype() == DType::f32 || (a.dtype() == DType::bf16 && dnnl_has_bf16())) {
     gemm_dnnl(a, b, c, bias);
     return;
   }
-  if (a.dtype() == DType::f16) {  // oneDNN 2.6 has no f16 matmul on this CPU: widen
+  if (a.dtype() == DType::f16 || a.dtype() == DType::bf16) {  // no f16 matmul in oneDNN 2.6, bf16 needs AVX512: widen
     auto widen = [](const Tensor& t) {
       Tensor w = Tensor::empty(t.shape(), DType::f32);
       copy(t, w);

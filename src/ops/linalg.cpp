@@ -147,8 +147,26 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul(a, b);
 }
 
+namespace {
+thread_local DType g_autocast = DType::f32;
+}
+
+AutocastGuard::AutocastGuard(DType compute) : prev_(g_autocast) {
+  SINTER_CHECK_DTYPE(compute == DType::f32 || compute == DType::bf16, "[autocast] computes in f32 (off) or bf16, not ",
+                     compute);
+  g_autocast = compute;
+}
+AutocastGuard::~AutocastGuard() { g_autocast = prev_; }
+DType autocast_dtype() { return g_autocast; }
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   static const OpDef& op = get_op("linear");
+  if (g_autocast != DType::f32 && x.dtype() == DType::f32) {
+    // The casts are ops, so gradients flow back to the f32 (master) tensors in f32.
+    const DType c = g_autocast;
+    Tensor y = b.defined() ? call1(op, {cast(x, c), cast(w, c), cast(b, c)}) : call1(op, {cast(x, c), cast(w, c)});
+    return cast(y, DType::f32);
+  }
   return b.defined() ? call1(op, {x, w, b}) : call1(op, {x, w});
 }
 

@@ -9,6 +9,7 @@
 #include <sinter/train.h>
 #include <sstream>
 
+#include "../../bench/harness.h"
 #include "core/parallel.h"
 
 using namespace sinter;
@@ -143,6 +144,21 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "show a checkpoint's config, parameter count and tensors");
   info->add_option("checkpoint", dir, "checkpoint folder")->required();
 
+  bench::Options bo;
+  auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
+  std::vector<std::string> suite_names;
+  for (auto& s : bench::suites()) suite_names.push_back(s.name);
+  be->add_option("suite", bo.suite, "ops, linear, train, generate or attention")->required()->check(CLI::IsMember(suite_names));
+  be->add_flag("--quick", bo.quick, "fewer cases and repetitions");
+  be->add_option("--json", bo.json, "write the rows as JSON: case, ours_ms, peer, peer_ms, ratio (= peer / ours)");
+  be->add_option("--update", bo.update, "rewrite this suite's section of a markdown file (BENCHMARKS.md)");
+  be->add_option("--svg", bo.svg, "write a chart of the ratios");
+  be->add_option("--python", bo.python, "Python interpreter that has PyTorch (the peer)");
+  be->add_option("--torch-script", bo.torch_script, "the PyTorch side (default: bench/torch_peer.py of the source tree)");
+  be->add_flag("--no-torch", bo.no_torch, "skip the PyTorch peer");
+  be->add_option("--checkpoint", bo.checkpoint, "generate: a trained checkpoint instead of a fresh tiny model");
+  be->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
@@ -155,6 +171,10 @@ int main(int argc, char** argv) {
     }
     if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache);
     if (*info) return run_info(dir);
+    if (*be) {
+      for (int i = 0; i < argc; ++i) bo.command_line += (i ? " " : "") + std::string(i ? argv[i] : "sinter");
+      return bench::run(bo);
+    }
   } catch (const sinter::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

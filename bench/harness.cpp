@@ -1,0 +1,286 @@
+#include "harness.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <sinter/sinter.h>
+#include <sstream>
+
+#include "core/parallel.h"
+
+#ifndef SINTER_SOURCE_DIR
+#define SINTER_SOURCE_DIR "."
+#endif
+
+namespace sinter::bench {
+
+const std::vector<SuiteInfo>& suites() {
+  static const std::vector<SuiteInfo> s = {
+      {"ops", "tiny-op overhead; elementwise, softmax and norms against the copy bandwidth", suite_ops},
+      {"linear", "linear f32 and bf16 against raw oneDNN matmul calls; bf16 against f32", suite_linear},
+      {"train", "training step of the default model (f32, and bf16 autocast)", suite_train},
+      {"generate", "generation with the KV cache at batch 1 (f32 and bf16)", suite_generate},
+      {"attention", "scaled-dot-product attention: flash against math", suite_attention},
+  };
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+void Report::add(const std::string& case_name, Timing ours, const std::string& peer, Timing peer_time, std::string note) {
+  if (!ours_.count(case_name)) case_order_.push_back(case_name);
+  ours_[case_name] = {ours, note};
+  rows_.push_back({case_name, ours, peer, peer_time, std::move(note)});
+  print_row(rows_.back());
+}
+
+void Report::ours_only(const std::string& case_name, Timing ours, std::string note) {
+  if (!ours_.count(case_name)) case_order_.push_back(case_name);
+  ours_[case_name] = {ours, note};
+  rows_.push_back({case_name, ours, "", {}, std::move(note)});  // a placeholder until a peer merges in
+  print_row(rows_.back());
+}
+
+int Report::merge_peer(const std::string& peer, const std::map<std::string, Timing>& timings) {
+  int matched = 0;
+  for (const std::string& c : case_order_) {
+    auto it = timings.find(c);
+    if (it == timings.end()) continue;
+    const auto& [ours, note] = ours_.at(c);
+    auto placeholder = std::find_if(rows_.begin(), rows_.end(), [&](const Row& r) { return r.case_name == c && r.peer.empty(); });
+    if (placeholder != rows_.end()) *placeholder = {c, ours, peer, it->second, note};
+    else rows_.push_back({c, ours, peer, it->second, note});
+    ++matched;
+  }
+  // Keep each case's rows together, in the order the cases ran.
+  std::stable_sort(rows_.begin(), rows_.end(), [&](const Row& a, const Row& b) {
+    auto pos = [&](const std::string& c) { return std::find(case_order_.begin(), case_order_.end(), c) - case_order_.begin(); };
+    return pos(a.case_name) < pos(b.case_name);
+  });
+  return matched;
+}
+
+void Report::line(const std::string& text) {
+  lines_.push_back(text);
+  std::printf("%s\n", text.c_str());
+}
+
+void Report::print_row(const Row& r) const {
+  if (r.peer.empty())
+    std::printf("%-44s %10.4f %10.4f   %-34s %10s %8s  %s\n", r.case_name.c_str(), r.ours.best_ms, r.ours.median_ms, "-", "-",
+                "-", r.note.c_str());
+  else
+    std::printf("%-44s %10.4f %10.4f   %-34s %10.4f %7.2fx  %s\n", r.case_name.c_str(), r.ours.best_ms, r.ours.median_ms,
+                r.peer.c_str(), r.peer_time.best_ms, r.ratio(), r.note.c_str());
+  std::fflush(stdout);
+}
+
+void Report::print_table() const {
+  std::printf("\n%-44s %10s %10s   %-34s %10s %8s  %s\n", "case", "ours best", "median", "peer", "peer best", "ratio", "note");
+  for (const Row& r : rows_) print_row(r);
+}
+
+std::string Report::markdown_table() const {
+  std::ostringstream md;
+  md << "| case | ours best (ms) | ours median (ms) | peer | peer best (ms) | ratio (peer/ours) | note |\n"
+     << "|---|---:|---:|---|---:|---:|---|\n";
+  char buf[1024];
+  for (const Row& r : rows_) {
+    if (r.peer.empty())
+      std::snprintf(buf, sizeof buf, "| %s | %.4g | %.4g | - | - | - | %s |\n", r.case_name.c_str(), r.ours.best_ms,
+                    r.ours.median_ms, r.note.c_str());
+    else
+      std::snprintf(buf, sizeof buf, "| %s | %.4g | %.4g | %s | %.4g | **%.2f** | %s |\n", r.case_name.c_str(), r.ours.best_ms,
+                    r.ours.median_ms, r.peer.c_str(), r.peer_time.best_ms, r.ratio(), r.note.c_str());
+    md << buf;
+  }
+  for (const std::string& l : lines_) md << "\n" << l << "\n";
+  return md.str();
+}
+
+std::string Report::json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Row& r : rows_) {
+    nlohmann::json j = {{"case", r.case_name}, {"ours_ms", r.ours.best_ms}, {"ours_median_ms", r.ours.median_ms}, {"note", r.note}};
+    if (r.peer.empty()) {
+      j["peer"] = nullptr, j["peer_ms"] = nullptr, j["ratio"] = nullptr;
+    } else {
+      j["peer"] = r.peer, j["peer_ms"] = r.peer_time.best_ms, j["peer_median_ms"] = r.peer_time.median_ms, j["ratio"] = r.ratio();
+    }
+    rows.push_back(j);
+  }
+  return rows.dump(1) + "\n";
+}
+
+std::string Report::svg_chart(const std::string& title) const {
+  // One bar per row, length log2(ratio) from the 1.0 line: right of it Sinter is faster.
+  std::vector<Row> rows_;
+  for (const Row& r : this->rows_)
+    if (!r.peer.empty()) rows_.push_back(r);
+  const int row_h = 18, label_w = 470, plot_w = 360, top = 40;
+  const int h = top + row_h * int(rows_.size()) + 40;
+  double span = 1;  // log2 range shown each side
+  for (const Row& r : rows_) span = std::max(span, std::ceil(std::fabs(std::log2(std::max(r.ratio(), 1e-3)))));
+  auto x_of = [&](double ratio) { return label_w + plot_w / 2.0 + std::log2(ratio) / span * (plot_w / 2.0); };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << label_w + plot_w + 90 << "' height='" << h
+    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    << "<text x='10' y='20' font-size='14'>" << title << " — ratio peer/ours (log scale; right of 1x: Sinter faster)</text>\n";
+  for (int k = -int(span); k <= int(span); ++k) {
+    const double x = x_of(std::pow(2.0, k));
+    s << "<line x1='" << x << "' y1='" << top - 5 << "' x2='" << x << "' y2='" << h - 30 << "' stroke='"
+      << (k == 0 ? "#000" : "#ddd") << "'/>\n<text x='" << x - 10 << "' y='" << h - 15 << "'>" << std::pow(2.0, k) << "x</text>\n";
+  }
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& r = rows_[i];
+    const double y = top + row_h * double(i), x0 = x_of(1), x1 = x_of(std::max(r.ratio(), 1e-3));
+    char label[512];
+    std::snprintf(label, sizeof label, "%s vs %s", r.case_name.c_str(), r.peer.c_str());
+    s << "<text x='" << label_w - 6 << "' y='" << y + 12 << "' text-anchor='end'>" << label << "</text>\n"
+      << "<rect x='" << std::min(x0, x1) << "' y='" << y + 3 << "' width='" << std::max(std::fabs(x1 - x0), 1.0)
+      << "' height='" << row_h - 6 << "' fill='" << (r.ratio() >= 1 ? "#2a7" : "#d54") << "'/>\n"
+      << "<text x='" << std::max(x0, x1) + 4 << "' y='" << y + 12 << "'>" << std::round(r.ratio() * 100) / 100 << "x</text>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+double copy_bandwidth_gbs(Timing* copy_of_64mib) {
+  const size_t n = size_t(64) << 20;
+  Tensor a = full({int64_t(n / 4)}, 1.0), b = Tensor::empty({int64_t(n / 4)});
+  const Timing t = time_it([&] {
+    parallel_for(0, int64_t(n), 1 << 20, [&](int64_t lo, int64_t hi) {
+      std::memcpy(static_cast<char*>(b.data_ptr()) + lo, static_cast<const char*>(a.data_ptr()) + lo, size_t(hi - lo));
+    });
+  });
+  if (copy_of_64mib) *copy_of_64mib = t;
+  return 2.0 * double(n) / (t.best_ms * 1e-3) / 1e9;
+}
+
+double fma_peak_gflops() {
+  // Twelve independent chains of 16-wide FMAs per thread: enough to hide the FMA latency.
+  typedef float v16 __attribute__((vector_size(64)));
+  constexpr int chains = 12;
+  const int64_t iters = 2'000'000;
+  auto kernel = [&] {
+    parallel_for(0, num_threads(), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        v16 acc[chains];
+        v16 a, b;
+        for (int i = 0; i < 16; ++i) a[i] = 1.0f + 1e-7f * float(i), b[i] = 1e-7f;
+        for (int c = 0; c < chains; ++c) acc[c] = b * float(c);
+        for (int64_t i = 0; i < iters; ++i)
+          for (int c = 0; c < chains; ++c) acc[c] = acc[c] * a + b;
+        float sink = 0;
+        for (int c = 0; c < chains; ++c) sink += acc[c][0];
+        asm volatile("" : : "x"(sink));
+      }
+    });
+  };
+  const Timing t = time_it(kernel, 1, 3, 0);
+  return 2.0 * 16 * chains * double(iters) * num_threads() / (t.best_ms * 1e-3) / 1e9;
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+std::string today() {
+  char buf[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+// Runs bench/torch_peer.py; returns the peer's name ("PyTorch 2.x") or why it could not run.
+bool run_torch(const Options& o, std::string& peer, std::map<std::string, Timing>& timings, std::string& why) {
+  if (o.no_torch) {
+    why = "PyTorch peer skipped (--no-torch)";
+    return false;
+  }
+  const std::string script = o.torch_script.empty() ? std::string(SINTER_SOURCE_DIR) + "/bench/torch_peer.py" : o.torch_script;
+  if (std::system((o.python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    why = "PyTorch is not installed for '" + o.python + "' (--python picks another interpreter): no PyTorch column";
+    return false;
+  }
+  const std::string out = std::filesystem::temp_directory_path() / ("sinter_torch_" + std::to_string(::getpid()) + ".json");
+  std::string cmd = o.python + " '" + script + "' " + o.suite + " --threads " + std::to_string(num_threads()) + " --json '" + out + "'";
+  if (o.quick) cmd += " --quick";
+  std::printf("\nPyTorch side: %s\n", cmd.c_str());
+  std::fflush(stdout);
+  if (std::system(cmd.c_str()) != 0) {
+    why = "the PyTorch peer script failed (" + cmd + ")";
+    return false;
+  }
+  try {
+    std::ifstream f(out);
+    nlohmann::json j = nlohmann::json::parse(f);
+    peer = j.at("peer").get<std::string>();
+    for (auto& r : j.at("rows")) timings[r.at("case").get<std::string>()] = {r.at("best_ms").get<double>(), r.at("median_ms").get<double>()};
+  } catch (const std::exception& e) {
+    why = std::string("could not read the PyTorch peer's output ") + out + ": " + e.what();
+    return false;
+  }
+  std::filesystem::remove(out);
+  return true;
+}
+
+// Replaces the text between "<!-- sinter bench SUITE -->" and "<!-- /sinter bench SUITE -->"
+// (appending the section when the markers are missing); written atomically.
+void update_markdown(const std::string& path, const std::string& suite, const std::string& body) {
+  std::string text;
+  if (std::ifstream f(path); f) {
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+  }
+  const std::string open = "<!-- sinter bench " + suite + " -->", close = "<!-- /sinter bench " + suite + " -->";
+  const std::string section = open + "\n" + body + close;
+  const size_t a = text.find(open), b = text.find(close);
+  if (a != std::string::npos && b != std::string::npos && b > a)
+    text.replace(a, b + close.size() - a, section);
+  else
+    text += "\n" + section + "\n";
+  io::atomic_write(path, text);
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  auto it = std::find_if(suites().begin(), suites().end(), [&](const SuiteInfo& s) { return s.name == o.suite; });
+  SINTER_CHECK(it != suites().end(), "[bench] unknown suite '", o.suite, "'");
+  Report report;
+  std::printf("sinter bench %s: %s\nthreads: %d%s\n\n", o.suite.c_str(), it->what.c_str(), num_threads(), o.quick ? ", quick" : "");
+  std::printf("%-44s %10s %10s   %-34s %10s %8s  %s\n", "case", "ours best", "median", "peer", "peer best", "ratio", "note");
+  it->run(o, report);
+
+  std::string peer, why;
+  std::map<std::string, Timing> timings;
+  std::string torch_line;
+  if (run_torch(o, peer, timings, why)) {
+    const int n = report.merge_peer(peer, timings);
+    torch_line = peer + " (same threads, shapes and dtypes) timed " + std::to_string(n) + " of the cases in the same run.";
+  } else {
+    torch_line = why + ".";
+  }
+  report.line("");
+  report.line(torch_line);
+  report.print_table();
+
+  if (!o.json.empty()) io::atomic_write(o.json, report.json());
+  if (!o.svg.empty()) io::atomic_write(o.svg, report.svg_chart("sinter bench " + o.suite));
+  if (!o.update.empty()) {
+    std::ostringstream body;
+    body << "`" << o.command_line << "` — " << today() << ", " << num_threads() << " threads.\n\n" << report.markdown_table();
+    if (!o.svg.empty()) body << "\n![ratios](" << o.svg << ")\n";
+    update_markdown(o.update, o.suite, body.str());
+    std::printf("\nupdated the '%s' section of %s\n", o.suite.c_str(), o.update.c_str());
+  }
+  return 0;
+}
+
+}  // namespace sinter::bench

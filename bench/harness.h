@@ -1,0 +1,106 @@
+#pragma once
+// `sinter bench SUITE`: each suite times Sinter on a list of cases and, in the same run, a peer for
+// each case (a raw library call, a memory copy of the same bytes, the naive kernel); PyTorch's
+// timings of the same cases are merged in when PyTorch is installed (bench/torch_peer.py).
+// A row is one (case, peer) pair; ratio = peer / ours, so > 1 means Sinter is faster.
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sinter::bench {
+
+struct Timing {
+  double best_ms = 0, median_ms = 0;
+};
+
+// Warm up, then repeat until both `reps` runs and `min_total_s` seconds are done.
+template <class F> Timing time_it(F&& f, int warmup = 3, int reps = 15, double min_total_s = 0.3) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  double total = 0;
+  while (int(ms.size()) < reps || (total < min_total_s && ms.size() < 2000)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ms.push_back(s * 1e3);
+    total += s;
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms.front(), ms[ms.size() / 2]};
+}
+
+// For sub-microsecond work: each timing covers `n` calls and is reported per call.
+template <class F> Timing time_per_call(F&& f, int n) {
+  Timing t = time_it([&] { for (int i = 0; i < n; ++i) f(); }, 2, 9, 0.2);
+  return {t.best_ms / n, t.median_ms / n};
+}
+
+struct Row {
+  std::string case_name;
+  Timing ours;
+  std::string peer;
+  Timing peer_time;
+  std::string note;  // throughput, share of peak or of copy bandwidth, a fallback taken
+  double ratio() const { return peer_time.best_ms / ours.best_ms; }
+};
+
+class Report {
+ public:
+  // A case timed for Sinter; `peer` may be empty when only PyTorch (if present) compares.
+  void add(const std::string& case_name, Timing ours, const std::string& peer, Timing peer_time, std::string note = "");
+  void ours_only(const std::string& case_name, Timing ours, std::string note = "");
+  // Adds a peer row for every case Sinter timed that the peer timed too; returns how many matched.
+  int merge_peer(const std::string& peer, const std::map<std::string, Timing>& timings);
+  void line(const std::string& text);  // free text printed with the table (and kept for markdown)
+
+  const std::vector<Row>& rows() const { return rows_; }
+  void print_table() const;
+  std::string markdown_table() const;
+  std::string json() const;
+  std::string svg_chart(const std::string& title) const;  // horizontal bars of the ratios, log scale
+
+ private:
+  std::vector<Row> rows_;
+  std::map<std::string, std::pair<Timing, std::string>> ours_;  // every case Sinter timed
+  std::vector<std::string> case_order_;
+  std::vector<std::string> lines_;
+  void print_row(const Row& r) const;
+};
+
+struct Options {
+  std::string suite;
+  bool quick = false;
+  std::string json;            // --json FILE: the rows as JSON
+  std::string update;          // --update FILE: rewrite this suite's section of BENCHMARKS.md
+  std::string svg;             // --svg FILE: the ratio chart
+  std::string python = "python3";
+  std::string torch_script;    // default: bench/torch_peer.py of the source tree
+  bool no_torch = false;
+  std::string checkpoint;      // generate: a trained checkpoint instead of a fresh tiny model
+  std::string command_line;    // what to print as "produced by"
+};
+
+struct SuiteInfo {
+  std::string name, what;
+  std::function<void(const Options&, Report&)> run;
+};
+const std::vector<SuiteInfo>& suites();
+
+// Runs one suite (plus PyTorch's side), prints the table and writes what the options ask for.
+int run(const Options& opts);
+
+// The suites (bench/suite_*.cpp).
+void suite_ops(const Options& o, Report& r);
+void suite_linear(const Options& o, Report& r);
+void suite_train(const Options& o, Report& r);
+void suite_generate(const Options& o, Report& r);
+void suite_attention(const Options& o, Report& r);
+
+// Shared measurement helpers.
+double copy_bandwidth_gbs(Timing* copy_of_64mib = nullptr);  // 2-thread parallel memcpy, bytes read+written
+double fma_peak_gflops();                                     // fp32 FMA peak of all threads, measured now
+
+}  // namespace sinter::bench

@@ -1,0 +1,71 @@
+// linear(x, w) through the op table against raw oneDNN matmul primitives made once and executed
+// repeatedly, on the same weights: plain (N, K) row-major, as our Linear keeps them, and
+// prepacked into oneDNN's preferred blocked layout (the library's best case). bf16 against f32.
+#include <dnnl.hpp>
+#include <sinter/sinter.h>
+
+#include "harness.h"
+
+namespace sinter::bench {
+namespace {
+
+struct RawMatmul {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{eng};
+  dnnl::matmul prim;
+  dnnl::memory src, wei, dst;
+  RawMatmul(const Tensor& x, const Tensor& w, const Tensor& y, bool prepack) {
+    using tag = dnnl::memory::format_tag;
+    const auto dt = x.dtype() == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+    const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+    dnnl::memory::desc src_md({M, K}, dt, tag::ab), plain_w({K, N}, dt, tag::ba), dst_md({M, N}, dt, tag::ab);
+    dnnl::memory::desc w_md = prepack ? dnnl::memory::desc({K, N}, dt, tag::any) : plain_w;
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, dst_md), eng);
+    prim = dnnl::matmul(pd);
+    src = dnnl::memory(src_md, eng, x.data_ptr());
+    dst = dnnl::memory(dst_md, eng, y.data_ptr());
+    dnnl::memory plain(plain_w, eng, w.data_ptr());
+    wei = plain;
+    if (prepack && pd.weights_desc() != plain_w) {
+      wei = dnnl::memory(pd.weights_desc(), eng);
+      dnnl::reorder(plain, wei).execute(stream, plain, wei);
+      stream.wait();
+    }
+  }
+  void run() {
+    prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+    stream.wait();
+  }
+};
+
+}  // namespace
+
+void suite_linear(const Options& o, Report& r) {
+  NoGradGuard no_grad;
+  manual_seed(0);
+  const double peak = fma_peak_gflops();
+  r.line("fp32 FMA peak measured in this run: " + std::to_string(int(peak)) + " GFLOP/s");
+  const int64_t K = 4096, N = 4096;
+  const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 32, 128, 512};
+  std::map<int64_t, Timing> f32_time;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string dn = dt == DType::f32 ? "f32" : "bf16";
+    Tensor w = (randn({N, K}) * 0.02).to(dt);
+    for (int64_t M : ms) {
+      Tensor x = randn({M, K}).to(dt), y = Tensor::empty({M, N}, dt);
+      RawMatmul plain(x, w, y, false), packed(x, w, y, true);
+      const Timing ours = time_it([&] { (void)linear(x, w); });
+      const double flop = 2.0 * double(M * K * N);
+      char note[96];
+      std::snprintf(note, sizeof note, "%.0f GFLOP/s = %.0f%% of fp32 peak", flop / (ours.best_ms * 1e-3) / 1e9,
+                    100 * flop / (ours.best_ms * 1e-3) / 1e9 / peak);
+      const std::string name = "linear " + dn + " M=" + std::to_string(M) + " K=4096 N=4096";
+      r.add(name, ours, "oneDNN matmul, plain weights", time_it([&] { plain.run(); }), note);
+      r.add(name, ours, "oneDNN matmul, prepacked weights", time_it([&] { packed.run(); }), note);
+      if (dt == DType::f32) f32_time[M] = ours;
+      else r.add(name, ours, "Sinter linear f32, same shape", f32_time[M], note);
+    }
+  }
+}
+
+}  // namespace sinter::bench

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""PyTorch's side of `sinter bench SUITE`: the same cases, shapes, dtypes, threads and model, timed
+the same way (warm up, repeat, best and median), written as JSON rows that `sinter bench` merges
+into its table. Case names must match the ones Sinter prints.
+
+    python3 bench/torch_peer.py SUITE --threads N --json OUT [--quick]
+
+Runs with whatever PyTorch `python3` imports (PyPI's torch, or Debian's python3-torch); the JSON
+names the version. The models are written as a careful PyTorch user would write them: nn.Linear,
+F.layer_norm, F.scaled_dot_product_attention, torch.optim.AdamW, a preallocated KV cache.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def time_it(f, warmup=3, reps=15, min_total_s=0.3):
+    for _ in range(warmup):
+        f()
+    ms, total = [], 0.0
+    while len(ms) < reps or (total < min_total_s and len(ms) < 2000):
+        t0 = time.perf_counter()
+        f()
+        s = time.perf_counter() - t0
+        ms.append(s * 1e3)
+        total += s
+    ms.sort()
+    return ms[0], ms[len(ms) // 2]
+
+
+def time_per_call(f, n):
+    """For sub-microsecond ops: one timing covers n calls; reports per-call ms."""
+    def many():
+        for _ in range(n):
+            f()
+    best, med = time_it(many, warmup=2, reps=9, min_total_s=0.2)
+    return best / n, med / n
+
+
+# ---------------------------------------------------------------------------------------------
+# The default model: GPT-2 style (learned positions, LayerNorm, tanh-GELU MLP, tied embeddings),
+# sizes from Sinter's "tiny" preset.
+TINY = dict(vocab=256, positions=128, C=128, L=4, H=4, inner=512, eps=1e-5)
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        C = c["C"]
+        self.H = c["H"]
+        self.norm1 = nn.LayerNorm(C, eps=c["eps"])
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(C, C) for _ in range(4))
+        self.norm2 = nn.LayerNorm(C, eps=c["eps"])
+        self.fc = nn.Linear(C, c["inner"])
+        self.proj = nn.Linear(c["inner"], C)
+
+    def forward(self, x, cache=None, pos0=0):
+        B, T, C = x.shape
+        H, D = self.H, C // self.H
+        h = self.norm1(x)
+        q = self.q_proj(h).view(B, T, H, D).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, H, D).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, H, D).transpose(1, 2)
+        if cache is not None:
+            ck, cv = cache
+            ck[:, :, pos0:pos0 + T] = k
+            cv[:, :, pos0:pos0 + T] = v
+            k, v = ck[:, :, :pos0 + T], cv[:, :, :pos0 + T]
+        if T == 1:
+            y = F.scaled_dot_product_attention(q, k, v)
+        elif pos0 == 0:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            mask = torch.ones(T, pos0 + T, dtype=torch.bool).tril(pos0)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.proj(F.gelu(self.fc(self.norm2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.tok_emb = nn.Embedding(c["vocab"], c["C"])
+        self.pos_emb = nn.Embedding(c["positions"], c["C"])
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c["L"]))
+        self.norm_f = nn.LayerNorm(c["C"], eps=c["eps"])
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, caches=None, pos0=0):
+        T = idx.shape[1]
+        x = self.tok_emb(idx) + self.pos_emb.weight[pos0:pos0 + T]
+        for i, b in enumerate(self.blocks):
+            x = b(x, caches[i] if caches is not None else None, pos0)
+        return F.linear(self.norm_f(x), self.tok_emb.weight)
+
+
+# ---------------------------------------------------------------------------------------------
+def suite_ops(a, rows):
+    with torch.no_grad():
+        x, y = torch.randn(16), torch.randn(16)
+        best, med = time_per_call(lambda: torch.add(x, y), 20000)
+        rows.append(dict(case="overhead add 16 f32", best_ms=best, median_ms=med))
+        n = 16 << 20
+        x, y = torch.randn(n), torch.randn(n)
+        cases = [("elementwise f32 add", lambda: torch.add(x, y)),
+                 ("elementwise f32 gelu (erf)", lambda: F.gelu(x)),
+                 ("elementwise f32 gelu (tanh)", lambda: F.gelu(x, approximate="tanh")),
+                 ("elementwise f32 mul by scalar", lambda: torch.mul(x, 0.5))]
+        rows_n, cols = 16384, 1024
+        m = torch.randn(rows_n, cols)
+        w, b = torch.randn(cols), torch.randn(cols)
+        cases += [("softmax f32 16384x1024", lambda: torch.softmax(m, -1)),
+                  ("layer_norm f32 16384x1024", lambda: F.layer_norm(m, (cols,), w, b)),
+                  ("rms_norm f32 16384x1024", (lambda: F.rms_norm(m, (cols,), w)) if hasattr(F, "rms_norm")
+                   else (lambda: m * torch.rsqrt(m.pow(2).mean(-1, keepdim=True) + 1e-6) * w))]
+        for name, f in cases:
+            best, med = time_it(f)
+            rows.append(dict(case=name, best_ms=best, median_ms=med))
+
+
+def suite_linear(a, rows):
+    ms = [1, 128] if a.quick else [1, 32, 128, 512]
+    with torch.no_grad():
+        for K, N in [(4096, 4096)]:
+            for dt, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
+                w = (torch.randn(N, K) * 0.02).to(dt)
+                for M in ms:
+                    x = torch.randn(M, K).to(dt)
+                    best, med = time_it(lambda: F.linear(x, w))
+                    rows.append(dict(case=f"linear {name} M={M} K={K} N={N}", best_ms=best, median_ms=med))
+
+
+def suite_train(a, rows):
+    torch.manual_seed(0)
+    B, T = 16, 128
+    for dt, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
+        model = GPT(TINY)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        x = torch.randint(0, 256, (B, T))
+        y = torch.randint(0, 256, (B, T))
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dt == torch.bfloat16):
+                logits = model(x)
+                loss = F.cross_entropy(logits.float().view(-1, 256), y.view(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        best, med = time_it(step, warmup=3, reps=5 if a.quick else 10, min_total_s=0)
+        rows.append(dict(case=f"train {name} tiny B={B} T={T} step", best_ms=best, median_ms=med))
+
+
+def suite_generate(a, rows):
+    torch.manual_seed(0)
+    c = TINY
+    prompt_len, new = 16, 96
+    for dt, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
+        model = GPT(c).eval().to(dt)
+        Dh = c["C"] // c["H"]
+        prompt = torch.randint(32, 127, (1, prompt_len))
+
+        @torch.inference_mode()
+        def run():
+            caches = [(torch.zeros(1, c["H"], c["positions"], Dh, dtype=dt),
+                       torch.zeros(1, c["H"], c["positions"], Dh, dtype=dt)) for _ in range(c["L"])]
+            logits = model(prompt, caches, 0)
+            pos = prompt_len
+            for _ in range(new):
+                nxt = logits[:, -1].argmax(-1, keepdim=True)
+                logits = model(nxt, caches, pos)
+                pos += 1
+
+        best, med = time_it(run, warmup=1, reps=5, min_total_s=0)
+        rows.append(dict(case=f"generate {name} tiny batch=1 {new} tokens (per token)", best_ms=best / new,
+                         median_ms=med / new))
+
+
+def suite_attention(a, rows):
+    with torch.no_grad():
+        for D in (64, 128):
+            for S in ([512] if a.quick else [512, 2048, 8192]):
+                q, k, v = (torch.randn(1, 16, S, D) for _ in range(3))
+                best, med = time_it(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 1, 3, 0)
+                rows.append(dict(case=f"causal D={D} S={S} fwd", best_ms=best, median_ms=med))
+
+
+SUITES = dict(ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("suite", choices=sorted(SUITES))
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--json", required=True)
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    rows = []
+    SUITES[a.suite](a, rows)
+    with open(a.json, "w") as f:
+        json.dump(dict(peer=f"PyTorch {torch.__version__}", threads=torch.get_num_threads(), rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
