@@ -303,6 +303,13 @@ const std::map<std::string, Spec>& op_specs() {
                [](const Shape& s) { return rn(s); });
     add_binary(m, "maximum", [](double a, double b) { return std::max(a, b); }, false);
     add_binary(m, "minimum", [](double a, double b) { return std::min(a, b); }, false);
+    // Fused activation derivatives g f'(x), against central differences of the double references.
+    auto fd = [](double (*f)(double)) {
+      return [f](double g, double x) { const double h = 1e-5; return g * (f(x + h) - f(x - h)) / (2 * h); };
+    };
+    add_binary(m, "gelu_backward", fd(gelu_ref), false, true);
+    add_binary(m, "gelu_tanh_backward", fd(gelu_tanh_ref), false, true);
+    add_binary(m, "silu_backward", fd([](double x) { return x / (1 + std::exp(-x)); }), false, true);
     add_binary(m, "eq", [](double a, double b) { return double(a == b); }, true);
     add_binary(m, "ne", [](double a, double b) { return double(a != b); }, true);
     add_binary(m, "lt", [](double a, double b) { return double(a < b); }, true);

@@ -87,6 +87,22 @@ std::vector<const OpDef*> all_ops();          // sorted by name
 // Runs an op: checks arity, infers outputs, runs the kernel (or only infers, for symbolic
 // inputs), and attaches the backward node when grad mode is on and an input requires grad.
 std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs = {});
+
+// Op profiling: while on, every call's kernel time is summed per op (calls made by backward
+// functions included); the table lists ops by total time. Also switched on by SINTER_PROFILE=1,
+// which prints the table at exit.
+void set_op_profiling(bool on);
+std::string op_profile_table();
+void reset_op_profile();
+// Ops called inside the scope are profiled as "op < scope" (the autograd engine opens one per
+// backward function, so composite backward formulas show where their time goes).
+class ProfileScope {
+ public:
+  explicit ProfileScope(const std::string& name);
+  ~ProfileScope();
+ private:
+  const std::string* prev_;
+};
 inline Tensor call1(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
   return call(op, std::move(inputs), attrs)[0];
 }

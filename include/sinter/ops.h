@@ -45,6 +45,10 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor silu(const Tensor& x);
 Tensor erf(const Tensor& x);
+// The activations' derivatives in one pass: g * f'(x) (what their backward uses).
+Tensor gelu_backward(const Tensor& g, const Tensor& x);
+Tensor gelu_tanh_backward(const Tensor& g, const Tensor& x);
+Tensor silu_backward(const Tensor& g, const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
 Tensor cast(const Tensor& x, DType dtype);
 

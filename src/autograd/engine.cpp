@@ -184,6 +184,7 @@ struct Run {
     std::vector<Tensor> in_grads;
     {
       GradModeScope mode(create_graph);
+      ProfileScope scope(n->op->name);
       in_grads = n->op->backward(ctx);
     }
     SINTER_ASSERT(in_grads.size() == n->next.size(), "[", n->op->name, "] backward returned ", in_grads.size(),

@@ -11,17 +11,30 @@ using detail::add_op;
 // Derivative helpers used by elementwise.def, built from public ops so they differentiate too.
 Tensor sign_of(const Tensor& x) { return sub(cast(gt(x, zeros({}, x.dtype())), x.dtype()), cast(lt(x, zeros({}, x.dtype())), x.dtype())); }
 Tensor step_of(const Tensor& x) { return cast(gt(x, zeros({}, x.dtype())), x.dtype()); }
+// f' and f'' of gelu (exact), gelu (tanh) and silu.
 Tensor gelu_grad(const Tensor& x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752)) + x * 0.3989422804014327 * exp(x * x * -0.5);
 }
+Tensor gelu_grad2(const Tensor& x) { return 0.3989422804014327 * exp(x * x * -0.5) * (2.0 - x * x); }
+// gelu_tanh(x) = x s, s = sigmoid(2u), u = k (x + c x^3): f' = s + x s', f'' = 2 s' + x s''.
 Tensor gelu_tanh_grad(const Tensor& x) {
   const double k = 0.79788456080286536, c = 0.044715;
-  Tensor t = tanh(k * (x + c * x * x * x));
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * c * x * x);
+  Tensor s = sigmoid(2 * k * (x + c * x * x * x));
+  return s + x * (2 * k * (1.0 + 3 * c * x * x)) * s * (1.0 - s);
+}
+Tensor gelu_tanh_grad2(const Tensor& x) {
+  const double k = 0.79788456080286536, c = 0.044715;
+  Tensor s = sigmoid(2 * k * (x + c * x * x * x)), du = 2 * k * (1.0 + 3 * c * x * x), ddu = 12 * k * c * x;
+  Tensor s1 = du * s * (1.0 - s), s2 = ddu * s * (1.0 - s) + du * s1 * (1.0 - 2 * s);
+  return 2 * s1 + x * s2;
 }
 Tensor silu_grad(const Tensor& x) {
   Tensor s = sigmoid(x);
   return s * (1.0 + x * (1.0 - s));
+}
+Tensor silu_grad2(const Tensor& x) {
+  Tensor s = sigmoid(x);
+  return s * (1.0 - s) * (2.0 + x * (1.0 - 2 * s));
 }
 // 1 where a wins, 1/2 on ties (the subgradient PyTorch uses for maximum/minimum).
 Tensor tie_share(const Tensor& a, const Tensor& b) {

@@ -1,6 +1,11 @@
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "autograd/node.h"
 #include "sinter/autograd.h"
@@ -108,6 +113,68 @@ std::ostream& operator<<(std::ostream& os, const Attrs& a) {
   return os << "}";
 }
 
+namespace {
+struct OpStats {
+  int64_t calls = 0;
+  double seconds = 0;
+};
+struct Profile {
+  std::mutex mu;
+  std::map<std::string, OpStats, std::less<>> stats;
+};
+Profile& profile() {
+  static Profile* p = new Profile;  // never destroyed: the exit-time report reads it
+  return *p;
+}
+std::atomic<bool> g_profiling{[] {
+  const char* e = std::getenv("SINTER_PROFILE");
+  if (!e || std::string(e) != "1") return false;
+  std::atexit([] { std::fprintf(stderr, "%s", op_profile_table().c_str()); });
+  return true;
+}()};
+thread_local const std::string* g_scope = nullptr;
+}  // namespace
+
+ProfileScope::ProfileScope(const std::string& name) : prev_(g_scope) { g_scope = &name; }
+ProfileScope::~ProfileScope() { g_scope = prev_; }
+
+namespace {
+void record(const std::string& op, double seconds) {
+  std::string key = g_scope ? op + " < " + *g_scope : op;
+  std::lock_guard lock(profile().mu);
+  OpStats& s = profile().stats[key];
+  s.calls++, s.seconds += seconds;
+}
+}  // namespace
+
+void set_op_profiling(bool on) { g_profiling = on; }
+void reset_op_profile() {
+  std::lock_guard lock(profile().mu);
+  profile().stats.clear();
+}
+std::string op_profile_table() {
+  std::vector<std::pair<std::string, OpStats>> rows;
+  {
+    std::lock_guard lock(profile().mu);
+    rows.assign(profile().stats.begin(), profile().stats.end());
+  }
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0;
+  for (auto& [n, s] : rows) total += s.seconds;
+  std::ostringstream os;
+  char line[160];
+  std::snprintf(line, sizeof line, "%-40s %10s %12s %10s %7s\n", "op", "calls", "total ms", "us/call", "share");
+  os << line;
+  for (auto& [n, s] : rows) {
+    std::snprintf(line, sizeof line, "%-40s %10lld %12.2f %10.2f %6.1f%%\n", n.c_str(), (long long)s.calls, s.seconds * 1e3,
+                  s.seconds * 1e6 / double(std::max<int64_t>(s.calls, 1)), 100 * s.seconds / std::max(total, 1e-12));
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "%-40s %10s %12.2f\n", "total (kernels)", "", total * 1e3);
+  os << line;
+  return os.str();
+}
+
 std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0) {
     SINTER_CHECK(int(inputs.size()) == op.num_inputs, "[", op.name, "] expects ", op.num_inputs, " inputs, got ",
@@ -138,7 +205,13 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
       SINTER_ASSERT(out[i].shape() == out_meta[i].shape && out[i].dtype() == out_meta[i].dtype, op.name);
   } else {
     for (auto& m : out_meta) out.push_back(Tensor::empty(m.shape, m.dtype));
-    op.cpu(inputs, out, attrs);
+    if (g_profiling.load(std::memory_order_relaxed)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      op.cpu(inputs, out, attrs);
+      record(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      op.cpu(inputs, out, attrs);
+    }
   }
 
   if (op.backward && grad_enabled()) {

@@ -112,6 +112,23 @@ struct Pow {
 };
 struct Maximum { template <class T> SINTER_INLINE T operator()(T a, T b) const { return (a != a || a > b) ? a : b; } };
 struct Minimum { template <class T> SINTER_INLINE T operator()(T a, T b) const { return (a != a || a < b) ? a : b; } };
+struct GeluBackward {  // g (Φ(x) + x φ(x))
+  template <class T> SINTER_INLINE T operator()(T g, T x) const {
+    return g * (T(0.5) * (T(1) + erf_(x * T(0.70710678118654752))) + x * T(0.3989422804014327) * exp_(T(-0.5) * x * x));
+  }
+};
+struct GeluTanhBackward {  // g (s + x s'), s = sigmoid(2u), s' = 2u' s (1 - s)
+  template <class T> SINTER_INLINE T operator()(T g, T x) const {
+    const T s = T(1) / (T(1) + exp_(T(-1.5957691216057308) * (x + T(0.044715) * x * x * x)));
+    return g * (s + x * T(1.5957691216057308) * (T(1) + T(0.134145) * x * x) * s * (T(1) - s));
+  }
+};
+struct SiluBackward {  // g s (1 + x (1 - s)), s = sigmoid(x)
+  template <class T> SINTER_INLINE T operator()(T g, T x) const {
+    const T s = T(1) / (T(1) + exp_(-x));
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
 struct Eq { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a == b; } };
 struct Ne { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a != b; } };
 struct Lt { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a < b; } };
