@@ -273,6 +273,8 @@ std::vector<Case> dim_cases(std::function<Tensor(const Shape&)> gen) {
 
 // Defined in op_specs_more.cpp: shape, linalg, nn and index ops.
 void add_more_specs(std::map<std::string, Spec>& m);
+// Defined in op_specs_backward.cpp: the fused backward ops (needs the forward specs first).
+void add_backward_specs(std::map<std::string, Spec>& m);
 
 const std::map<std::string, Spec>& op_specs() {
   static const std::map<std::string, Spec> specs = [] {
@@ -477,6 +479,7 @@ const std::map<std::string, Spec>& op_specs() {
       m["cumsum"] = s;
     }
     add_more_specs(m);
+    add_backward_specs(m);
     return m;
   }();
   return specs;

@@ -43,6 +43,7 @@ void sum_cols(const Tensor& x2d, const Tensor& out);
 void var_rows(const Tensor& x2d, int64_t correction, const Tensor& out);    // out (outer)
 void arg_reduce_rows(bool is_max, const Tensor& x2d, const Tensor& values, const Tensor& indices);
 void softmax_rows(const Tensor& x2d, const Tensor& out, bool log);
+void softmax_backward_rows(const Tensor& g2d, const Tensor& y2d, const Tensor& dx2d, bool log);
 void cumsum_rows(const Tensor& x2d, const Tensor& out);
 
 // c(B, M, N) = a(B, M, K) b(B, K, N) (+ bias(N)); inner two dims of a and b may be transposed views.
@@ -57,13 +58,23 @@ namespace sinter::cpu {
 // Row-wise norms over the last dim of a contiguous (rows, D) x; w, b are (D) (b may be undefined).
 void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& out);
 void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& out);
+// Their gradients in one pass over (g, x): dx (rows, D), dw and db (D) (db may be undefined).
+void layer_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
+                              const Tensor& dw, const Tensor& db);
+void rms_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
+                            const Tensor& dw);
 // x (rows, T, D) contiguous; cos/sin (T, D/2); rotates (x[:D/2], x[D/2:]) pairs.
 void rotary_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
 // out(n, D) = weight[idx[n]]; idx already range-checked.
 void embedding_rows(const Tensor& weight, const Tensor& idx, const Tensor& out);
+// dw(V, D) = sum over n of g(n, D) into row idx[n].
+void embedding_backward_rows(const Tensor& g, const Tensor& idx, const Tensor& dw);
 // Mean cross-entropy of logits (rows, C) against int64 targets; returns the loss in out (0-d).
 void cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                         const Tensor& out);
+// d(g * loss) / d logits.
+void cross_entropy_backward_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                                 double g, const Tensor& dx);
 // out = x * keep / (1 - p), keep_i = philox_uniform(seed, counter, i) >= p (x contiguous).
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t counter, const Tensor& out);
 

@@ -3,6 +3,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "cpu/cpu.h"
+#include "cpu/simd/lanes.h"
 #include "ops/scalar_fns.h"
 #include "sinter/random.h"
 
@@ -22,15 +23,61 @@ void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double e
       parallel_for(0, rows, grain_rows(D), [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* row = px + r * D;
-          double mean = 0, var = 0;
-          for (int64_t i = 0; i < D; ++i) mean += double(C(row[i]));
-          mean /= double(D);
-          for (int64_t i = 0; i < D; ++i) { const double d = double(C(row[i])) - mean; var += d * d; }
-          const C rstd = C(1.0 / std::sqrt(var / double(D) + eps)), m = C(mean);
-          for (int64_t i = 0; i < D; ++i)
-            po[r * D + i] = T((C(row[i]) - m) * rstd * C(pw[i]) + (pb ? C(pb[i]) : C(0)));
+          const C m = simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]); }) / C(D);
+          const C var = simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(row[i]) - m; return d * d; }) / C(D);
+          const C rstd = C(1) / std::sqrt(var + C(eps));
+          T* orow = po + r * D;
+          if (pb)
+            for (int64_t i = 0; i < D; ++i) orow[i] = T((C(row[i]) - m) * rstd * C(pw[i]) + C(pb[i]));
+          else
+            for (int64_t i = 0; i < D; ++i) orow[i] = T((C(row[i]) - m) * rstd * C(pw[i]));
         }
       });
+    }
+  });
+}
+
+void layer_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
+                              const Tensor& dw, const Tensor& db) {
+  const int64_t rows = x.size(0), D = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (floating_v<T>) {
+      using C = compute_t<T>;
+      const T *px = x.data<T>(), *pg = g.data<T>(), *pw = w.data<T>();
+      T* pdx = dx.data<T>();
+      // dw, db: per-chunk partial sums in C, added in chunk order (deterministic for any thread count).
+      const int64_t grain = grain_rows(D), chunks = (rows + grain - 1) / grain;
+      std::vector<C> part(size_t(chunks * 2 * D), C(0));
+      parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+        std::vector<C> gh(static_cast<size_t>(D)), xh(static_cast<size_t>(D));
+        for (int64_t c = c0; c < c1; ++c) {
+          C* pdw = part.data() + c * 2 * D;
+          C* pdb = pdw + D;
+          for (int64_t r = c * grain; r < std::min(rows, (c + 1) * grain); ++r) {
+            const T *row = px + r * D, *grow = pg + r * D;
+            const C m = simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]); }) / C(D);
+            const C var = simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(row[i]) - m; return d * d; }) / C(D);
+            const C rstd = C(1) / std::sqrt(var + C(eps));
+            for (int64_t i = 0; i < D; ++i) {
+              xh[size_t(i)] = (C(row[i]) - m) * rstd;
+              gh[size_t(i)] = C(grow[i]) * C(pw[i]);
+              pdw[i] += C(grow[i]) * xh[size_t(i)];
+              pdb[i] += C(grow[i]);
+            }
+            const C mg = simd::lane_sum<C>(D, [&](int64_t i) { return gh[size_t(i)]; }) / C(D);
+            const C mgx = simd::lane_sum<C>(D, [&](int64_t i) { return gh[size_t(i)] * xh[size_t(i)]; }) / C(D);
+            T* drow = pdx + r * D;
+            for (int64_t i = 0; i < D; ++i) drow[i] = T(rstd * (gh[size_t(i)] - mg - xh[size_t(i)] * mgx));
+          }
+        }
+      });
+      T *pw_out = dw.data<T>(), *pb_out = db.defined() ? db.data<T>() : nullptr;
+      for (int64_t i = 0; i < D; ++i) {
+        C sw = 0, sb = 0;
+        for (int64_t c = 0; c < chunks; ++c) sw += part[size_t(c * 2 * D + i)], sb += part[size_t(c * 2 * D + D + i)];
+        pw_out[i] = T(sw);
+        if (pb_out) pb_out[i] = T(sb);
+      }
     }
   });
 }
@@ -45,12 +92,48 @@ void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& o
       parallel_for(0, rows, grain_rows(D), [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* row = px + r * D;
-          double ss = 0;
-          for (int64_t i = 0; i < D; ++i) ss += double(C(row[i])) * double(C(row[i]));
-          const C inv = C(1.0 / std::sqrt(ss / double(D) + eps));
-          for (int64_t i = 0; i < D; ++i) po[r * D + i] = T(C(row[i]) * inv * C(pw[i]));
+          const C ss = simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]) * C(row[i]); });
+          const C inv = C(1) / std::sqrt(ss / C(D) + C(eps));
+          T* orow = po + r * D;
+          for (int64_t i = 0; i < D; ++i) orow[i] = T(C(row[i]) * inv * C(pw[i]));
         }
       });
+    }
+  });
+}
+
+void rms_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
+                            const Tensor& dw) {
+  const int64_t rows = x.size(0), D = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (floating_v<T>) {
+      using C = compute_t<T>;
+      const T *px = x.data<T>(), *pg = g.data<T>(), *pw = w.data<T>();
+      T* pdx = dx.data<T>();
+      const int64_t grain = grain_rows(D), chunks = (rows + grain - 1) / grain;
+      std::vector<C> part(size_t(chunks * D), C(0));
+      parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          C* pdw = part.data() + c * D;
+          for (int64_t r = c * grain; r < std::min(rows, (c + 1) * grain); ++r) {
+            const T *row = px + r * D, *grow = pg + r * D;
+            const C inv = C(1) / std::sqrt(simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]) * C(row[i]); }) / C(D) + C(eps));
+            const C mgx = simd::lane_sum<C>(D, [&](int64_t i) { return C(grow[i]) * C(pw[i]) * C(row[i]) * inv; }) / C(D);
+            T* drow = pdx + r * D;
+            for (int64_t i = 0; i < D; ++i) {
+              const C xh = C(row[i]) * inv;
+              pdw[i] += C(grow[i]) * xh;
+              drow[i] = T(inv * (C(grow[i]) * C(pw[i]) - xh * mgx));
+            }
+          }
+        }
+      });
+      T* pw_out = dw.data<T>();
+      for (int64_t i = 0; i < D; ++i) {
+        C sw = 0;
+        for (int64_t c = 0; c < chunks; ++c) sw += part[size_t(c * D + i)];
+        pw_out[i] = T(sw);
+      }
     }
   });
 }
@@ -89,27 +172,58 @@ void embedding_rows(const Tensor& weight, const Tensor& idx, const Tensor& out) 
   });
 }
 
+void embedding_backward_rows(const Tensor& g, const Tensor& idx, const Tensor& dw) {
+  // Each thread owns a range of vocabulary rows and scans all tokens: no atomics, and the sum for
+  // each row is taken in token order whatever the thread count.
+  const int64_t n = idx.numel(), V = dw.size(0), D = dw.size(1);
+  const int64_t* pi = idx.data<int64_t>();
+  visit_dtype(g.dtype(), [&]<class T>() {
+    if constexpr (floating_v<T>) {
+      using C = compute_t<T>;
+      const T* pg = g.data<T>();
+      T* pw = dw.data<T>();
+      parallel_for(0, V, std::max<int64_t>(1, V / 64), [&](int64_t lo, int64_t hi) {
+        std::vector<C> acc(size_t((hi - lo) * D), C(0));
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t v = pi[t];
+          if (v < lo || v >= hi) continue;
+          C* a = acc.data() + (v - lo) * D;
+          const T* grow = pg + t * D;
+          for (int64_t i = 0; i < D; ++i) a[i] += C(grow[i]);
+        }
+        for (int64_t i = 0; i < (hi - lo) * D; ++i) pw[lo * D + i] = T(acc[size_t(i)]);
+      });
+    }
+  });
+}
+
+namespace {
+// Per row: log-sum-exp and the sum of the logits (for label smoothing).
+template <class T, class C> SINTER_INLINE void row_lse(const T* row, int64_t n, C& lse, C& total) {
+  const C m = simd::lane_max<C>(n, [&](int64_t i) { return C(row[i]); });
+  const C mm = std::isinf(m) ? C(0) : m;
+  const C s = simd::lane_sum<C>(n, [&](int64_t i) { return fn::exp_(C(row[i]) - mm); });
+  total = simd::lane_sum<C>(n, [&](int64_t i) { return C(row[i]); });
+  lse = mm + std::log(s);
+}
+}  // namespace
+
 void cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                         const Tensor& out) {
   const int64_t rows = logits.size(0), C = logits.size(1);
   const int64_t* pt = target.data<int64_t>();
   visit_dtype(logits.dtype(), [&]<class T>() {
     if constexpr (floating_v<T>) {
+      using A = compute_t<T>;
       const T* px = logits.data<T>();
       std::vector<double> loss(size_t(rows), 0.0);
       parallel_for(0, rows, grain_rows(C), [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           if (pt[r] == ignore_index) continue;
           const T* row = px + r * C;
-          double m = -INFINITY, s = 0, total = 0;
-          for (int64_t i = 0; i < C; ++i) m = std::max(m, double(compute_t<T>(row[i])));
-          for (int64_t i = 0; i < C; ++i) {
-            const double v = double(compute_t<T>(row[i]));
-            s += std::exp(v - m);
-            total += v;
-          }
-          const double lse = m + std::log(s);
-          loss[size_t(r)] = lse - (1.0 - smoothing) * double(compute_t<T>(row[pt[r]])) - smoothing * total / double(C);
+          A lse, total;
+          row_lse<T, A>(row, C, lse, total);
+          loss[size_t(r)] = double(lse) - (1.0 - smoothing) * double(A(row[pt[r]])) - smoothing * double(total) / double(C);
         }
       });
       double sum = 0;
@@ -117,6 +231,37 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t igno
       for (int64_t r = 0; r < rows; ++r)
         if (pt[r] != ignore_index) { sum += loss[size_t(r)]; ++count; }
       *out.data<T>() = T(compute_t<T>(sum / double(count)));  // no target counted: 0/0 = nan, as PyTorch
+    }
+  });
+}
+
+void cross_entropy_backward_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                                 double g, const Tensor& dx) {
+  // d mean_loss / d logits = (softmax - target distribution) * g / (rows counted); ignored rows 0.
+  const int64_t rows = logits.size(0), C = logits.size(1);
+  const int64_t* pt = target.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) count += pt[r] != ignore_index;
+  visit_dtype(logits.dtype(), [&]<class T>() {
+    if constexpr (floating_v<T>) {
+      using A = compute_t<T>;
+      const T* px = logits.data<T>();
+      T* pd = dx.data<T>();
+      const A scale = A(g / double(count)), off = A(smoothing / double(C)), on = A(1.0 - smoothing);
+      parallel_for(0, rows, grain_rows(C), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* row = px + r * C;
+          T* drow = pd + r * C;
+          if (pt[r] == ignore_index) {
+            for (int64_t i = 0; i < C; ++i) drow[i] = T(0);
+            continue;
+          }
+          A lse, total;
+          row_lse<T, A>(row, C, lse, total);
+          for (int64_t i = 0; i < C; ++i) drow[i] = T((fn::exp_(A(row[i]) - lse) - off) * scale);
+          drow[pt[r]] = T(A(drow[pt[r]]) - on * scale);
+        }
+      });
     }
   });
 }

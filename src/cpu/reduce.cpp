@@ -5,6 +5,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "cpu/cpu.h"
+#include "cpu/simd/lanes.h"
 #include "ops/scalar_fns.h"
 
 namespace sinter::cpu {
@@ -144,25 +145,46 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* row = px + r * inner;
           T* orow = po + r * inner;
-          C m = -std::numeric_limits<C>::infinity();
-          for (int64_t i = 0; i < inner; ++i) m = std::max(m, C(row[i]));
+          C m = simd::lane_max<C>(inner, [&](int64_t i) { return C(row[i]); });
           if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
-          C s = 0;
-          for (int64_t i = 0; i < inner; ++i) {
-            buf[size_t(i)] = fn::exp_(C(row[i]) - m);
-            s += buf[size_t(i)];
-          }
           if (log) {
-            const C ls = std::log(s);
+            const C ls = std::log(simd::lane_sum<C>(inner, [&](int64_t i) { return fn::exp_(C(row[i]) - m); }));
             for (int64_t i = 0; i < inner; ++i) orow[i] = T(C(row[i]) - m - ls);
-          } else {
-            const C inv = C(1) / s;
-            for (int64_t i = 0; i < inner; ++i) orow[i] = T(buf[size_t(i)] * inv);
+            continue;
           }
+          C* b = buf.data();
+          for (int64_t i = 0; i < inner; ++i) b[i] = fn::exp_(C(row[i]) - m);
+          const C inv = C(1) / simd::lane_sum<C>(inner, [&](int64_t i) { return b[i]; });
+          for (int64_t i = 0; i < inner; ++i) orow[i] = T(b[i] * inv);
         }
       });
     } else {
       SINTER_THROW(DTypeError, "[softmax] needs a floating tensor, got ", x.dtype());
+    }
+  });
+}
+
+void softmax_backward_rows(const Tensor& g, const Tensor& y, const Tensor& dx, bool log) {
+  // softmax: dx = y (g - sum(g y));  log_softmax: dx = g - exp(y) sum(g)
+  const int64_t outer = y.size(0), inner = y.size(1);
+  visit_dtype(y.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      using C = compute_t<T>;
+      const T *pg = g.data<T>(), *py = y.data<T>();
+      T* pd = dx.data<T>();
+      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const T *grow = pg + r * inner, *yrow = py + r * inner;
+          T* drow = pd + r * inner;
+          if (log) {
+            const C s = simd::lane_sum<C>(inner, [&](int64_t i) { return C(grow[i]); });
+            for (int64_t i = 0; i < inner; ++i) drow[i] = T(C(grow[i]) - fn::exp_(C(yrow[i])) * s);
+          } else {
+            const C s = simd::lane_sum<C>(inner, [&](int64_t i) { return C(grow[i]) * C(yrow[i]); });
+            for (int64_t i = 0; i < inner; ++i) drow[i] = T(C(yrow[i]) * (C(grow[i]) - s));
+          }
+        }
+      });
     }
   });
 }

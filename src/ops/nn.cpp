@@ -4,6 +4,7 @@
 
 #include "cpu/cpu.h"
 #include "ops/common.h"
+#include "sinter/autograd.h"
 #include "sinter/random.h"
 
 namespace sinter {
@@ -27,6 +28,23 @@ void check_norm(const std::string& op, std::span<const TensorMeta> in) {
   }
 }
 
+void check_targets(const char* op, const Tensor& t, int64_t classes, int64_t ignore) {
+  const int64_t* pt = t.data<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    SINTER_CHECK_INDEX(pt[i] == ignore || (pt[i] >= 0 && pt[i] < classes), "[", op, "] target ", pt[i], " at position ", i,
+                       " out of range for ", classes, " classes");
+}
+
+void check_ce_inputs(const std::string& op, std::span<const TensorMeta> in, const Attrs& a) {
+  const Shape &x = in[0].shape, &t = in[1].shape;
+  check_float(op, in[0], "logits");
+  check_integer(op, in[1], "target");
+  SINTER_CHECK_SHAPE(!x.empty() && Shape(x.begin(), x.end() - 1) == t, "[", op, "] logits", x, " and target", t,
+                     " do not match (want logits (..., C), target (...))");
+  const double ls = a.f("label_smoothing");
+  SINTER_CHECK(ls >= 0 && ls <= 1, "[", op, "] label_smoothing must be in [0, 1], got ", ls);
+}
+
 }  // namespace
 
 void register_nn_ops() {
@@ -47,6 +65,9 @@ void register_nn_ops() {
   };
   em.backward = [](BackwardCtx& c) {
     const Shape& ws = c.input_meta[0].shape;
+    static const OpDef& fused = get_op("embedding_backward");
+    if (!grad_enabled())  // not recording the backward itself: one pass, no scatter of expanded indices
+      return std::vector<Tensor>{call1(fused, {c.grads[0], c.inputs[1]}, {{"num_weights", ws[0]}}), Tensor()};
     const int64_t D = ws[1];
     Tensor idx = c.inputs[1].to(DType::i64).reshape({-1, 1}).expand({-1, D});
     Tensor g = c.grads[0].reshape({-1, D});
@@ -55,6 +76,27 @@ void register_nn_ops() {
   em.save_inputs = 2;
   add_op(std::move(em));
 
+  // The fused backward ops below serve their forward op's backward when no graph of the backward
+  // is recorded (create_graph off); with create_graph the composite formulas run, which
+  // differentiate again. They have no backward of their own.
+  OpDef eb;
+  eb.name = "embedding_backward";  // inputs: g (..., D), indices (...); attr num_weights -> (V, D)
+  eb.num_inputs = 2;
+  eb.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_float("embedding_backward", in[0], "gradient");
+    check_integer("embedding_backward", in[1], "indices");
+    const Shape &g = in[0].shape, &idx = in[1].shape;
+    SINTER_CHECK_SHAPE(!g.empty() && Shape(g.begin(), g.end() - 1) == idx, "[embedding_backward] gradient", g,
+                       " does not match indices", idx, " (want (..., D) and (...))");
+    SINTER_CHECK(a.i("num_weights") >= 0, "[embedding_backward] num_weights must be >= 0");
+    return std::vector<TensorMeta>{{Shape{a.i("num_weights"), g.back()}, in[0].dtype, in[0].device}};
+  };
+  eb.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    Tensor idx = contiguous_as(in[1], DType::i64);
+    check_index_range("embedding_backward", idx, out[0].size(0));
+    cpu::embedding_backward_rows(contiguous_as(in[0], in[0].dtype()), idx, out[0]);
+  };
+  add_op(std::move(eb));
   OpDef ln;
   ln.name = "layer_norm";  // inputs: x (..., D), weight (D), bias (D); attr eps
   ln.num_inputs = 3;
@@ -70,6 +112,8 @@ void register_nn_ops() {
   };
   ln.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+    static const OpDef& fused = get_op("layer_norm_backward");
+    if (!grad_enabled()) return call(fused, {g, x, w}, c.attrs);
     Tensor xc = x - mean(x, {-1}, true);
     Tensor rstd = rsqrt(mean(xc * xc, {-1}, true) + c.attrs.f("eps"));
     Tensor xhat = xc * rstd;
@@ -99,6 +143,8 @@ void register_nn_ops() {
   };
   rn.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+    static const OpDef& fused = get_op("rms_norm_backward");
+    if (!grad_enabled()) return call(fused, {g, x, w}, c.attrs);
     Tensor r = rsqrt(mean(x * x, {-1}, true) + c.attrs.f("eps"));
     Tensor xhat = x * r;
     std::vector<Tensor> out(2);
@@ -110,6 +156,28 @@ void register_nn_ops() {
     return out;
   };
   add_op(std::move(rn));
+
+  for (bool layer : {true, false}) {
+    OpDef nb;
+    nb.name = layer ? "layer_norm_backward" : "rms_norm_backward";  // inputs: g, x (..., D), w (D); attr eps
+    nb.num_inputs = 3;                                               // outputs: dx, dw[, db]
+    nb.num_outputs = layer ? 3 : 2;
+    nb.infer = [layer, name = nb.name](std::span<const TensorMeta> in, const Attrs&) {
+      check_norm(name, in.subspan(1));
+      SINTER_CHECK_SHAPE(in[0].shape == in[1].shape && in[0].dtype == in[1].dtype, "[", name, "] gradient", in[0].shape,
+                         " ", in[0].dtype, " does not match input", in[1].shape, " ", in[1].dtype);
+      std::vector<TensorMeta> out{in[1], in[2]};
+      if (layer) out.push_back(in[2]);
+      return out;
+    };
+    nb.cpu = [layer](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      Tensor x2 = rows2d(in[1]), g2 = rows2d(in[0]), w = contiguous_as(in[2], in[2].dtype());
+      Tensor dx2 = raw_reshape_contiguous(out[0], x2.shape());
+      if (layer) cpu::layer_norm_backward_rows(g2, x2, w, a.f("eps"), dx2, out[1], out[2]);
+      else cpu::rms_norm_backward_rows(g2, x2, w, a.f("eps"), dx2, out[1]);
+    };
+    add_op(std::move(nb));
+  }
 
   OpDef ro;
   ro.name = "rotary_embedding";  // inputs: x (..., T, D), cos (T, D/2), sin (T, D/2)
@@ -153,26 +221,19 @@ void register_nn_ops() {
   ce.name = "cross_entropy";  // inputs: logits (..., C), target (...) int; attrs ignore_index, label_smoothing
   ce.num_inputs = 2;
   ce.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
-    const Shape &x = in[0].shape, &t = in[1].shape;
-    check_float("cross_entropy", in[0], "logits");
-    check_integer("cross_entropy", in[1], "target");
-    SINTER_CHECK_SHAPE(!x.empty() && Shape(x.begin(), x.end() - 1) == t, "[cross_entropy] logits", x,
-                       " and target", t, " do not match (want logits (..., C), target (...))");
-    const double ls = a.f("label_smoothing");
-    SINTER_CHECK(ls >= 0 && ls <= 1, "[cross_entropy] label_smoothing must be in [0, 1], got ", ls);
+    check_ce_inputs("cross_entropy", in, a);
     return std::vector<TensorMeta>{{Shape{}, in[0].dtype, in[0].device}};
   };
   ce.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     const int64_t C = in[0].size(-1), ignore = a.i("ignore_index");
     Tensor t = contiguous_as(in[1], DType::i64);
-    const int64_t* pt = t.data<int64_t>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      SINTER_CHECK_INDEX(pt[i] == ignore || (pt[i] >= 0 && pt[i] < C), "[cross_entropy] target ", pt[i],
-                         " at position ", i, " out of range for ", C, " classes");
+    check_targets("cross_entropy", t, C, ignore);
     cpu::cross_entropy_rows(rows2d(in[0]), t, ignore, a.f("label_smoothing"), out[0]);
   };
   ce.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &g = c.grads[0];
+    static const OpDef& fused = get_op("cross_entropy_backward");
+    if (!grad_enabled()) return std::vector<Tensor>{call1(fused, {x, c.inputs[1], g}, c.attrs), Tensor()};
     const int64_t C = x.size(-1);
     const double eps = c.attrs.f("label_smoothing");
     Tensor t = c.inputs[1].to(DType::i64);
@@ -184,6 +245,25 @@ void register_nn_ops() {
     return std::vector<Tensor>{(softmax(x, -1) - target_dist) * keepf.unsqueeze(-1) * (g / count), Tensor()};
   };
   add_op(std::move(ce));
+
+  OpDef cb;
+  cb.name = "cross_entropy_backward";  // inputs: logits (..., C), target (...), g (0-d); attrs as cross_entropy
+  cb.num_inputs = 3;
+  cb.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_ce_inputs("cross_entropy_backward", in, a);
+    SINTER_CHECK_SHAPE(in[2].shape.empty() && in[2].dtype == in[0].dtype, "[cross_entropy_backward] gradient must be a 0-d ",
+                       in[0].dtype, " tensor, got ", in[2].shape, " ", in[2].dtype);
+    return std::vector<TensorMeta>{in[0]};
+  };
+  cb.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const int64_t C = in[0].size(-1), ignore = a.i("ignore_index");
+    Tensor t = contiguous_as(in[1], DType::i64);
+    check_targets("cross_entropy_backward", t, C, ignore);
+    Tensor x2 = rows2d(in[0]);
+    cpu::cross_entropy_backward_rows(x2, t, ignore, a.f("label_smoothing"), in[2].item_double(),
+                                     raw_reshape_contiguous(out[0], x2.shape()));
+  };
+  add_op(std::move(cb));
 
   OpDef dr;
   dr.name = "dropout";  // attrs p, seed, counter: the same attrs regenerate the same mask

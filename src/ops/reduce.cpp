@@ -4,6 +4,7 @@
 
 #include "cpu/cpu.h"
 #include "ops/common.h"
+#include "sinter/autograd.h"
 
 namespace sinter {
 namespace detail {
@@ -133,12 +134,37 @@ void define_softmax(const char* name, bool log) {
   d.backward = [log](BackwardCtx& c) {
     const int64_t dim = c.attrs.i("dim");
     const Tensor &y = c.outputs[0], &g = c.grads[0];
+    // (one lambda serves both ops, so one static each)
+    static const OpDef &fused_softmax = get_op("softmax_backward"), &fused_log = get_op("log_softmax_backward");
+    const OpDef& fused = log ? fused_log : fused_softmax;
+    if (!grad_enabled() && y.dim() > 0 && wrap_dim("softmax", dim, y.dim()) == y.dim() - 1)
+      return std::vector<Tensor>{call1(fused, {g, y})};
     if (log) return std::vector<Tensor>{g - exp(y) * sum(g, {dim}, true)};
     return std::vector<Tensor>{y * (g - sum(g * y, {dim}, true))};
   };
   d.save_inputs = 0;
   d.save_outputs = 1;
   add_op(std::move(d));
+
+  // Its backward over the last dim in one pass (used when create_graph is off; no backward itself).
+  OpDef b;
+  b.name = std::string(name) + "_backward";  // inputs: g, y (the forward's output)
+  b.num_inputs = 2;
+  b.infer = [name = b.name](std::span<const TensorMeta> in, const Attrs&) {
+    check_float(name, in[1]);
+    SINTER_CHECK_SHAPE(in[0].shape == in[1].shape && in[0].dtype == in[1].dtype && !in[1].shape.empty(), "[", name,
+                       "] gradient", in[0].shape, " ", in[0].dtype, " does not match output", in[1].shape, " ", in[1].dtype);
+    return std::vector<TensorMeta>{in[1]};
+  };
+  b.cpu = [log](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    const int64_t inner = in[1].size(-1);
+    if (in[1].numel() == 0) return;
+    const Shape s2{in[1].numel() / inner, inner};
+    cpu::softmax_backward_rows(raw_reshape_contiguous(contiguous_as(in[0], in[0].dtype()), s2),
+                               raw_reshape_contiguous(contiguous_as(in[1], in[1].dtype()), s2), raw_reshape_contiguous(out[0], s2),
+                               log);
+  };
+  add_op(std::move(b));
 }
 
 }  // namespace
