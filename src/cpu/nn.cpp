@@ -200,7 +200,7 @@ void embedding_backward_rows(const Tensor& g, const Tensor& idx, const Tensor& d
 namespace {
 // Per row: log-sum-exp and the sum of the logits (for label smoothing).
 template <class T, class C> SINTER_INLINE void row_lse(const T* row, int64_t n, C& lse, C& total) {
-  const C m = simd::lane_max<C>(n, [&](int64_t i) { return C(row[i]); });
+  const C m = simd::row_max<C>(row, n);
   const C mm = std::isinf(m) ? C(0) : m;
   const C s = simd::lane_sum<C>(n, [&](int64_t i) { return fn::exp_(C(row[i]) - mm); });
   total = simd::lane_sum<C>(n, [&](int64_t i) { return C(row[i]); });

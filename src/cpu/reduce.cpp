@@ -145,7 +145,7 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* row = px + r * inner;
           T* orow = po + r * inner;
-          C m = simd::lane_max<C>(inner, [&](int64_t i) { return C(row[i]); });
+          C m = simd::row_max<C>(row, inner);
           if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
           if (log) {
             const C ls = std::log(simd::lane_sum<C>(inner, [&](int64_t i) { return fn::exp_(C(row[i]) - m); }));
