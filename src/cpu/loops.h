@@ -5,13 +5,16 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/small_vector.h"
 #include "sinter/tensor.h"
 
 namespace sinter::cpu {
 
 // Strides in bytes of `t` broadcast to `shape` (0 along broadcast dims).
-inline std::vector<int64_t> broadcast_strides_bytes(const Tensor& t, const Shape& shape) {
-  std::vector<int64_t> s(shape.size(), 0);
+using Dims = SmallVector<int64_t, 8>;
+
+inline Dims broadcast_strides_bytes(const Tensor& t, const Shape& shape) {
+  Dims s(shape.size(), 0);
   const int64_t off = int64_t(shape.size()) - t.dim();
   for (int64_t i = 0; i < t.dim(); ++i)
     if (t.size(i) != 1) s[size_t(off + i)] = t.stride(i) * t.element_size();
@@ -22,13 +25,13 @@ inline constexpr int64_t kElementwiseGrain = 32768;
 
 // inner(std::array<char*, N> ptrs, std::array<int64_t, N> byte_strides, int64_t n)
 template <size_t N, class Inner>
-void for_each_strided(const Shape& shape, std::array<char*, N> base, std::array<std::vector<int64_t>, N> strides,
+void for_each_strided(const Shape& shape, std::array<char*, N> base, const std::array<Dims, N>& strides,
                       const Inner& inner) {
   const int64_t numel = shape.numel();
   if (numel == 0) return;
   // Drop size-1 dims, then merge neighbours that are contiguous for every operand.
-  std::vector<int64_t> dims;
-  std::array<std::vector<int64_t>, N> st;
+  Dims dims;
+  std::array<Dims, N> st;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     bool merge = !dims.empty();
@@ -61,7 +64,7 @@ void for_each_strided(const Shape& shape, std::array<char*, N> base, std::array<
   }
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / n_inner);
   parallel_for(0, outer, grain, [&](int64_t lo, int64_t hi) {
-    std::vector<int64_t> idx(nd - 1);
+    Dims idx(nd - 1, 0);
     int64_t r = lo;
     for (size_t d = nd - 1; d-- > 0;) { idx[d] = r % dims[d]; r /= dims[d]; }
     std::array<char*, N> p;
