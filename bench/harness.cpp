@@ -229,9 +229,9 @@ bool run_torch(const Options& o, std::string& peer, std::map<std::string, Timing
   return true;
 }
 
-// Replaces the text between "<!-- sinter bench SUITE -->" and "<!-- /sinter bench SUITE -->"
-// (appending the section when the markers are missing); written atomically.
-void update_markdown(const std::string& path, const std::string& suite, const std::string& body) {
+}  // namespace
+
+void update_markdown_section(const std::string& path, const std::string& suite, const std::string& body) {
   std::string text;
   if (std::ifstream f(path); f) {
     std::stringstream ss;
@@ -247,8 +247,6 @@ void update_markdown(const std::string& path, const std::string& suite, const st
     text += "\n" + section + "\n";
   io::atomic_write(path, text);
 }
-
-}  // namespace
 
 int run(const Options& o) {
   auto it = std::find_if(suites().begin(), suites().end(), [&](const SuiteInfo& s) { return s.name == o.suite; });
@@ -277,7 +275,7 @@ int run(const Options& o) {
     std::ostringstream body;
     body << "`" << o.command_line << "` — " << today() << ", " << num_threads() << " threads.\n\n" << report.markdown_table();
     if (!o.svg.empty()) body << "\n![ratios](" << o.svg << ")\n";
-    update_markdown(o.update, o.suite, body.str());
+    update_markdown_section(o.update, o.suite, body.str());
     std::printf("\nupdated the '%s' section of %s\n", o.suite.c_str(), o.update.c_str());
   }
   return 0;

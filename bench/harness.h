@@ -89,6 +89,10 @@ struct SuiteInfo {
 };
 const std::vector<SuiteInfo>& suites();
 
+// Replaces the text between "<!-- sinter bench SUITE -->" and "<!-- /sinter bench SUITE -->" in a
+// markdown file (appending the section when the markers are missing); written atomically.
+void update_markdown_section(const std::string& path, const std::string& suite, const std::string& body);
+
 // Runs one suite (plus PyTorch's side), prints the table and writes what the options ask for.
 int run(const Options& opts);
 

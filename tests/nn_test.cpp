@@ -285,6 +285,12 @@ TEST(Errors, TheCommandLineExitsNonZeroWithAMessage) {
   EXPECT_NE(rc4, 0);
   auto [rc5, out5] = run("info " + dir + "/none");
   EXPECT_NE(rc5, 0);
+  write_file(dir + "/a_file", "x");
+  auto [rc6, out6] = run("train --steps 1 --out " + dir + "/a_file");  // the output folder is a file
+  EXPECT_NE(rc6, 0);
+  EXPECT_NE(out6.find("cannot create the folder"), std::string::npos) << out6;
+  auto [rc7, out7] = run("bench nosuchsuite");
+  EXPECT_NE(rc7, 0);
 }
 
 TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
@@ -302,4 +308,52 @@ TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
   EXPECT_TRUE(test::throws_naming("sdpa", [&] {
     scaled_dot_product_attention(q, k, v, {}, 0.1, true, {}, true, SDPABackend::flash);
   }));
+}
+
+TEST(Autocast, LinearComputesInBf16AndGradientsReachTheF32Weights) {
+  manual_seed(3);
+  Tensor x = randn({5, 64}), w = (randn({7, 64}) * 0.1).requires_grad_(), b = randn({7}).requires_grad_();
+  Tensor y;
+  {
+    AutocastGuard autocast(DType::bf16);
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+    y = linear(x, w, b);
+  }
+  EXPECT_EQ(autocast_dtype(), DType::f32);
+  EXPECT_EQ(y.dtype(), DType::f32);
+  // The reference: the bf16-rounded operands multiplied in double, rounded to bf16 like the output.
+  auto r = [](const Tensor& t) { return t.detach().to(DType::bf16).to(DType::f64); };
+  Tensor ref = linear(r(x), r(w), r(b)).to(DType::bf16).to(DType::f64);
+  EXPECT_CLOSE(y.to(DType::f64), ref, 1e-2, 1e-2);
+  EXPECT_FALSE(test::all_close(y, linear(x, w.detach(), b.detach()), 1e-6, 1e-6));  // it did round
+  Tensor g = randn({5, 7});
+  y.backward(g);
+  ASSERT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_CLOSE(w.grad(), matmul(g.t(), x), 2e-2, 2e-2);
+  EXPECT_CLOSE(b.grad(), sum(g, {0}), 2e-2, 2e-2);
+  EXPECT_TRUE(test::throws_naming("autocast", [] { AutocastGuard bad(DType::f16); }));
+}
+
+TEST(Training, Bf16AutocastTracksF32) {
+  const std::string corpus = temp_dir("bf16") + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the quick brown fox " + std::to_string(i * 7919 % 1000) + " jumps over the lazy dog.\n";
+  write_file(corpus, text);
+  const std::string cfg = temp_dir("bf16_cfg") + "/config.json";
+  write_file(cfg, micro_config("gpt2").to_json());
+  train::Options o;
+  o.config_path = cfg, o.data_path = corpus, o.steps = 30, o.batch = 4, o.seq_len = 32, o.warmup = 3, o.lr = 3e-3;
+  o.val_every = 30, o.val_batches = 2, o.save_every = 1000, o.quiet = true;
+  o.out_dir = temp_dir("f32_run");
+  const auto f = train::run(o);
+  o.dtype = "bf16";
+  o.out_dir = temp_dir("bf16_run");
+  const auto h = train::run(o);
+  EXPECT_LT(h.val_loss, 0.8 * std::log(256.0));  // it learned
+  EXPECT_NEAR(h.val_loss, f.val_loss, 0.05);
+  EXPECT_NE(h.val_loss, f.val_loss);  // and it did compute in bf16
+  // The checkpoint holds the f32 master weights.
+  for (auto& [name, t] : io::load_safetensors(o.out_dir + "/model.safetensors").tensors) EXPECT_EQ(t.dtype(), DType::f32) << name;
+  o.dtype = "f16";
+  EXPECT_TRUE(test::throws_naming("train", [&] { train::run(o); }));
 }

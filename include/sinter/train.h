@@ -27,6 +27,7 @@ struct Options {
   bool resume = false;
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
   bool quiet = false;
+  std::string dtype = "f32";  // "bf16": linear layers compute in bf16 (autocast), master weights stay f32
   std::string to_json() const;
 };
 

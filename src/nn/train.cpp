@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
-         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}};
+         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}};
   return j.dump();
 }
 
@@ -88,9 +88,15 @@ std::string fmt_time(double s) {
 
 }  // namespace
 
+static void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  SINTER_CHECK_T(IOError, !ec, "[", dir, "] cannot create the folder: ", ec.message());
+}
+
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json) {
-  fs::create_directories(dir);
+  make_dirs(dir);
   io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "sinter"}});
   io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
   io::atomic_write(dir + "/config.json", model.config().to_json());
@@ -161,15 +167,18 @@ Result run(const Options& o) {
   SINTER_CHECK(o.seq_len <= cfg.max_position_embeddings, "[train] seq_len ", o.seq_len, " exceeds the model's ",
                cfg.max_position_embeddings, " positions");
   model->train();
+  SINTER_CHECK(o.dtype == "f32" || o.dtype == "bf16", "[train] dtype must be f32 or bf16, got '", o.dtype, "'");
+  const DType compute = o.dtype == "bf16" ? DType::bf16 : DType::f32;
 
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(io::load_safetensors(o.out_dir + "/optimizer.safetensors").tensors);
 
   SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
-  fs::create_directories(o.out_dir);
+  make_dirs(o.out_dir);
   if (!o.quiet)
-    std::printf("train: %s model, %.2fM parameters, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
-                cfg.model_type.c_str(), double(model->num_parameters()) / 1e6, data.name().c_str(),
+    std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
+                cfg.model_type.c_str(), double(model->num_parameters()) / 1e6,
+                o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32", data.name().c_str(),
                 (long long)data.train_bytes(), (long long)data.val_bytes(), (long long)o.steps, (long long)o.batch,
                 (long long)o.seq_len, resuming ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
   const bool tty = isatty(fileno(stdout));
@@ -188,7 +197,11 @@ Result run(const Options& o) {
     opt.lr = optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr);
     auto [x, y] = data.batch(true, o.batch, o.seq_len, o.seed, uint64_t(step));
     manual_seed(o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(step + 1)));  // dropout masks: a function of the step
-    Tensor loss = lm_loss(*model, x, y);
+    Tensor loss;
+    {
+      AutocastGuard autocast(compute);  // bf16: linear layers in bf16, weights and optimizer in f32
+      loss = lm_loss(*model, x, y);
+    }
     opt.zero_grad();
     loss.backward();
     optim::clip_grad_norm(model->parameters(), o.grad_clip);
@@ -203,7 +216,10 @@ Result run(const Options& o) {
       t_window = now;
       window_tokens = 0;
       double val = NAN;
-      if (val_now) val = res.val_loss = evaluate(*model, data, o.batch, o.seq_len, o.val_batches, o.seed);
+      if (val_now) {
+        AutocastGuard autocast(compute);
+        val = res.val_loss = evaluate(*model, data, o.batch, o.seq_len, o.val_batches, o.seed);
+      }
       rows.push_back({double(done), res.train_loss, val, tok_s});
       if (!o.quiet) {
         const double eta = double(o.steps - done) * double(o.batch * o.seq_len) / std::max(tok_s, 1e-9);

@@ -78,8 +78,9 @@ int run_info(const std::string& dir) {
 }
 
 int run_generate(const std::string& dir, const std::string& prompt, int64_t max_new, const train::Sampling& s,
-                 bool no_cache) {
+                 bool no_cache, DType dtype) {
   auto model = train::load_model(dir);
+  model->to(dtype);
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
   double rate = 0;
@@ -123,6 +124,8 @@ int main(int argc, char** argv) {
   tr->add_option("--save-every", to.save_every, "checkpoint every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   tr->add_option("--stop-after", to.stop_after, "stop with a checkpoint after this step (resume later)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  tr->add_option("--dtype", to.dtype, "f32, or bf16: linear layers in bf16 with f32 master weights and optimizer")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out");
   tr->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
@@ -138,6 +141,8 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0: all)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   gen->add_option("--top-p", sampling.top_p, "nucleus sampling mass")->check(CLI::Range(1e-6, 1.0));
   gen->add_option("--seed", sampling.seed, "sampling seed");
+  std::string gen_dtype = "f32";
+  gen->add_option("--dtype", gen_dtype, "f32, or bf16: the model's weights and activations in bf16")->check(CLI::IsMember({"f32", "bf16"}));
   gen->add_flag("--no-cache", no_cache, "recompute the whole context each step (slow; for comparison)");
   gen->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
@@ -169,13 +174,16 @@ int main(int argc, char** argv) {
                   (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
       return 0;
     }
-    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache);
+    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32);
     if (*info) return run_info(dir);
     if (*be) {
       for (int i = 0; i < argc; ++i) bo.command_line += (i ? " " : "") + std::string(i ? argv[i] : "sinter");
       return bench::run(bo);
     }
   } catch (const sinter::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // e.g. a filesystem error from the standard library
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
