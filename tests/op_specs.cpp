@@ -253,14 +253,6 @@ void add_arg(std::map<std::string, Spec>& m, const std::string& name, bool is_ma
   m[name] = s;
 }
 
-std::vector<double> softmax_line(const std::vector<double>& l, bool log) {
-  double mx = -INFINITY, s = 0;
-  for (double v : l) mx = std::max(mx, v);
-  for (double v : l) s += std::exp(v - mx);
-  std::vector<double> o;
-  for (double v : l) o.push_back(log ? v - mx - std::log(s) : std::exp(v - mx) / s);
-  return o;
-}
 
 std::vector<Case> dim_cases(std::function<Tensor(const Shape&)> gen) {
   return {{{gen({7})}, {{"dim", int64_t(0)}}},       {{gen({3, 4})}, {{"dim", int64_t(1)}}},

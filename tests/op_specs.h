@@ -2,6 +2,7 @@
 // Test specifications for every op in the op table: random cases (broadcasting, non-contiguous,
 // size-0 and size-1 dims), a simple reference implementation in double, cases that must be
 // rejected, and which cases feed the finite-difference gradient check.
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
@@ -62,6 +63,14 @@ inline std::vector<Case> small_f64(const std::vector<Case>& cs, int64_t max_nume
     out.push_back(d);
   }
   return out;
+}
+inline std::vector<double> softmax_line(const std::vector<double>& l, bool log) {
+  double mx = -INFINITY, s = 0;
+  for (double v : l) mx = std::max(mx, v);
+  for (double v : l) s += std::exp(v - mx);
+  std::vector<double> o;
+  for (double v : l) o.push_back(log ? v - mx - std::log(s) : std::exp(v - mx) / s);
+  return o;
 }
 }  // namespace spec
 

@@ -1,5 +1,6 @@
 // Specs for the fused backward ops (layer_norm_backward, softmax_backward, ...): each is checked
 // against central differences of its forward op's double reference, or a closed form in double.
+#include <algorithm>
 #include <cmath>
 
 #include "op_specs.h"
@@ -92,6 +93,34 @@ void add_backward_specs(std::map<std::string, Spec>& m) {
       return std::vector<Case>{{{rn({3, 4}), rn({3, 5})}, {}}, {{rn({}), rn({})}, {}}, {{ints({3}, 0, 2), ints({3}, 0, 2)}, {}}};
     };
     m[log ? "log_softmax_backward" : "softmax_backward"] = s;
+  }
+
+  // ---- causal_softmax: row i of each (Lq, Lkv) matrix over columns j <= i + offset ----
+  {
+    Spec s;
+    auto off = [](int64_t o) { return Attrs{{"offset", o}}; };
+    s.cases = [off] {
+      return std::vector<Case>{{{rn({4, 4})}, off(0)},          {{rn({2, 3, 3, 7})}, off(4)}, {{rn({3, 5})}, off(2)},
+                               {{rn({2, 0, 4})}, off(0)},       {{rn({1, 6})}, off(5)},       {{rn({64, 300})}, off(236)},
+                               {{rn({5, 4}).t()}, off(0)},      {{rn({3, 3})}, off(-1)}};  // the first row sees nothing: nan
+    };
+    s.ref = [](const std::vector<R>& in, const Attrs& a) {
+      const R& x = in[0];
+      const int64_t n = x.shape.back(), lq = x.shape[x.shape.size() - 2], rows = n ? x.shape.numel() / n : 0;
+      R y{x.shape, std::vector<double>(x.v.size(), 0.0), x.dtype};
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t seen = std::clamp<int64_t>(r % lq + a.i("offset") + 1, 0, n);
+        std::vector<double> line(x.v.begin() + r * n, x.v.begin() + r * n + seen);
+        const auto p = softmax_line(line, false);
+        for (int64_t j = 0; j < n; ++j) y.v[size_t(r * n + j)] = seen == 0 ? NAN : (j < seen ? p[size_t(j)] : 0.0);
+      }
+      return std::vector<R>{y};
+    };
+    s.bad = [off] { return std::vector<Case>{{{rn({4})}, off(0)}, {{ints({2, 2}, 0, 3)}, off(0)}}; };
+    s.grad_cases = [off] {
+      return small_f64({{{rn({4, 4})}, off(0)}, {{rn({2, 2, 5})}, off(3)}, {{rn({3, 4})}, off(1)}});
+    };
+    m["causal_softmax"] = s;
   }
 
   // ---- cross_entropy_backward: (logits, target, g) -> dlogits ----

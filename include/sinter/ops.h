@@ -83,6 +83,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape);  // reverses broadcasting
 
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// Softmax over the last dim of x (..., Lq, Lkv) where row i sees only columns j <= i + offset
+// (0 elsewhere): causal attention scores without a mask; offset = Lkv - Lq aligns bottom-right.
+Tensor causal_softmax(const Tensor& x, int64_t offset);
 
 // Linear algebra. matmul follows NumPy: 1-D operands, batched, broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -49,18 +49,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     vv = v.unsqueeze(2).expand({B, Hkv, rep, Lkv, v.size(3)}).reshape({B, Hq, Lkv, v.size(3)});
   }
   Tensor scores = matmul(q * s, kk.transpose(-1, -2));  // scaling q is Lq*D work, not Lq*Lkv
-  if (is_causal) {
-    // Bottom-right aligned: query i sees keys j <= i + (Lkv - Lq).
-    Tensor mask = Tensor::empty({Lq, Lkv}, DType::boolean);
-    bool* p = mask.data<bool>();
-    for (int64_t i = 0; i < Lq; ++i)
-      for (int64_t j = 0; j < Lkv; ++j) p[i * Lkv + j] = j > i + (Lkv - Lq);
-    scores = masked_fill(scores, mask, -INFINITY);
-  } else if (attn_mask.defined()) {
+  if (attn_mask.defined())
     scores = attn_mask.dtype() == DType::boolean ? masked_fill(scores, eq(attn_mask, zeros({}, DType::boolean)), -INFINITY)
                                                  : scores + attn_mask;
-  }
-  Tensor p = softmax(scores, -1);
+  // Causal: bottom-right aligned, query i sees keys j <= i + (Lkv - Lq); no mask tensor.
+  Tensor p = is_causal ? causal_softmax(scores, Lkv - Lq) : softmax(scores, -1);
   if (dropout_p > 0) p = dropout(p, dropout_p);
   return matmul(p, vv);
 }

@@ -164,6 +164,37 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   });
 }
 
+void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset) {
+  const int64_t outer = x.size(0), inner = x.size(1);
+  visit_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      using C = compute_t<T>;
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+        std::vector<C> buf(static_cast<size_t>(inner));
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* row = px + r * inner;
+          T* orow = po + r * inner;
+          // Row i of its matrix sees columns j <= i + offset; the rest is 0 (and costs no exp).
+          const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
+          for (int64_t i = n; i < inner; ++i) orow[i] = T(0);
+          if (n == 0) {  // nothing visible: 0/0, as softmax of a fully masked row
+            for (int64_t i = 0; i < inner; ++i) orow[i] = T(std::numeric_limits<C>::quiet_NaN());
+            continue;
+          }
+          C m = simd::row_max<C>(row, n);
+          if (std::isinf(m) && m < 0) m = 0;
+          C* b = buf.data();
+          for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_(C(row[i]) - m);
+          const C inv = C(1) / simd::lane_sum<C>(n, [&](int64_t i) { return b[i]; });
+          for (int64_t i = 0; i < n; ++i) orow[i] = T(b[i] * inv);
+        }
+      });
+    }
+  });
+}
+
 void softmax_backward_rows(const Tensor& g, const Tensor& y, const Tensor& dx, bool log) {
   // softmax: dx = y (g - sum(g y));  log_softmax: dx = g - exp(y) sum(g)
   const int64_t outer = y.size(0), inner = y.size(1);

@@ -239,6 +239,31 @@ void register_reduce_ops() {
   define_softmax("softmax", false);
   define_softmax("log_softmax", true);
 
+  OpDef ck;
+  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attr offset: row i sees columns j <= i + offset
+  ck.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    check_float("causal_softmax", in[0]);
+    SINTER_CHECK_SHAPE(in[0].shape.size() >= 2, "[causal_softmax] needs (..., Lq, Lkv), got ", in[0].shape);
+    return std::vector<TensorMeta>{in[0]};
+  };
+  ck.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const Tensor& x = in[0];
+    if (x.numel() == 0) return;
+    const int64_t inner = x.size(-1);
+    const Shape s2{x.numel() / inner, inner};
+    cpu::causal_softmax_rows(raw_reshape_contiguous(contiguous_as(x, x.dtype()), s2), raw_reshape_contiguous(out[0], s2),
+                             x.size(-2), a.i("offset"));
+  };
+  ck.backward = [](BackwardCtx& c) {  // softmax's: the masked outputs are 0, so their gradient is too
+    const Tensor &y = c.outputs[0], &g = c.grads[0];
+    static const OpDef& fused = get_op("softmax_backward");
+    if (!grad_enabled()) return std::vector<Tensor>{call1(fused, {g, y})};
+    return std::vector<Tensor>{y * (g - sum(g * y, {-1}, true))};
+  };
+  ck.save_inputs = 0;
+  ck.save_outputs = 1;
+  add_op(std::move(ck));
+
   OpDef cs;
   cs.name = "cumsum";
   cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
@@ -323,6 +348,10 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor softmax(const Tensor& x, int64_t dim) {
   static const OpDef& op = get_op("softmax");
   return call1(op, {x}, {{"dim", dim}});
+}
+Tensor causal_softmax(const Tensor& x, int64_t offset) {
+  static const OpDef& op = get_op("causal_softmax");
+  return call1(op, {x}, {{"offset", offset}});
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   static const OpDef& op = get_op("log_softmax");
