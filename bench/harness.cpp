@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "cpu/cpu.h"
 
 #ifndef SINTER_SOURCE_DIR
 #define SINTER_SOURCE_DIR "."
@@ -163,27 +164,33 @@ double copy_bandwidth_gbs(Timing* copy_of_64mib) {
 }
 
 double fma_peak_gflops() {
-  // Twelve independent chains of 16-wide FMAs per thread: enough to hide the FMA latency.
-  typedef float v16 __attribute__((vector_size(64)));
-  constexpr int chains = 12;
-  const int64_t iters = 2'000'000;
+  // Twelve independent chains of register-wide FMAs per thread: enough to hide the FMA latency.
+#ifdef __AVX512F__
+  constexpr int bytes = 64;
+#else
+  constexpr int bytes = 32;
+#endif
+  typedef float vec __attribute__((vector_size(bytes)));
+  constexpr int lanes = bytes / 4, chains = 12;
+  const int64_t iters = 4'000'000;
   auto kernel = [&] {
     parallel_for(0, num_threads(), 1, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t) {
-        v16 acc[chains];
-        v16 a, b;
-        for (int i = 0; i < 16; ++i) a[i] = 1.0f + 1e-7f * float(i), b[i] = 1e-7f;
-        for (int c = 0; c < chains; ++c) acc[c] = b * float(c);
-        for (int64_t i = 0; i < iters; ++i)
-          for (int c = 0; c < chains; ++c) acc[c] = acc[c] * a + b;
-        float sink = 0;
-        for (int c = 0; c < chains; ++c) sink += acc[c][0];
+        vec a, b;
+        for (int i = 0; i < lanes; ++i) a[i] = 1.0f - 1e-7f * float(i), b[i] = 1e-7f;
+        vec c0 = b, c1 = b, c2 = b, c3 = b, c4 = b, c5 = b, c6 = b, c7 = b, c8 = b, c9 = b, c10 = b, c11 = b;
+        for (int64_t i = 0; i < iters; ++i) {
+          c0 = c0 * a + b, c1 = c1 * a + b, c2 = c2 * a + b, c3 = c3 * a + b, c4 = c4 * a + b, c5 = c5 * a + b;
+          c6 = c6 * a + b, c7 = c7 * a + b, c8 = c8 * a + b, c9 = c9 * a + b, c10 = c10 * a + b, c11 = c11 * a + b;
+        }
+        const vec sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;
+        float sink = sum[0];
         asm volatile("" : : "x"(sink));
       }
     });
   };
   const Timing t = time_it(kernel, 1, 3, 0);
-  return 2.0 * 16 * chains * double(iters) * num_threads() / (t.best_ms * 1e-3) / 1e9;
+  return 2.0 * lanes * chains * double(iters) * num_threads() / (t.best_ms * 1e-3) / 1e9;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -248,11 +255,25 @@ void update_markdown_section(const std::string& path, const std::string& suite, 
   io::atomic_write(path, text);
 }
 
+std::string machine_line() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, model = "unknown CPU", flags;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0 && model == "unknown CPU") model = line.substr(line.find(':') + 2);
+    if (line.rfind("flags", 0) == 0 && flags.empty()) flags = line + " ";
+  }
+  auto has = [&](const char* fl) { return flags.find(std::string(" ") + fl + " ") != std::string::npos; };
+  return "CPU: " + model + ", " + std::to_string(num_threads()) + " threads; AVX2 " + (has("avx2") ? "yes" : "no") +
+         ", AVX-512 " + (has("avx512f") ? "yes" : "no") + ", AVX512-BF16 " + (has("avx512_bf16") ? "yes" : "no") +
+         " (bf16 matmul: " + (cpu::dnnl_has_bf16() ? "oneDNN native" : "widened to f32 — no bf16 hardware") + ")";
+}
+
 int run(const Options& o) {
   auto it = std::find_if(suites().begin(), suites().end(), [&](const SuiteInfo& s) { return s.name == o.suite; });
   SINTER_CHECK(it != suites().end(), "[bench] unknown suite '", o.suite, "'");
   Report report;
-  std::printf("sinter bench %s: %s\nthreads: %d%s\n\n", o.suite.c_str(), it->what.c_str(), num_threads(), o.quick ? ", quick" : "");
+  const std::string machine = machine_line();
+  std::printf("sinter bench %s: %s\n%s%s\n\n", o.suite.c_str(), it->what.c_str(), machine.c_str(), o.quick ? ", quick" : "");
   std::printf("%-44s %10s %10s   %-34s %10s %8s  %s\n", "case", "ours best", "median", "peer", "peer best", "ratio", "note");
   it->run(o, report);
 
@@ -273,7 +294,7 @@ int run(const Options& o) {
   if (!o.svg.empty()) io::atomic_write(o.svg, report.svg_chart("sinter bench " + o.suite));
   if (!o.update.empty()) {
     std::ostringstream body;
-    body << "`" << o.command_line << "` — " << today() << ", " << num_threads() << " threads.\n\n" << report.markdown_table();
+    body << "`" << o.command_line << "` — " << today() << ". " << machine << ".\n\n" << report.markdown_table();
     if (!o.svg.empty()) body << "\n![ratios](" << o.svg << ")\n";
     update_markdown_section(o.update, o.suite, body.str());
     std::printf("\nupdated the '%s' section of %s\n", o.suite.c_str(), o.update.c_str());

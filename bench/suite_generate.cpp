@@ -30,6 +30,24 @@ void suite_generate(const Options& o, Report& r) {
     std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / per_token.best_ms);
     r.ours_only(std::string("generate ") + dtype_name(dt) + " tiny batch=1 96 tokens (per token)", per_token, note);
   }
+  // The KV cache against recomputing the whole context for each token, as the context grows: with
+  // the cache the cost per token should stay nearly flat.
+  manual_seed(0);
+  nn::GPT model(nn::ModelConfig::preset("tiny"));
+  model.init_weights(0);
+  model.eval();
+  const int64_t max_len = model.config().max_position_embeddings;
+  for (int64_t ctx : {int64_t(16), max_len / 2, max_len - 32}) {
+    Tensor prompt = randint(32, 127, {ctx});
+    train::Sampling s;
+    s.temperature = 0;
+    auto per_token = [&](bool cache) {
+      const Timing t = time_it([&] { (void)train::generate(model, prompt, 32, s, cache); }, 1, o.quick ? 2 : 5, 0);
+      return Timing{t.best_ms / 32, t.median_ms / 32};
+    };
+    r.add("generate f32 tiny KV cache, context " + std::to_string(ctx) + " (per token)", per_token(true),
+          "Sinter recomputing the context", per_token(false));
+  }
 }
 
 }  // namespace sinter::bench
