@@ -219,7 +219,11 @@ void add_more_specs(std::map<std::string, Spec>& m) {
     return std::vector<Case>{{{rn({4, 3}), rn({5, 3}), rn({5})}, {}},   {{rn({2, 3, 4}), rn({6, 4})}, {}},
                              {{rn({3}), rn({2, 3}), rn({2})}, {}},       {{rn({0, 3}), rn({2, 3}), rn({2})}, {}},
                              {{rn({3, 4}).t(), rn({2, 3})}, {}},        {{rn({17, 64}), rn({40, 64}), rn({40})}, {}},
-                             {{rn({2, 5}, DType::f64), rn({3, 5}, DType::f64), rn({3}, DType::f64)}, {}}};
+                             {{rn({2, 5}, DType::f64), rn({3, 5}, DType::f64), rn({3}, DType::f64)}, {}},
+                             // decode-sized products (the few-rows kernel): vector body + tails in K and N,
+                             // one and two rows at a time, with and without bias
+                             {{rn({1, 37}), rn({9, 37}), rn({9})}, {}}, {{rn({5, 1, 70}), rn({13, 70})}, {}},
+                             {{rn({2, 128}), rn({384, 128}), rn({384})}, {}}, {{rn({8, 16}), rn({4, 16})}, {}}};
   };
   li.ref = [](const std::vector<R>& in, const Attrs&) {
     const R &x = in[0], &w = in[1];
