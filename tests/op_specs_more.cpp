@@ -406,7 +406,10 @@ void add_more_specs(std::map<std::string, Spec>& m) {
       {{1, 2, 5, 4}, {1, 2, 5, 4}, false, 0.5},   {{2, 4, 7, 8}, {2, 2, 7, 8}, true, 0.35},
       {{1, 4, 3, 16}, {1, 1, 9, 16}, true, 0.25},  {{1, 1, 1, 8}, {1, 1, 70, 8}, true, 0.3},
       {{1, 2, 40, 8}, {1, 2, 40, 8}, true, 0.3},   {{1, 1, 70, 4}, {1, 1, 130, 4}, false, 0.5},
-      {{1, 1, 6, 4}, {1, 1, 3, 4}, true, 0.5},     {{1, 1, 0, 4}, {1, 1, 3, 4}, false, 0.5}};
+      {{1, 1, 6, 4}, {1, 1, 3, 4}, true, 0.5},     {{1, 1, 0, 4}, {1, 1, 3, 4}, false, 0.5},
+      // head dims the register-blocked f32 kernel takes, lengths across several 64-wide tiles
+      {{1, 2, 70, 32}, {1, 1, 130, 32}, true, 0.2}, {{2, 2, 65, 64}, {2, 2, 65, 64}, false, 0.125},
+      {{1, 4, 1, 32}, {1, 1, 100, 32}, true, 0.2},  {{1, 1, 130, 16}, {1, 1, 130, 16}, true, 0.25}};
   auto attn_attrs = [](bool causal, double scale) { return Attrs{{"causal", causal}, {"scale", scale}}; };
   // Visible keys of query row i: causal masks align to the bottom right.
   auto visible = [](int64_t i, int64_t Lq, int64_t Lkv, bool causal) {

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include <cstring>
+
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "cpu/simd/lanes.h"
 #include "ops/common.h"
 #include "ops/scalar_fns.h"
 
@@ -114,6 +117,128 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
   });
 }
 
+// The f32 forward with register-blocked micro-kernels (GCC vector types, one register wide):
+// S = Q K^T in 4-row x 2-register blocks over a transposed K tile, then O += P V in 4-row x
+// 2-register blocks of the head dimension. Each k-step loads two vectors and issues eight FMAs.
+typedef float fvec __attribute__((vector_size(cpu::simd::kVectorBytes)));
+constexpr int64_t kV = cpu::simd::kVectorBytes / 4, kNr = 2 * kV;  // floats per register, per block row
+constexpr int64_t kFBr = 64, kFBc = 64;
+
+SINTER_INLINE fvec vload(const float* p) { fvec v; std::memcpy(&v, p, sizeof v); return v; }
+SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
+
+// s(rows, kFBc) = qs(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
+// kt is zero-padded there).
+void scores_tile(const float* qs, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const int64_t rr = std::min<int64_t>(4, rows - r0);
+    const float* qr[4];
+    for (int64_t r = 0; r < 4; ++r) qr[r] = qs + std::min(r0 + r, rows - 1) * D;
+    for (int64_t c0 = 0; c0 < cols; c0 += kNr) {
+      fvec acc[4][2] = {};
+      for (int64_t d = 0; d < D; ++d) {
+        const fvec k0 = vload(kt + d * kFBc + c0), k1 = vload(kt + d * kFBc + c0 + kV);
+        for (int r = 0; r < 4; ++r) {
+          const float qv = qr[r][d];
+          acc[r][0] += k0 * qv;
+          acc[r][1] += k1 * qv;
+        }
+      }
+      for (int64_t r = 0; r < rr; ++r) {
+        vstore(s + (r0 + r) * kFBc + c0, acc[r][0]);
+        vstore(s + (r0 + r) * kFBc + c0 + kV, acc[r][1]);
+      }
+    }
+  }
+}
+
+// acc(rows, Dv) += p(rows, kFBc)[:, :cols] v(cols, Dv); Dv a multiple of kNr (checked by the caller).
+void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const int64_t rr = std::min<int64_t>(4, rows - r0);
+    const float* pr[4];
+    for (int64_t r = 0; r < 4; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * kFBc;
+    for (int64_t d0 = 0; d0 < Dv; d0 += kNr) {
+      fvec a[4][2];
+      for (int64_t r = 0; r < 4; ++r) {
+        const float* ar = acc + std::min(r0 + r, rows - 1) * Dv + d0;
+        a[r][0] = vload(ar), a[r][1] = vload(ar + kV);
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
+        for (int r = 0; r < 4; ++r) {
+          const float pv = pr[r][c];
+          a[r][0] += v0 * pv;
+          a[r][1] += v1 * pv;
+        }
+      }
+      for (int64_t r = 0; r < rr; ++r) {
+        float* ar = acc + (r0 + r) * Dv + d0;
+        vstore(ar, a[r][0]);
+        vstore(ar + kV, a[r][1]);
+      }
+    }
+  }
+}
+
+void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, float* o, float* lse) {
+  const int64_t q_tiles = (g.Lq + kFBr - 1) / kFBr, group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
+  const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
+  parallel_for(0, g.B * g.Hq * q_tiles, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> qs(static_cast<size_t>(kFBr * D)), s(static_cast<size_t>(kFBr * kFBc)),
+        acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
+        kt(static_cast<size_t>(D * kFBc), 0.0f);
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
+      const int64_t i0 = qt * kFBr, rows = std::min(kFBr, g.Lq - i0);
+      const float* Q = q + ((b * g.Hq + h) * g.Lq + i0) * D;
+      const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
+      const float* V = v + (b * g.Hkv + hk) * g.Lkv * Dv;
+      for (int64_t i = 0; i < rows * D; ++i) qs[size_t(i)] = Q[i] * scale;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(m.begin(), m.end(), ninf);
+      std::fill(l.begin(), l.end(), 0.0f);
+      const int64_t kend = key_limit(g, i0 + rows - 1);  // tiles past the last row's limit are fully masked
+      for (int64_t j0 = 0; j0 < kend; j0 += kFBc) {
+        const int64_t cols = std::min(kFBc, kend - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = K[(j0 + c) * D + d];
+        for (int64_t c = cols; c < cols_r; ++c)
+          for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = 0.0f;
+        scores_tile(qs.data(), kt.data(), s.data(), rows, cols_r, D);
+        // Online softmax per row: mask, new max, rescale the running sum and the output row.
+        const bool all_visible = !g.causal || j0 + cols - 1 <= i0 + g.offset();
+        for (int64_t r = 0; r < rows; ++r) {
+          float* sr = s.data() + r * kFBc;
+          const int64_t lim = all_visible ? cols : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
+          for (int64_t c = lim; c < cols_r; ++c) sr[c] = ninf;
+          const float row_max = lim > 0 ? cpu::simd::max_of(sr, lim) : ninf;
+          const float m_new = std::max(m[size_t(r)], row_max);
+          if (m_new == ninf) {  // nothing visible yet: p = 0 for this tile
+            for (int64_t c = 0; c < cols_r; ++c) sr[c] = 0.0f;
+            continue;
+          }
+          const float alpha = fn::exp_(m[size_t(r)] - m_new);
+          for (int64_t c = 0; c < cols_r; ++c) sr[c] = fn::exp_(sr[c] - m_new);
+          l[size_t(r)] = l[size_t(r)] * alpha + cpu::simd::lane_sum<float>(lim, [&](int64_t c) { return sr[c]; });
+          m[size_t(r)] = m_new;
+          if (alpha != 1.0f) {
+            float* ar = acc.data() + r * Dv;
+            for (int64_t d = 0; d < Dv; ++d) ar[d] *= alpha;
+          }
+        }
+        pv_tile(s.data(), V + j0 * Dv, acc.data(), rows, cols, Dv);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = o + ((b * g.Hq + h) * g.Lq + i0 + r) * Dv;
+        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : std::numeric_limits<float>::quiet_NaN();
+        for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
+        lse[(b * g.Hq + h) * g.Lq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+      }
+    }
+  });
+}
+
 // Backward, parallel over (batch, key/value head) so dK/dV of a head are owned by one thread.
 template <class T>
 void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
@@ -194,6 +319,12 @@ void register_flash_ops() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         Tensor q = contiguous_as(in[0], in[0].dtype()), k = contiguous_as(in[1], in[1].dtype()),
                v = contiguous_as(in[2], in[2].dtype());
+        if constexpr (std::is_same_v<T, float>) {
+          if (g.Dv % kNr == 0) {  // the register-blocked kernel (head dims 16/32/64/128 ...)
+            flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), out[0].data<T>(), out[1].data<T>());
+            return;
+          }
+        }
         flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), out[0].data<T>(), out[1].data<T>());
       }
     });
