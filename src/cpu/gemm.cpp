@@ -1,5 +1,6 @@
 // Dense GEMM. f32 and bf16 go to oneDNN's matmul primitive (chosen by measurement: BENCHMARKS.md);
 // other dtypes (f64 for gradchecks, integers) use a plain loop that accumulates in double / int64.
+#include <algorithm>
 #include <cstring>
 #include <dnnl.hpp>
 #include <immintrin.h>
@@ -266,7 +267,20 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias)
   }
   if (a.dtype() == DType::f16 || a.dtype() == DType::bf16) {  // no f16 matmul in oneDNN 2.6, bf16 needs AVX512: widen
     auto widen = [](const Tensor& t) {
-      Tensor w = Tensor::empty(t.shape(), DType::f32);
+      // Keep the operand's layout when it is a permutation of a dense one (a transposed weight):
+      // a layout-changing copy of a large matrix costs more than the GEMM.
+      std::vector<int64_t> order(size_t(t.dim()));
+      for (int64_t i = 0; i < t.dim(); ++i) order[size_t(i)] = i;
+      std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return t.stride(x) < t.stride(y); });
+      int64_t expect = 1;
+      bool dense = true;
+      for (int64_t d : order) {
+        if (t.size(d) == 1) continue;
+        dense = dense && t.stride(d) == expect;
+        expect *= t.size(d);
+      }
+      Tensor w = dense ? Tensor::from_storage(Tensor::empty({t.numel()}, DType::f32).storage(), t.shape(), t.strides(), 0, DType::f32)
+                       : Tensor::empty(t.shape(), DType::f32);
       copy(t, w);
       return w;
     };

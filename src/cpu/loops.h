@@ -1,7 +1,9 @@
 #pragma once
 // The strided N-operand loop every elementwise kernel runs on: broadcast strides, merge dims that
 // are contiguous across all operands, thread the outer dims, hand the innermost run to `inner`.
+#include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <vector>
 
 #include "core/parallel.h"
@@ -29,10 +31,17 @@ void for_each_strided(const Shape& shape, std::array<char*, N> base, const std::
                       const Inner& inner) {
   const int64_t numel = shape.numel();
   if (numel == 0) return;
-  // Drop size-1 dims, then merge neighbours that are contiguous for every operand.
+  // Visit dims in the order of operand 0's (the output's) strides, largest outermost, so a
+  // transposed output is written in memory order; then drop size-1 dims and merge neighbours that
+  // are contiguous for every operand.
+  Dims order;
+  for (size_t d = 0; d < shape.size(); ++d) order.push_back(int64_t(d));
+  std::stable_sort(order.data(), order.data() + order.size(),
+                   [&](int64_t x, int64_t y) { return std::abs(strides[0][size_t(x)]) > std::abs(strides[0][size_t(y)]); });
   Dims dims;
   std::array<Dims, N> st;
-  for (size_t d = 0; d < shape.size(); ++d) {
+  for (size_t od = 0; od < shape.size(); ++od) {
+    const size_t d = size_t(order[od]);
     if (shape[d] == 1) continue;
     bool merge = !dims.empty();
     for (size_t k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * shape[d];
