@@ -7,7 +7,6 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev            # dense GEMM (oneDNN 2.6), chosen by measurement: see BENCHMARKS.md
   libgtest-dev           # tests
-  libbenchmark-dev       # microbenchmarks
   nlohmann-json3-dev     # JSON for safetensors headers and configs
   libcli11-dev           # the sinter command line
   clang libclang-rt-14-dev libfuzzer-14-dev   # libFuzzer target for the safetensors parser

@@ -475,7 +475,12 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              backward_case({2, 4, 7, 8}, {2, 2, 7, 8}, true, 0.35, DType::f32),
                              backward_case({1, 4, 3, 16}, {1, 1, 9, 16}, true, 0.25, DType::f32),
                              backward_case({1, 2, 40, 8}, {1, 2, 70, 8}, true, 0.3, DType::f32),
-                             backward_case({1, 2, 6, 4}, {1, 1, 6, 4}, true, 0.5, DType::f64)};
+                             backward_case({1, 2, 6, 4}, {1, 1, 6, 4}, true, 0.5, DType::f64),
+                             // the register-blocked f32 backward: several tiles, GQA, Lq != Lkv, decode row
+                             backward_case({1, 4, 70, 32}, {1, 2, 130, 32}, true, 0.2, DType::f32),
+                             backward_case({2, 2, 65, 64}, {2, 2, 65, 64}, false, 0.125, DType::f32),
+                             backward_case({1, 2, 1, 32}, {1, 1, 80, 32}, true, 0.2, DType::f32),
+                             backward_case({1, 1, 130, 16}, {1, 1, 100, 16}, true, 0.25, DType::f32)};
   };
   fb.ref = [visible](const std::vector<R>& in, const Attrs& a) {
     const R &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5], &dlse = in[6];

@@ -239,6 +239,82 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
   });
 }
 
+// The f32 backward on the same micro-kernels, FlashAttention-2 order: per (batch, kv head), for
+// each K/V tile, for each query head of its group and each query tile, recompute S and P, then
+// dV += P^T dO, dP = dO V^T, dS = P (dP - delta) scale, dQ += dS K, dK += dS^T Q.
+void transpose_tile(const float* src, int64_t ld_src, float* dst, int64_t rows, int64_t cols) {
+  // dst(cols, kFBc) = src(rows, cols)^T, zero-padded to kFBc columns
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) dst[c * kFBc + r] = src[r * ld_src + c];
+    for (int64_t r = rows; r < kFBc; ++r) dst[c * kFBc + r] = 0.0f;
+  }
+}
+
+void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                        const float* dout, const float* dlse, float* dq, float* dk, float* dv) {
+  const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
+  const float scale = float(g.scale);
+  parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
+        dp(static_cast<size_t>(kFBr * kFBc)), t(static_cast<size_t>(kFBc * kFBc)), qs(static_cast<size_t>(kFBr * D)),
+        delta(static_cast<size_t>(group * g.Lq));
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t b = job / g.Hkv, hk = job % g.Hkv;
+      const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
+      const float* V = v + (b * g.Hkv + hk) * g.Lkv * Dv;
+      float* dK = dk + (b * g.Hkv + hk) * g.Lkv * D;
+      float* dV = dv + (b * g.Hkv + hk) * g.Lkv * Dv;
+      std::fill(dK, dK + g.Lkv * D, 0.0f);
+      std::fill(dV, dV + g.Lkv * Dv, 0.0f);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        // delta_i = rowsum(dO_i * O_i) - dLSE_i (dLSE_i / dS_ij = P_ij)
+        const int64_t base = (b * g.Hq + h) * g.Lq;
+        const float *O = o + base * Dv, *dO = dout + base * Dv;
+        for (int64_t i = 0; i < g.Lq; ++i)
+          delta[size_t((h - hk * group) * g.Lq + i)] =
+              cpu::simd::lane_sum<float>(Dv, [&](int64_t d) { return dO[i * Dv + d] * O[i * Dv + d]; }) - dlse[base + i];
+        std::fill(dq + base * D, dq + (base + g.Lq) * D, 0.0f);
+      }
+      for (int64_t j0 = 0; j0 < g.Lkv; j0 += kFBc) {
+        const int64_t cols = std::min(kFBc, g.Lkv - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
+        transpose_tile(K + j0 * D, D, kt.data(), cols, D);  // kt(D, kFBc) = K_j^T
+        transpose_tile(V + j0 * Dv, Dv, vt.data(), cols, Dv);
+        // Query rows that see any key of this tile: i + offset >= j0 (causal).
+        const int64_t i_first = g.causal ? std::max<int64_t>(0, j0 - g.offset()) : 0;
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          const int64_t base = (b * g.Hq + h) * g.Lq;
+          const float *Q = q + base * D, *dO = dout + base * Dv, *LSE = lse + base;
+          const float* dl_h = delta.data() + (h - hk * group) * g.Lq;
+          float* dQ = dq + base * D;
+          for (int64_t i0 = i_first / kFBr * kFBr; i0 < g.Lq; i0 += kFBr) {
+            const int64_t rows = std::min(kFBr, g.Lq - i0);
+            for (int64_t x = 0; x < rows * D; ++x) qs[size_t(x)] = Q[i0 * D + x] * scale;
+            scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D);            // S
+            scores_tile(dO + i0 * Dv, vt.data(), dp.data(), rows, cols_r, Dv);      // dP = dO V^T
+            for (int64_t r = 0; r < rows; ++r) {
+              float *pr = p.data() + r * kFBc, *dpr = dp.data() + r * kFBc;
+              const float l = LSE[i0 + r], dl = dl_h[i0 + r];
+              const int64_t lim = (std::isinf(l) || std::isnan(l)) ? 0
+                                  : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
+              for (int64_t c = 0; c < lim; ++c) {
+                pr[c] = fn::exp_(pr[c] - l);
+                dpr[c] = pr[c] * (dpr[c] - dl) * scale;  // dS
+              }
+              for (int64_t c = lim; c < kFBc; ++c) pr[c] = dpr[c] = 0.0f;
+            }
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i: transposed tiles through the same kernel.
+            transpose_tile(p.data(), kFBc, t.data(), rows, cols);
+            pv_tile(t.data(), dO + i0 * Dv, dV + j0 * Dv, cols, rows, Dv);
+            transpose_tile(dp.data(), kFBc, t.data(), rows, cols);
+            pv_tile(t.data(), Q + i0 * D, dK + j0 * D, cols, rows, D);
+            pv_tile(dp.data(), K + j0 * D, dQ + i0 * D, rows, cols, D);  // dQ_i += dS K_j
+          }
+        }
+      }
+    }
+  });
+}
+
 // Backward, parallel over (batch, key/value head) so dK/dV of a head are owned by one thread.
 template <class T>
 void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
@@ -361,6 +437,13 @@ void register_flash_ops() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         std::vector<Tensor> c;
         for (auto& t : in) c.push_back(contiguous_as(t, t.dtype()));
+        if constexpr (std::is_same_v<T, float>) {
+          if (g.D % kNr == 0 && g.Dv % kNr == 0) {
+            flash_backward_f32(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
+                               c[5].data<T>(), c[6].data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>());
+            return;
+          }
+        }
         flash_backward<T>(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
                           c[5].data<T>(), c[6].data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>());
       }
