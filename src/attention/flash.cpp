@@ -118,8 +118,8 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
 }
 
 // The f32 forward with register-blocked micro-kernels (GCC vector types, one register wide):
-// S = Q K^T in 4-row x 2-register blocks over a transposed K tile, then O += P V in 4-row x
-// 2-register blocks of the head dimension. Each k-step loads two vectors and issues eight FMAs.
+// S = Q K^T in 6-row x 2-register blocks over a transposed K tile, then O += P V in 6-row x
+// 2-register blocks of the head dimension.
 typedef float fvec __attribute__((vector_size(cpu::simd::kVectorBytes)));
 constexpr int64_t kV = cpu::simd::kVectorBytes / 4, kNr = 2 * kV;  // floats per register, per block row
 constexpr int64_t kFBr = 64, kFBc = 64;
@@ -127,18 +127,22 @@ constexpr int64_t kFBr = 64, kFBc = 64;
 SINTER_INLINE fvec vload(const float* p) { fvec v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
 
+// Rows per micro-kernel block: 6 x 2 registers of accumulators, 2 loads and 6 broadcasts per 12
+// FMAs (the BLAS shape for 16 registers): FMA-bound rather than load-bound.
+constexpr int kMr = 6;
+
 // s(rows, kFBc) = qs(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
 // kt is zero-padded there).
 void scores_tile(const float* qs, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const int64_t rr = std::min<int64_t>(4, rows - r0);
-    const float* qr[4];
-    for (int64_t r = 0; r < 4; ++r) qr[r] = qs + std::min(r0 + r, rows - 1) * D;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+    const int64_t rr = std::min<int64_t>(kMr, rows - r0);
+    const float* qr[kMr];
+    for (int64_t r = 0; r < kMr; ++r) qr[r] = qs + std::min(r0 + r, rows - 1) * D;
     for (int64_t c0 = 0; c0 < cols; c0 += kNr) {
-      fvec acc[4][2] = {};
+      fvec acc[kMr][2] = {};
       for (int64_t d = 0; d < D; ++d) {
         const fvec k0 = vload(kt + d * kFBc + c0), k1 = vload(kt + d * kFBc + c0 + kV);
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < kMr; ++r) {
           const float qv = qr[r][d];
           acc[r][0] += k0 * qv;
           acc[r][1] += k1 * qv;
@@ -154,19 +158,19 @@ void scores_tile(const float* qs, const float* kt, float* s, int64_t rows, int64
 
 // acc(rows, Dv) += p(rows, kFBc)[:, :cols] v(cols, Dv); Dv a multiple of kNr (checked by the caller).
 void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const int64_t rr = std::min<int64_t>(4, rows - r0);
-    const float* pr[4];
-    for (int64_t r = 0; r < 4; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * kFBc;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+    const int64_t rr = std::min<int64_t>(kMr, rows - r0);
+    const float* pr[kMr];
+    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * kFBc;
     for (int64_t d0 = 0; d0 < Dv; d0 += kNr) {
-      fvec a[4][2];
-      for (int64_t r = 0; r < 4; ++r) {
+      fvec a[kMr][2];
+      for (int64_t r = 0; r < kMr; ++r) {
         const float* ar = acc + std::min(r0 + r, rows - 1) * Dv + d0;
         a[r][0] = vload(ar), a[r][1] = vload(ar + kV);
       }
       for (int64_t c = 0; c < cols; ++c) {
         const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < kMr; ++r) {
           const float pv = pr[r][c];
           a[r][0] += v0 * pv;
           a[r][1] += v1 * pv;
