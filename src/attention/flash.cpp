@@ -156,12 +156,14 @@ void scores_tile(const float* qs, const float* kt, float* s, int64_t rows, int64
   }
 }
 
-// acc(rows, Dv) += p(rows, kFBc)[:, :cols] v(cols, Dv); Dv a multiple of kNr (checked by the caller).
-void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
+// acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
+// tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr.
+void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
+             int64_t p_cs = 1) {
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
     const int64_t rr = std::min<int64_t>(kMr, rows - r0);
     const float* pr[kMr];
-    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * kFBc;
+    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * p_rs;
     for (int64_t d0 = 0; d0 < Dv; d0 += kNr) {
       fvec a[kMr][2];
       for (int64_t r = 0; r < kMr; ++r) {
@@ -171,7 +173,7 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
       for (int64_t c = 0; c < cols; ++c) {
         const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
         for (int r = 0; r < kMr; ++r) {
-          const float pv = pr[r][c];
+          const float pv = pr[r][c * p_cs];
           a[r][0] += v0 * pv;
           a[r][1] += v1 * pv;
         }
@@ -260,7 +262,7 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
   const float scale = float(g.scale);
   parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
-        dp(static_cast<size_t>(kFBr * kFBc)), t(static_cast<size_t>(kFBc * kFBc)), qs(static_cast<size_t>(kFBr * D)),
+        dp(static_cast<size_t>(kFBr * kFBc)), qs(static_cast<size_t>(kFBr * D)),
         delta(static_cast<size_t>(group * g.Lq));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
@@ -306,11 +308,9 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
               }
               for (int64_t c = lim; c < kFBc; ++c) pr[c] = dpr[c] = 0.0f;
             }
-            // dV_j += P^T dO_i and dK_j += dS^T Q_i: transposed tiles through the same kernel.
-            transpose_tile(p.data(), kFBc, t.data(), rows, cols);
-            pv_tile(t.data(), dO + i0 * Dv, dV + j0 * Dv, cols, rows, Dv);
-            transpose_tile(dp.data(), kFBc, t.data(), rows, cols);
-            pv_tile(t.data(), Q + i0 * D, dK + j0 * D, cols, rows, D);
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i: the same kernel reading P and dS transposed.
+            pv_tile(p.data(), dO + i0 * Dv, dV + j0 * Dv, cols, rows, Dv, 1, kFBc);
+            pv_tile(dp.data(), Q + i0 * D, dK + j0 * D, cols, rows, D, 1, kFBc);
             pv_tile(dp.data(), K + j0 * D, dQ + i0 * D, rows, cols, D);  // dQ_i += dS K_j
           }
         }
