@@ -131,59 +131,77 @@ SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
 // FMAs (the BLAS shape for 16 registers): FMA-bound rather than load-bound.
 constexpr int kMr = 6;
 
-// s(rows, kFBc) = qs(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
-// kt is zero-padded there).
-void scores_tile(const float* qs, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D) {
-  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
-    const int64_t rr = std::min<int64_t>(kMr, rows - r0);
-    const float* qr[kMr];
-    for (int64_t r = 0; r < kMr; ++r) qr[r] = qs + std::min(r0 + r, rows - 1) * D;
-    for (int64_t c0 = 0; c0 < cols; c0 += kNr) {
-      fvec acc[kMr][2] = {};
-      for (int64_t d = 0; d < D; ++d) {
-        const fvec k0 = vload(kt + d * kFBc + c0), k1 = vload(kt + d * kFBc + c0 + kV);
-        for (int r = 0; r < kMr; ++r) {
-          const float qv = qr[r][d];
-          acc[r][0] += k0 * qv;
-          acc[r][1] += k1 * qv;
-        }
-      }
-      for (int64_t r = 0; r < rr; ++r) {
-        vstore(s + (r0 + r) * kFBc + c0, acc[r][0]);
-        vstore(s + (r0 + r) * kFBc + c0 + kV, acc[r][1]);
-      }
+// One block of MR rows: s(MR, 2 registers) = q rows x kt columns [c0, c0 + kNr).
+template <int MR> SINTER_INLINE void scores_block(const float* const* qr, const float* kt, float* s, int64_t c0, int64_t D) {
+  fvec acc[MR][2] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    const fvec k0 = vload(kt + d * kFBc + c0), k1 = vload(kt + d * kFBc + c0 + kV);
+    for (int r = 0; r < MR; ++r) {
+      const float qv = qr[r][d];
+      acc[r][0] += k0 * qv;
+      acc[r][1] += k1 * qv;
     }
+  }
+  for (int r = 0; r < MR; ++r) {
+    vstore(s + r * kFBc + c0, acc[r][0]);
+    vstore(s + r * kFBc + c0 + kV, acc[r][1]);
   }
 }
 
-// acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
-// tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr.
-void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
-             int64_t p_cs = 1) {
+// s(rows, kFBc) = q(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
+// kt is zero-padded there); row r of q at q + r * q_rs.
+void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D, int64_t q_rs = -1) {
+  if (q_rs < 0) q_rs = D;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
-    const int64_t rr = std::min<int64_t>(kMr, rows - r0);
-    const float* pr[kMr];
-    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * p_rs;
-    for (int64_t d0 = 0; d0 < Dv; d0 += kNr) {
-      fvec a[kMr][2];
-      for (int64_t r = 0; r < kMr; ++r) {
-        const float* ar = acc + std::min(r0 + r, rows - 1) * Dv + d0;
-        a[r][0] = vload(ar), a[r][1] = vload(ar + kV);
+    const float* qr[kMr];
+    for (int64_t r = 0; r < kMr; ++r) qr[r] = q + std::min(r0 + r, rows - 1) * q_rs;
+    float* sr = s + r0 * kFBc;
+    for (int64_t c0 = 0; c0 < cols; c0 += kNr) switch (std::min<int64_t>(kMr, rows - r0)) {
+        case 1: scores_block<1>(qr, kt, sr, c0, D); break;
+        case 2: scores_block<2>(qr, kt, sr, c0, D); break;
+        case 3: scores_block<3>(qr, kt, sr, c0, D); break;
+        case 4: scores_block<4>(qr, kt, sr, c0, D); break;
+        case 5: scores_block<5>(qr, kt, sr, c0, D); break;
+        default: scores_block<kMr>(qr, kt, sr, c0, D); break;
       }
-      for (int64_t c = 0; c < cols; ++c) {
-        const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
-        for (int r = 0; r < kMr; ++r) {
-          const float pv = pr[r][c * p_cs];
-          a[r][0] += v0 * pv;
-          a[r][1] += v1 * pv;
-        }
-      }
-      for (int64_t r = 0; r < rr; ++r) {
-        float* ar = acc + (r0 + r) * Dv + d0;
-        vstore(ar, a[r][0]);
-        vstore(ar + kV, a[r][1]);
-      }
+  }
+}
+
+// One block of MR rows: acc rows [.., d0, d0 + kNr) += sum over c of p(r, c) v(c, ..).
+template <int MR>
+SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
+                            int64_t Dv) {
+  fvec a[MR][2];
+  for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
+  for (int64_t c = 0; c < cols; ++c) {
+    const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
+    for (int r = 0; r < MR; ++r) {
+      const float pv = pr[r][c * p_cs];
+      a[r][0] += v0 * pv;
+      a[r][1] += v1 * pv;
     }
+  }
+  for (int r = 0; r < MR; ++r) vstore(ar[r] + d0, a[r][0]), vstore(ar[r] + d0 + kV, a[r][1]);
+}
+
+// acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
+// tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
+// row r of acc at acc + r * acc_rs.
+void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
+             int64_t p_cs = 1, int64_t acc_rs = -1) {
+  if (acc_rs < 0) acc_rs = Dv;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+    const float* pr[kMr];
+    float* ar[kMr];
+    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * p_rs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
+    for (int64_t d0 = 0; d0 < Dv; d0 += kNr) switch (std::min<int64_t>(kMr, rows - r0)) {
+        case 1: pv_block<1>(pr, p_cs, v, ar, cols, d0, Dv); break;
+        case 2: pv_block<2>(pr, p_cs, v, ar, cols, d0, Dv); break;
+        case 3: pv_block<3>(pr, p_cs, v, ar, cols, d0, Dv); break;
+        case 4: pv_block<4>(pr, p_cs, v, ar, cols, d0, Dv); break;
+        case 5: pv_block<5>(pr, p_cs, v, ar, cols, d0, Dv); break;
+        default: pv_block<kMr>(pr, p_cs, v, ar, cols, d0, Dv); break;
+      }
   }
 }
 
