@@ -24,6 +24,9 @@ struct Geometry {
   int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
   double scale;
   bool causal;
+  // Elements between consecutive heads of k and v: Lkv * D when contiguous, more for a view of
+  // the first Lkv positions of a KV cache (read in place, not copied).
+  int64_t k_hs = 0, v_hs = 0;
   int64_t offset() const { return Lkv - Lq; }  // bottom-right alignment: query i sees keys j <= i + offset
 };
 
@@ -40,7 +43,7 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a) {
                        ", ", in[2].dtype);
   SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64, "[sdpa_flash] needs f32 or f64, got ",
                      in[0].dtype);
-  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal")};
+  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), k[2] * q[3], v[2] * v[3]};
 }
 
 // Visible key range [0, hi) for query row i (causal), or everything.
@@ -58,8 +61,8 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
       const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
       const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
       const T* Q = q + ((b * g.Hq + h) * g.Lq + i0) * g.D;
-      const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
-      const T* V = v + (b * g.Hkv + hk) * g.Lkv * g.Dv;
+      const T* K = k + (b * g.Hkv + hk) * g.k_hs;
+      const T* V = v + (b * g.Hkv + hk) * g.v_hs;
       std::fill(acc.begin(), acc.end(), T(0));
       std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
       std::fill(l.begin(), l.end(), T(0));
@@ -205,45 +208,76 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
   }
 }
 
+// Scores for a few rows (decode) straight from K's rows: s(r, c) = q_r . K_c, each K row read once
+// for all rows, no transposed tile (at Lq = 1 the transpose would cost as much as the reads).
+void scores_few_rows(const float* q, const float* K, float* s, int64_t rows, int64_t cols, int64_t D) {
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* kc = K + c * D;
+    fvec acc[4] = {};
+    for (int64_t d = 0; d < D; d += kV) {
+      const fvec kv = vload(kc + d);
+      for (int64_t r = 0; r < rows; ++r) acc[r] += vload(q + r * D + d) * kv;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float t = 0;
+      for (int l = 0; l < kV; ++l) t += acc[r][l];
+      s[r * kFBc + c] = t;
+    }
+  }
+}
+
+// Rows of a job are the query heads of one kv head stacked (head-major, then position): at
+// decode (Lq = 1) the group's heads share every K/V tile read, which is what GQA saves.
 void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, float* o, float* lse) {
-  const int64_t q_tiles = (g.Lq + kFBr - 1) / kFBr, group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
+  const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
   const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
-  parallel_for(0, g.B * g.Hq * q_tiles, 1, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, g.B * g.Hkv * tiles, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> qs(static_cast<size_t>(kFBr * D)), s(static_cast<size_t>(kFBr * kFBc)),
         acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
         kt(static_cast<size_t>(D * kFBc), 0.0f);
+    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr));
     for (int64_t job = lo; job < hi; ++job) {
-      const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
-      const int64_t i0 = qt * kFBr, rows = std::min(kFBr, g.Lq - i0);
-      const float* Q = q + ((b * g.Hq + h) * g.Lq + i0) * D;
-      const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
-      const float* V = v + (b * g.Hkv + hk) * g.Lkv * Dv;
+      const int64_t t = job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
+      const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0);
+      const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // rows are contiguous in q, o and lse
+      const float* Q = q + row_base * D;
+      const float* K = k + (b * g.Hkv + hk) * g.k_hs;
+      const float* V = v + (b * g.Hkv + hk) * g.v_hs;
       for (int64_t i = 0; i < rows * D; ++i) qs[size_t(i)] = Q[i] * scale;
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), 0.0f);
-      const int64_t kend = key_limit(g, i0 + rows - 1);  // tiles past the last row's limit are fully masked
+      int64_t kend = 0, min_lim = g.Lkv;  // tiles past every row's limit are fully masked
+      for (int64_t r = 0; r < rows; ++r) {
+        lim_of[size_t(r)] = key_limit(g, (r0 + r) % g.Lq);
+        kend = std::max(kend, lim_of[size_t(r)]), min_lim = std::min(min_lim, lim_of[size_t(r)]);
+      }
+      const bool few = rows <= 4;
       for (int64_t j0 = 0; j0 < kend; j0 += kFBc) {
         const int64_t cols = std::min(kFBc, kend - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
-        for (int64_t c = 0; c < cols; ++c)
-          for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = K[(j0 + c) * D + d];
-        for (int64_t c = cols; c < cols_r; ++c)
-          for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = 0.0f;
-        scores_tile(qs.data(), kt.data(), s.data(), rows, cols_r, D);
+        if (few) {
+          scores_few_rows(qs.data(), K + j0 * D, s.data(), rows, cols, D);
+        } else {
+          for (int64_t c = 0; c < cols; ++c)
+            for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = K[(j0 + c) * D + d];
+          for (int64_t c = cols; c < cols_r; ++c)
+            for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = 0.0f;
+          scores_tile(qs.data(), kt.data(), s.data(), rows, cols_r, D);
+        }
         // Online softmax per row: mask, new max, rescale the running sum and the output row.
-        const bool all_visible = !g.causal || j0 + cols - 1 <= i0 + g.offset();
+        const bool all_visible = j0 + cols <= min_lim;
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s.data() + r * kFBc;
-          const int64_t lim = all_visible ? cols : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
-          for (int64_t c = lim; c < cols_r; ++c) sr[c] = ninf;
+          const int64_t lim = all_visible ? cols : std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
           const float row_max = lim > 0 ? cpu::simd::max_of(sr, lim) : ninf;
           const float m_new = std::max(m[size_t(r)], row_max);
           if (m_new == ninf) {  // nothing visible yet: p = 0 for this tile
-            for (int64_t c = 0; c < cols_r; ++c) sr[c] = 0.0f;
+            for (int64_t c = 0; c < cols; ++c) sr[c] = 0.0f;
             continue;
           }
           const float alpha = fn::exp_(m[size_t(r)] - m_new);
-          for (int64_t c = 0; c < cols_r; ++c) sr[c] = fn::exp_(sr[c] - m_new);
+          for (int64_t c = 0; c < lim; ++c) sr[c] = fn::exp_(sr[c] - m_new);
+          for (int64_t c = lim; c < cols; ++c) sr[c] = 0.0f;
           l[size_t(r)] = l[size_t(r)] * alpha + cpu::simd::lane_sum<float>(lim, [&](int64_t c) { return sr[c]; });
           m[size_t(r)] = m_new;
           if (alpha != 1.0f) {
@@ -254,10 +288,10 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         pv_tile(s.data(), V + j0 * Dv, acc.data(), rows, cols, Dv);
       }
       for (int64_t r = 0; r < rows; ++r) {
-        float* orow = o + ((b * g.Hq + h) * g.Lq + i0 + r) * Dv;
+        float* orow = o + (row_base + r) * Dv;
         const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : std::numeric_limits<float>::quiet_NaN();
         for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
-        lse[(b * g.Hq + h) * g.Lq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+        lse[row_base + r] = m[size_t(r)] + std::log(l[size_t(r)]);
       }
     }
   });
@@ -400,6 +434,8 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
 
 }  // namespace
 
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) { return dtype == DType::f32 && D % kV == 0 && Dv % kNr == 0; }
+
 void register_flash_ops() {
   OpDef f;
   f.name = "sdpa_flash";  // attrs: scale (double), causal (bool); outputs o, lse (B, Hq, Lq)
@@ -411,14 +447,21 @@ void register_flash_ops() {
                                    {{g.B, g.Hq, g.Lq}, in[0].dtype, in[0].device}};
   };
   f.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const Geometry g = geometry(std::vector<TensorMeta>{{in[0].shape(), in[0].dtype(), {}}, {in[1].shape(), in[1].dtype(), {}},
-                                                        {in[2].shape(), in[2].dtype(), {}}}, a);
+    // k and v whose rows are contiguous and whose heads are evenly spaced (a KV cache's first Lkv
+    // positions) are read where they are.
+    auto rows_in_place = [](const Tensor& t, int64_t& head_stride) {
+      const bool ok = t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) &&
+                      (t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1)) && t.stride(1) >= t.size(2) * t.size(3);
+      if (ok) head_stride = t.stride(1);
+      return ok ? t : contiguous_as(t, t.dtype());
+    };
+    Geometry g = geometry(std::vector<TensorMeta>{{in[0].shape(), in[0].dtype(), {}}, {in[1].shape(), in[1].dtype(), {}},
+                                                  {in[2].shape(), in[2].dtype(), {}}}, a);
     visit_dtype(in[0].dtype(), [&]<class T>() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        Tensor q = contiguous_as(in[0], in[0].dtype()), k = contiguous_as(in[1], in[1].dtype()),
-               v = contiguous_as(in[2], in[2].dtype());
+        Tensor q = contiguous_as(in[0], in[0].dtype()), k = rows_in_place(in[1], g.k_hs), v = rows_in_place(in[2], g.v_hs);
         if constexpr (std::is_same_v<T, float>) {
-          if (g.Dv % kNr == 0) {  // the register-blocked kernel (head dims 16/32/64/128 ...)
+          if (g.D % kV == 0 && g.Dv % kNr == 0) {  // the register-blocked kernel (head dims 16/32/64/128 ...)
             flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), out[0].data<T>(), out[1].data<T>());
             return;
           }

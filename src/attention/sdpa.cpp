@@ -7,9 +7,9 @@
 
 namespace sinter {
 
-// Measured (BENCHMARKS.md): the flash kernel is not yet tuned and trains the default model ~20%
-// slower than math at L = 128, so `automatic` takes flash only once the materialised scores get big.
-constexpr double kFlashFromScoreBytes = 64.0 * (1 << 20);
+namespace detail {
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);  // attention/flash.cpp
+}
 
 SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p, SDPABackend requested) {
   std::string why_not;
@@ -17,11 +17,12 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
   else if (dropout_p > 0) why_not = "dropout (not yet in the flash kernel)";
   else if (q.dtype() != DType::f32 && q.dtype() != DType::f64) why_not = std::string("dtype ") + dtype_name(q.dtype());
   if (requested == SDPABackend::math) return {SDPABackend::math, "math backend requested"};
-  const double score_bytes = double(q.numel() / std::max<int64_t>(q.size(-1), 1)) * double(k.size(-2)) * double(q.element_size());
-  if (why_not.empty() && requested == SDPABackend::automatic && score_bytes < kFlashFromScoreBytes)
-    return {SDPABackend::math, "math: the scores take " + std::to_string(int64_t(score_bytes / 1024)) +
-                                   " KiB, below the 64 MiB where flash starts to pay off (untuned kernel)"};
-  if (why_not.empty()) return {SDPABackend::flash, "flash: no explicit mask, no dropout, f32/f64"};
+  // Measured (BENCHMARKS.md): the register-blocked flash kernel is faster than math from L = 128
+  // up, forward and backward; its generic path (f64, odd head dims) is a slow reference.
+  if (why_not.empty() && requested == SDPABackend::automatic && !detail::flash_fast_path(q.dtype(), q.size(-1), k.size(-1)))
+    return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 and head dims that are multiples of the ") +
+                                   "vector width (got " + dtype_name(q.dtype()) + ", D = " + std::to_string(q.size(-1)) + ")"};
+  if (why_not.empty()) return {SDPABackend::flash, "flash: no explicit mask, no dropout, f32"};
   SINTER_CHECK(requested != SDPABackend::flash, "[sdpa] the flash backend was requested but cannot run: ", why_not);
   return {SDPABackend::math, "math: " + why_not};
 }
