@@ -187,12 +187,30 @@ def suite_generate(a, rows):
 
 
 def suite_attention(a, rows):
+    for D in (64, 128):
+        for S in ([512] if a.quick else [512, 2048, 8192]):
+            q, k, v, do = (torch.randn(1, 16, S, D) for _ in range(4))
+            reps = 1 if S >= 8192 else 3
+
+            def fwd():
+                with torch.no_grad():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+            def fwd_bwd():
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(do)
+
+            for name, f in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+                best, med = time_it(f, 1, reps, 0)
+                rows.append(dict(case=f"causal D={D} S={S} {name}", best_ms=best, median_ms=med))
     with torch.no_grad():
-        for D in (64, 128):
-            for S in ([512] if a.quick else [512, 2048]):
-                q, k, v = (torch.randn(1, 16, S, D) for _ in range(3))
-                best, med = time_it(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 1, 3, 0)
-                rows.append(dict(case=f"causal D={D} S={S} fwd", best_ms=best, median_ms=med))
+        for L in (2048, 8192):
+            q, k, v = torch.randn(1, 16, 1, 128), torch.randn(1, 4, L, 128), torch.randn(1, 4, L, 128)
+            kw = dict(enable_gqa=True) if "enable_gqa" in F.scaled_dot_product_attention.__doc__ else {}
+            if not kw:
+                k, v = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+            best, med = time_it(lambda: F.scaled_dot_product_attention(q, k, v, **kw))
+            rows.append(dict(case=f"decode GQA 16:4 D=128 Lkv={L}", best_ms=best, median_ms=med))
 
 
 SUITES = dict(ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention)

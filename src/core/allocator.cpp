@@ -1,5 +1,6 @@
 #include "core/allocator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -40,10 +41,24 @@ Cache& cache() {
   return *c;
 }
 
+std::atomic<int64_t> g_live{0}, g_peak{0};
+
+void count_alloc(int64_t n) {
+  const int64_t now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
+  int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
+
+int64_t cpu_live_bytes() { return g_live.load(); }
+int64_t cpu_peak_bytes() { return g_peak.load(); }
+void cpu_reset_peak() { g_peak = g_live.load(); }
 
 void* cpu_alloc(int64_t nbytes) {
   const int64_t n = std::max<int64_t>(nbytes, 1);
+  count_alloc(n);
   if (n >= kCacheFrom) {
     const int64_t cls = size_class(n);
     Cache& c = cache();
@@ -69,6 +84,7 @@ void* cpu_alloc(int64_t nbytes) {
 void cpu_free(void* p, int64_t nbytes) {
   if (!p) return;
   const int64_t n = std::max<int64_t>(nbytes, 1);
+  g_live.fetch_sub(n, std::memory_order_relaxed);
   if (n >= kCacheFrom) {
     const int64_t cls = size_class(n);
     Cache& c = cache();

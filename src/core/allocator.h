@@ -10,5 +10,10 @@ void* cpu_alloc(int64_t nbytes);       // throws sinter::Error when out of memor
 void cpu_free(void* p, int64_t nbytes);
 int64_t cpu_cached_bytes();
 void cpu_empty_cache();
+// Bytes held by live tensors (requested sizes, cache excluded), and the most held since the last
+// reset: what benchmarks report as a kernel's extra memory.
+int64_t cpu_live_bytes();
+int64_t cpu_peak_bytes();
+void cpu_reset_peak();
 
 }  // namespace sinter
