@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,28 @@ template <class F> Timing time_it(F&& f, int warmup = 3, int reps = 15, double m
   }
   std::sort(ms.begin(), ms.end());
   return {ms.front(), ms[ms.size() / 2]};
+}
+
+// Ours and a peer timed alternately (one run of each per round), so a noisy neighbour slows both
+// alike instead of whichever happened to run during the disturbance.
+template <class F, class G> std::pair<Timing, Timing> time_pair(F&& ours, G&& peer, int warmup = 2, int reps = 15,
+                                                                double min_total_s = 0.6) {
+  for (int i = 0; i < warmup; ++i) ours(), peer();
+  std::vector<double> a, b;
+  double total = 0;
+  auto once = [](auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (int(a.size()) < reps || (total < min_total_s && a.size() < 2000)) {
+    const double x = once(ours), y = once(peer);
+    a.push_back(x * 1e3), b.push_back(y * 1e3);
+    total += x + y;
+  }
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return {{a.front(), a[a.size() / 2]}, {b.front(), b[b.size() / 2]}};
 }
 
 // For sub-microsecond work: each timing covers `n` calls and is reported per call.

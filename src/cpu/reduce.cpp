@@ -135,6 +135,10 @@ void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const T
 
 void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   const int64_t outer = x.size(0), inner = x.size(1);
+  // An output larger than the last-level cache is written around it (no read-for-ownership):
+  // nothing will find it in cache anyway.
+  const bool stream = out.numel() * out.element_size() >= (int64_t(32) << 20) && inner % 8 == 0 &&
+                      reinterpret_cast<uintptr_t>(out.data_ptr()) % 32 == 0;
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
       using C = compute_t<T>;
@@ -153,10 +157,17 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
             continue;
           }
           C* b = buf.data();
-          for (int64_t i = 0; i < inner; ++i) b[i] = fn::exp_(C(row[i]) - m);
-          const C inv = C(1) / simd::lane_sum<C>(inner, [&](int64_t i) { return b[i]; });
+          for (int64_t i = 0; i < inner; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
+          const C inv = C(1) / simd::sum_of(b, inner);
+          if constexpr (std::is_same_v<T, float>) {
+            if (stream) {
+              simd::scale_stream(b, inv, orow, inner);
+              continue;
+            }
+          }
           for (int64_t i = 0; i < inner; ++i) orow[i] = T(b[i] * inv);
         }
+        simd::stream_fence();
       });
     } else {
       SINTER_THROW(DTypeError, "[softmax] needs a floating tensor, got ", x.dtype());
@@ -186,8 +197,8 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
           C m = simd::row_max<C>(row, n);
           if (std::isinf(m) && m < 0) m = 0;
           C* b = buf.data();
-          for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_(C(row[i]) - m);
-          const C inv = C(1) / simd::lane_sum<C>(n, [&](int64_t i) { return b[i]; });
+          for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
+          const C inv = C(1) / simd::sum_of(b, n);
           for (int64_t i = 0; i < n; ++i) orow[i] = T(b[i] * inv);
         }
       });

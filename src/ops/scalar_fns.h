@@ -41,6 +41,31 @@ SINTER_INLINE float exp_f32(float x) {
   return underflow ? 0.0f : r2;
 }
 
+// expf for x <= 0 (softmax-style arguments x - max, and the exp(-|u|) of sigmoids): no overflow to
+// guard, so 2^n goes straight into the exponent bits. -inf and x < -87.3 give exactly 0.
+SINTER_INLINE float exp_nonpos_f32(float x) {
+  const bool underflow = x < -87.3f;
+  x = underflow ? -87.3f : x;
+  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
+  uint32_t sb;
+  std::memcpy(&sb, &shifted, 4);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  uint32_t pb;
+  std::memcpy(&pb, &p, 4);
+  pb += (sb - 0x4B400000u) << 23;  // p * 2^n, n in [-126, 0]
+  std::memcpy(&p, &pb, 4);
+  return underflow ? 0.0f : p;
+}
+
 // tanhf: odd polynomial near zero (no cancellation), 1 - 2/(e^2|x| + 1) elsewhere.
 SINTER_INLINE float tanh_f32(float x) {
   const float ax = std::fabs(x), z = x * x;
@@ -67,6 +92,7 @@ SINTER_INLINE float erf_f32(float x) {
 }
 
 template <class T> SINTER_INLINE T exp_(T x) { if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x); }
+template <class T> SINTER_INLINE T exp_nonpos_(T x) { if constexpr (std::is_same_v<T, float>) return exp_nonpos_f32(x); else return std::exp(x); }
 template <class T> SINTER_INLINE T tanh_(T x) { if constexpr (std::is_same_v<T, float>) return tanh_f32(x); else return std::tanh(x); }
 template <class T> SINTER_INLINE T erf_(T x) { if constexpr (std::is_same_v<T, float>) return erf_f32(x); else return std::erf(x); }
 
@@ -87,7 +113,10 @@ struct Gelu {  // exact: x Φ(x)
 };
 struct GeluTanh {  // 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = √(2/π)(x + 0.044715 x³): one exp
   template <class T> SINTER_INLINE T operator()(T x) const {
-    return x / (T(1) + exp_(T(-1.5957691216057308) * (x + T(0.044715) * x * x * x)));
+    // sigmoid(z) from e = exp(-|z|) <= 1: 1 / (1 + e) for z >= 0, e / (1 + e) below.
+    const T z = T(1.5957691216057308) * (x + T(0.044715) * x * x * x);
+    const T e = exp_nonpos_(-std::fabs(z));
+    return x * (z >= T(0) ? T(1) : e) / (T(1) + e);
   }
 };
 struct Silu { template <class T> SINTER_INLINE T operator()(T x) const { return x / (T(1) + exp_(-x)); } };

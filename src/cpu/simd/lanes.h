@@ -4,6 +4,9 @@
 // register of floats.
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <type_traits>
 
@@ -59,10 +62,45 @@ template <class C> SINTER_INLINE C max_of(const C* p, int64_t n) {
   return m;
 }
 
+// sum of a contiguous array in register-wide vectors (two accumulators for the add latency)
+template <class C> SINTER_INLINE C sum_of(const C* p, int64_t n) {
+  constexpr int lanes = kVectorBytes / int(sizeof(C));
+  typedef C vec __attribute__((vector_size(kVectorBytes)));
+  vec a0 = {}, a1 = {};
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    vec v0, v1;
+    std::memcpy(&v0, p + i, sizeof v0);
+    std::memcpy(&v1, p + i + lanes, sizeof v1);
+    a0 += v0, a1 += v1;
+  }
+  a0 += a1;
+  C s = 0;
+  for (int l = 0; l < lanes; ++l) s += a0[l];
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
 // max of a row of T seen as C: vectorized when no conversion is needed.
 template <class C, class T> SINTER_INLINE C row_max(const T* p, int64_t n) {
   if constexpr (std::is_same_v<T, C>) return max_of(p, n);
   else return lane_max<C>(n, [&](int64_t i) { return C(p[i]); });
+}
+
+// out[i] = b[i] * s with non-temporal stores where the CPU has them (out 32-byte aligned, n a
+// multiple of 8); call stream_fence() before another thread reads out.
+SINTER_INLINE void scale_stream(const float* b, float s, float* out, int64_t n) {
+#if defined(__AVX__)
+  const __m256 sv = _mm256_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 8) _mm256_stream_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(b + i), sv));
+#else
+  for (int64_t i = 0; i < n; ++i) out[i] = b[i] * s;
+#endif
+}
+SINTER_INLINE void stream_fence() {
+#if defined(__AVX__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace sinter::cpu::simd
