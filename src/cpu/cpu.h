@@ -61,11 +61,10 @@ namespace sinter::cpu {
 // Row-wise norms over the last dim of a contiguous (rows, D) x; w, b are (D) (b may be undefined).
 void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& out);
 void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& out);
-// Their gradients in one pass over (g, x): dx (rows, D), dw and db (D) (db may be undefined).
-void layer_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
-                              const Tensor& dw, const Tensor& db);
-void rms_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
-                            const Tensor& dw);
+// Their gradients in one pass over (g, x): dx (rows, D), dw and db (D) (db may be undefined);
+// layer = false for rms_norm.
+void norm_backward_rows(bool layer, const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
+                        const Tensor& dw, const Tensor& db);
 // x (rows, T, D) contiguous; cos/sin (T, D/2); rotates (x[:D/2], x[D/2:]) pairs.
 void rotary_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
 // out(n, D) = weight[idx[n]]; idx already range-checked.

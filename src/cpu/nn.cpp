@@ -37,51 +37,6 @@ void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double e
   });
 }
 
-void layer_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
-                              const Tensor& dw, const Tensor& db) {
-  const int64_t rows = x.size(0), D = x.size(1);
-  visit_dtype(x.dtype(), [&]<class T>() {
-    if constexpr (floating_v<T>) {
-      using C = compute_t<T>;
-      const T *px = x.data<T>(), *pg = g.data<T>(), *pw = w.data<T>();
-      T* pdx = dx.data<T>();
-      // dw, db: per-chunk partial sums in C, added in chunk order (deterministic for any thread count).
-      const int64_t grain = grain_rows(D), chunks = (rows + grain - 1) / grain;
-      std::vector<C> part(size_t(chunks * 2 * D), C(0));
-      parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-        std::vector<C> gh(static_cast<size_t>(D)), xh(static_cast<size_t>(D));
-        for (int64_t c = c0; c < c1; ++c) {
-          C* pdw = part.data() + c * 2 * D;
-          C* pdb = pdw + D;
-          for (int64_t r = c * grain; r < std::min(rows, (c + 1) * grain); ++r) {
-            const T *row = px + r * D, *grow = pg + r * D;
-            const C m = simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]); }) / C(D);
-            const C var = simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(row[i]) - m; return d * d; }) / C(D);
-            const C rstd = C(1) / std::sqrt(var + C(eps));
-            for (int64_t i = 0; i < D; ++i) {
-              xh[size_t(i)] = (C(row[i]) - m) * rstd;
-              gh[size_t(i)] = C(grow[i]) * C(pw[i]);
-              pdw[i] += C(grow[i]) * xh[size_t(i)];
-              pdb[i] += C(grow[i]);
-            }
-            const C mg = simd::lane_sum<C>(D, [&](int64_t i) { return gh[size_t(i)]; }) / C(D);
-            const C mgx = simd::lane_sum<C>(D, [&](int64_t i) { return gh[size_t(i)] * xh[size_t(i)]; }) / C(D);
-            T* drow = pdx + r * D;
-            for (int64_t i = 0; i < D; ++i) drow[i] = T(rstd * (gh[size_t(i)] - mg - xh[size_t(i)] * mgx));
-          }
-        }
-      });
-      T *pw_out = dw.data<T>(), *pb_out = db.defined() ? db.data<T>() : nullptr;
-      for (int64_t i = 0; i < D; ++i) {
-        C sw = 0, sb = 0;
-        for (int64_t c = 0; c < chunks; ++c) sw += part[size_t(c * 2 * D + i)], sb += part[size_t(c * 2 * D + D + i)];
-        pw_out[i] = T(sw);
-        if (pb_out) pb_out[i] = T(sb);
-      }
-    }
-  });
-}
-
 void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& out) {
   const int64_t rows = x.size(0), D = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
@@ -102,37 +57,49 @@ void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& o
   });
 }
 
-void rms_norm_backward_rows(const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
-                            const Tensor& dw) {
+void norm_backward_rows(bool layer, const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
+                        const Tensor& dw, const Tensor& db) {
+  // xh = (x - mean) rstd (rms_norm: mean = 0), gh = g w:
+  //   dx = rstd (gh - mean(gh) - xh mean(gh xh))   (rms_norm: without the mean(gh) term)
+  //   dw = sum over rows of g xh,  db = sum over rows of g
   const int64_t rows = x.size(0), D = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (floating_v<T>) {
       using C = compute_t<T>;
       const T *px = x.data<T>(), *pg = g.data<T>(), *pw = w.data<T>();
       T* pdx = dx.data<T>();
+      // dw, db: per-chunk partial sums in C, added in chunk order (deterministic for any thread count).
       const int64_t grain = grain_rows(D), chunks = (rows + grain - 1) / grain;
-      std::vector<C> part(size_t(chunks * D), C(0));
+      std::vector<C> part(size_t(chunks * 2 * D), C(0));
       parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+        std::vector<C> gh(static_cast<size_t>(D)), xh(static_cast<size_t>(D));
         for (int64_t c = c0; c < c1; ++c) {
-          C* pdw = part.data() + c * D;
+          C* pdw = part.data() + c * 2 * D;
+          C* pdb = pdw + D;
           for (int64_t r = c * grain; r < std::min(rows, (c + 1) * grain); ++r) {
             const T *row = px + r * D, *grow = pg + r * D;
-            const C inv = C(1) / std::sqrt(simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]) * C(row[i]); }) / C(D) + C(eps));
-            const C mgx = simd::lane_sum<C>(D, [&](int64_t i) { return C(grow[i]) * C(pw[i]) * C(row[i]) * inv; }) / C(D);
-            T* drow = pdx + r * D;
+            const C m = layer ? simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]); }) / C(D) : C(0);
+            const C var = simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(row[i]) - m; return d * d; }) / C(D);
+            const C rstd = C(1) / std::sqrt(var + C(eps));
             for (int64_t i = 0; i < D; ++i) {
-              const C xh = C(row[i]) * inv;
-              pdw[i] += C(grow[i]) * xh;
-              drow[i] = T(inv * (C(grow[i]) * C(pw[i]) - xh * mgx));
+              xh[size_t(i)] = (C(row[i]) - m) * rstd;
+              gh[size_t(i)] = C(grow[i]) * C(pw[i]);
+              pdw[i] += C(grow[i]) * xh[size_t(i)];
+              pdb[i] += C(grow[i]);
             }
+            const C mg = layer ? simd::lane_sum<C>(D, [&](int64_t i) { return gh[size_t(i)]; }) / C(D) : C(0);
+            const C mgx = simd::lane_sum<C>(D, [&](int64_t i) { return gh[size_t(i)] * xh[size_t(i)]; }) / C(D);
+            T* drow = pdx + r * D;
+            for (int64_t i = 0; i < D; ++i) drow[i] = T(rstd * (gh[size_t(i)] - mg - xh[size_t(i)] * mgx));
           }
         }
       });
-      T* pw_out = dw.data<T>();
+      T *pw_out = dw.data<T>(), *pb_out = db.defined() ? db.data<T>() : nullptr;
       for (int64_t i = 0; i < D; ++i) {
-        C sw = 0;
-        for (int64_t c = 0; c < chunks; ++c) sw += part[size_t(c * D + i)];
+        C sw = 0, sb = 0;
+        for (int64_t c = 0; c < chunks; ++c) sw += part[size_t(c * 2 * D + i)], sb += part[size_t(c * 2 * D + D + i)];
         pw_out[i] = T(sw);
+        if (pb_out) pb_out[i] = T(sb);
       }
     }
   });

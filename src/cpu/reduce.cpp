@@ -133,6 +133,29 @@ void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const T
   });
 }
 
+namespace {
+// Softmax of row[0, n) into orow[0, n), zeros in orow[n, inner); b is scratch of inner values.
+// Nothing visible (n = 0), or a row of -inf: 0/0 = NaN, as PyTorch.
+template <class T, class C> SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t n, int64_t inner, C* b, bool stream) {
+  for (int64_t i = n; i < inner; ++i) orow[i] = T(0);
+  if (n == 0) {
+    for (int64_t i = 0; i < inner; ++i) orow[i] = T(std::numeric_limits<C>::quiet_NaN());
+    return;
+  }
+  C m = simd::row_max<C>(row, n);
+  if (std::isinf(m) && m < 0) m = 0;
+  for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
+  const C inv = C(1) / simd::sum_of(b, n);
+  if constexpr (std::is_same_v<T, float>) {
+    if (stream && n == inner) {
+      simd::scale_stream(b, inv, orow, n);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) orow[i] = T(b[i] * inv);
+}
+}  // namespace
+
 void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   const int64_t outer = x.size(0), inner = x.size(1);
   // An output larger than the last-level cache is written around it (no read-for-ownership):
@@ -149,23 +172,14 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
         for (int64_t r = lo; r < hi; ++r) {
           const T* row = px + r * inner;
           T* orow = po + r * inner;
-          C m = simd::row_max<C>(row, inner);
-          if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
-          if (log) {
-            const C ls = std::log(simd::lane_sum<C>(inner, [&](int64_t i) { return fn::exp_(C(row[i]) - m); }));
-            for (int64_t i = 0; i < inner; ++i) orow[i] = T(C(row[i]) - m - ls);
+          if (!log) {
+            softmax_row(row, orow, inner, inner, buf.data(), stream);
             continue;
           }
-          C* b = buf.data();
-          for (int64_t i = 0; i < inner; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
-          const C inv = C(1) / simd::sum_of(b, inner);
-          if constexpr (std::is_same_v<T, float>) {
-            if (stream) {
-              simd::scale_stream(b, inv, orow, inner);
-              continue;
-            }
-          }
-          for (int64_t i = 0; i < inner; ++i) orow[i] = T(b[i] * inv);
+          C m = simd::row_max<C>(row, inner);
+          if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
+          const C ls = std::log(simd::lane_sum<C>(inner, [&](int64_t i) { return fn::exp_nonpos_(C(row[i]) - m); }));
+          for (int64_t i = 0; i < inner; ++i) orow[i] = T(C(row[i]) - m - ls);
         }
         simd::stream_fence();
       });
@@ -189,17 +203,7 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
           T* orow = po + r * inner;
           // Row i of its matrix sees columns j <= i + offset; the rest is 0 (and costs no exp).
           const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
-          for (int64_t i = n; i < inner; ++i) orow[i] = T(0);
-          if (n == 0) {  // nothing visible: 0/0, as softmax of a fully masked row
-            for (int64_t i = 0; i < inner; ++i) orow[i] = T(std::numeric_limits<C>::quiet_NaN());
-            continue;
-          }
-          C m = simd::row_max<C>(row, n);
-          if (std::isinf(m) && m < 0) m = 0;
-          C* b = buf.data();
-          for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
-          const C inv = C(1) / simd::sum_of(b, n);
-          for (int64_t i = 0; i < n; ++i) orow[i] = T(b[i] * inv);
+          softmax_row(row, orow, n, inner, buf.data(), false);
         }
       });
     }

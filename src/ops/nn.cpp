@@ -173,8 +173,7 @@ void register_nn_ops() {
     nb.cpu = [layer](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
       Tensor x2 = rows2d(in[1]), g2 = rows2d(in[0]), w = contiguous_as(in[2], in[2].dtype());
       Tensor dx2 = raw_reshape_contiguous(out[0], x2.shape());
-      if (layer) cpu::layer_norm_backward_rows(g2, x2, w, a.f("eps"), dx2, out[1], out[2]);
-      else cpu::rms_norm_backward_rows(g2, x2, w, a.f("eps"), dx2, out[1]);
+      cpu::norm_backward_rows(layer, g2, x2, w, a.f("eps"), dx2, out[1], layer ? out[2] : Tensor());
     };
     add_op(std::move(nb));
   }

@@ -17,6 +17,18 @@ namespace sinter::fn {
 
 SINTER_INLINE float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
+// e^r for |r| <= ln2 / 2: degree-6 polynomial (Cephes), ~1 ulp.
+SINTER_INLINE float exp_reduced(float r) {
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p;
+}
+
 // expf: n = round(x / ln2) by the 1.5 * 2^23 trick (the integer lands in the mantissa bits),
 // r = x - n ln2 in two parts, degree-6 polynomial, scale by 2^n built from bits. ~1 ulp.
 SINTER_INLINE float exp_f32(float x) {
@@ -27,15 +39,7 @@ SINTER_INLINE float exp_f32(float x) {
   uint32_t sb;
   std::memcpy(&sb, &shifted, 4);
   const int32_t ni = int32_t(sb - 0x4B400000u);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const float p = exp_reduced(x - n * 0.693359375f - n * -2.12194440e-4f);
   const int32_t k = ni > 0 ? 1 : 0;  // 2^n as 2^(n-k) 2^k: n = 128 stays finite
   const float r2 = p * bits_to_float(uint32_t(ni - k + 127) << 23) * bits_to_float(uint32_t(k + 127) << 23);
   return underflow ? 0.0f : r2;
@@ -50,15 +54,7 @@ SINTER_INLINE float exp_nonpos_f32(float x) {
   const float n = shifted - 12582912.0f;
   uint32_t sb;
   std::memcpy(&sb, &shifted, 4);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  float p = exp_reduced(x - n * 0.693359375f - n * -2.12194440e-4f);
   uint32_t pb;
   std::memcpy(&pb, &p, 4);
   pb += (sb - 0x4B400000u) << 23;  // p * 2^n, n in [-126, 0]
