@@ -309,6 +309,19 @@ TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
   Tensor kv = cache_k.narrow(2, 0, 40), vv = cache_v.narrow(2, 0, 40);
   EXPECT_TRUE(test::all_close(scaled_dot_product_attention(q1, kv, vv, {}, 0.0, true, {}, true, SDPABackend::flash),
                               scaled_dot_product_attention(q1, kv, vv, {}, 0.0, true, {}, true, SDPABackend::math), 1e-5, 1e-5));
+  // Sliding window: both backends agree, forward and backward.
+  Tensor qw = q.detach().requires_grad_(), kw = k.detach().requires_grad_();
+  Tensor fw = scaled_dot_product_attention(qw, kw, v, {}, 0.0, true, {}, true, SDPABackend::flash, 9);
+  Tensor mw = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::math, 9);
+  EXPECT_TRUE(test::all_close(fw, mw, 1e-5, 1e-5));
+  EXPECT_FALSE(test::all_close(fw, flash, 1e-3, 1e-3));  // the window changed something
+  auto gq = autograd::grad({sum(fw * fw)}, {qw, kw});
+  Tensor qm = q.detach().requires_grad_(), km = k.detach().requires_grad_();
+  Tensor mw2 = scaled_dot_product_attention(qm, km, v, {}, 0.0, true, {}, true, SDPABackend::math, 9);
+  auto gm = autograd::grad({sum(mw2 * mw2)}, {qm, km});
+  EXPECT_TRUE(test::all_close(gq[0], gm[0], 1e-4, 1e-4));
+  EXPECT_TRUE(test::all_close(gq[1], gm[1], 1e-4, 1e-4));
+  EXPECT_TRUE(test::throws_naming("sdpa", [&] { scaled_dot_product_attention(q, k, v, {}, 0.0, false, {}, true, SDPABackend::math, 4); }));
   EXPECT_EQ(sdpa_choose(q, k, {}, 0.1).backend, SDPABackend::math);
   EXPECT_TRUE(test::throws_naming("sdpa", [&] {
     scaled_dot_product_attention(q, k, v, {}, 0.1, true, {}, true, SDPABackend::flash);

@@ -102,7 +102,9 @@ void add_backward_specs(std::map<std::string, Spec>& m) {
     s.cases = [off] {
       return std::vector<Case>{{{rn({4, 4})}, off(0)},          {{rn({2, 3, 3, 7})}, off(4)}, {{rn({3, 5})}, off(2)},
                                {{rn({2, 0, 4})}, off(0)},       {{rn({1, 6})}, off(5)},       {{rn({64, 300})}, off(236)},
-                               {{rn({5, 4}).t()}, off(0)},      {{rn({3, 3})}, off(-1)}};  // the first row sees nothing: nan
+                               {{rn({5, 4}).t()}, off(0)},      {{rn({3, 3})}, off(-1)},  // the first row sees nothing: nan
+                               {{rn({2, 9, 12})}, Attrs{{"offset", int64_t(3)}, {"window", int64_t(4)}}},
+                               {{rn({6, 6})}, Attrs{{"offset", int64_t(0)}, {"window", int64_t(1)}}}};
     };
     s.ref = [](const std::vector<R>& in, const Attrs& a) {
       const R& x = in[0];
@@ -110,15 +112,21 @@ void add_backward_specs(std::map<std::string, Spec>& m) {
       R y{x.shape, std::vector<double>(x.v.size(), 0.0), x.dtype};
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t seen = std::clamp<int64_t>(r % lq + a.i("offset") + 1, 0, n);
-        std::vector<double> line(x.v.begin() + r * n, x.v.begin() + r * n + seen);
+        const int64_t first = a.has("window") ? std::max<int64_t>(seen - a.i("window"), 0) : 0;
+        std::vector<double> line(x.v.begin() + r * n + first, x.v.begin() + r * n + seen);
         const auto p = softmax_line(line, false);
-        for (int64_t j = 0; j < n; ++j) y.v[size_t(r * n + j)] = seen == 0 ? NAN : (j < seen ? p[size_t(j)] : 0.0);
+        for (int64_t j = 0; j < n; ++j)
+          y.v[size_t(r * n + j)] = seen == first ? NAN : (j >= first && j < seen ? p[size_t(j - first)] : 0.0);
       }
       return std::vector<R>{y};
     };
-    s.bad = [off] { return std::vector<Case>{{{rn({4})}, off(0)}, {{ints({2, 2}, 0, 3)}, off(0)}}; };
+    s.bad = [off] {
+      return std::vector<Case>{{{rn({4})}, off(0)}, {{ints({2, 2}, 0, 3)}, off(0)},
+                               {{rn({2, 2})}, Attrs{{"offset", int64_t(0)}, {"window", int64_t(-1)}}}};
+    };
     s.grad_cases = [off] {
-      return small_f64({{{rn({4, 4})}, off(0)}, {{rn({2, 2, 5})}, off(3)}, {{rn({3, 4})}, off(1)}});
+      return small_f64({{{rn({4, 4})}, off(0)}, {{rn({2, 2, 5})}, off(3)}, {{rn({3, 4})}, off(1)},
+                        {{rn({4, 5})}, Attrs{{"offset", int64_t(1)}, {"window", int64_t(2)}}}});
     };
     m["causal_softmax"] = s;
   }

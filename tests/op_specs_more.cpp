@@ -410,49 +410,61 @@ void add_more_specs(std::map<std::string, Spec>& m) {
       // head dims the register-blocked f32 kernel takes, lengths across several 64-wide tiles
       {{1, 2, 70, 32}, {1, 1, 130, 32}, true, 0.2}, {{2, 2, 65, 64}, {2, 2, 65, 64}, false, 0.125},
       {{1, 4, 1, 32}, {1, 1, 100, 32}, true, 0.2},  {{1, 1, 130, 16}, {1, 1, 130, 16}, true, 0.25}};
-  auto attn_attrs = [](bool causal, double scale) { return Attrs{{"causal", causal}, {"scale", scale}}; };
-  // Visible keys of query row i: causal masks align to the bottom right.
-  auto visible = [](int64_t i, int64_t Lq, int64_t Lkv, bool causal) {
-    return causal ? std::clamp<int64_t>(i + Lkv - Lq + 1, 0, Lkv) : Lkv;
+  auto attn_attrs = [](bool causal, double scale, int64_t window = 0) {
+    Attrs a{{"causal", causal}, {"scale", scale}};
+    if (window > 0) a.set("window", window);
+    return a;
+  };
+  // Visible keys [first, lim) of query row i: causal masks align to the bottom right; a sliding
+  // window keeps the last `window` of them.
+  auto visible = [](int64_t i, int64_t Lq, int64_t Lkv, const Attrs& a) {
+    const int64_t lim = a.b("causal") ? std::clamp<int64_t>(i + Lkv - Lq + 1, 0, Lkv) : Lkv;
+    const int64_t w = a.has("window") ? a.i("window") : 0;
+    return std::pair<int64_t, int64_t>{w > 0 ? std::clamp<int64_t>(lim - w, 0, lim) : 0, lim};
   };
   Spec fl;
   fl.cases = [attn_shapes, attn_attrs] {
     std::vector<Case> c;
     for (auto& a : attn_shapes) c.push_back({{rn(a.q), rn(a.kv), rn(a.kv)}, attn_attrs(a.causal, a.scale)});
     c.push_back({{rn({1, 2, 9, 4}, DType::f64), rn({1, 1, 9, 4}, DType::f64), rn({1, 1, 9, 4}, DType::f64)}, attn_attrs(true, 0.5)});
+    // sliding windows: generic path (D = 8) and the fast kernel across tiles, with GQA
+    c.push_back({{rn({1, 1, 40, 8}), rn({1, 1, 40, 8}), rn({1, 1, 40, 8})}, attn_attrs(true, 0.3, 5)});
+    c.push_back({{rn({1, 2, 150, 32}), rn({1, 1, 170, 32}), rn({1, 1, 170, 32})}, attn_attrs(true, 0.2, 70)});
+    c.push_back({{rn({1, 4, 1, 32}), rn({1, 1, 100, 32}), rn({1, 1, 100, 32})}, attn_attrs(true, 0.2, 9)});
     return c;
   };
   fl.ref = [visible](const std::vector<R>& in, const Attrs& a) {
     const R &q = in[0], &k = in[1], &v = in[2];
     const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Lkv = k.shape[2];
-    const bool causal = a.b("causal");
     const double scale = a.f("scale");
     R o{q.shape, std::vector<double>(q.v.size()), q.dtype}, lse{{B, Hq, Lq}, std::vector<double>(size_t(B * Hq * Lq)), q.dtype};
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < Hq; ++h)
         for (int64_t i = 0; i < Lq; ++i) {
-          const int64_t hk = h / (Hq / Hkv), lim = visible(i, Lq, Lkv, causal);
+          const int64_t hk = h / (Hq / Hkv);
+          const auto [first, lim] = visible(i, Lq, Lkv, a);
           std::vector<double> sc;
           double mx = -INFINITY, z = 0;
-          for (int64_t j = 0; j < lim; ++j) {
+          for (int64_t j = first; j < lim; ++j) {
             double d = 0;
             for (int64_t e = 0; e < D; ++e) d += at(q, {b, h, i, e}) * at(k, {b, hk, j, e});
             sc.push_back(d * scale);
             mx = std::max(mx, d * scale);
           }
           for (double x : sc) z += std::exp(x - mx);
-          const double l = lim ? mx + std::log(z) : -INFINITY;
+          const double l = lim > first ? mx + std::log(z) : -INFINITY;
           lse.v[size_t((b * Hq + h) * Lq + i)] = l;
           for (int64_t e = 0; e < D; ++e) {
             double acc = 0;
-            for (int64_t j = 0; j < lim; ++j) acc += std::exp(sc[size_t(j)] - l) * at(v, {b, hk, j, e});
-            o.v[size_t(((b * Hq + h) * Lq + i) * D + e)] = lim ? acc : NAN;
+            for (int64_t j = first; j < lim; ++j) acc += std::exp(sc[size_t(j - first)] - l) * at(v, {b, hk, j, e});
+            o.v[size_t(((b * Hq + h) * Lq + i) * D + e)] = lim > first ? acc : NAN;
           }
         }
     return std::vector<R>{o, lse};
   };
   fl.bad = [attn_attrs] {
     return std::vector<Case>{{{rn({1, 2, 3, 4}), rn({1, 2, 3, 5}), rn({1, 2, 3, 5})}, attn_attrs(false, 1.0)},
+                             {{rn({1, 1, 3, 4}), rn({1, 1, 3, 4}), rn({1, 1, 3, 4})}, attn_attrs(false, 1.0, 2)},
                              {{rn({1, 3, 3, 4}), rn({1, 2, 3, 4}), rn({1, 2, 3, 4})}, attn_attrs(false, 1.0)},
                              {{rn({3, 3, 4}), rn({3, 3, 4}), rn({3, 3, 4})}, attn_attrs(false, 1.0)},
                              {{ints({1, 1, 2, 2}, 0, 3), ints({1, 1, 2, 2}, 0, 3), ints({1, 1, 2, 2}, 0, 3)}, attn_attrs(false, 1.0)},
@@ -460,15 +472,17 @@ void add_more_specs(std::map<std::string, Spec>& m) {
   };
   fl.grad_cases = [attn_attrs] {
     return small_f64({{{rn({1, 2, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4})}, attn_attrs(true, 0.5)},
-                      {{rn({1, 2, 4, 3}), rn({1, 2, 4, 3}), rn({1, 2, 4, 3})}, attn_attrs(false, 0.6)}});
+                      {{rn({1, 2, 4, 3}), rn({1, 2, 4, 3}), rn({1, 2, 4, 3})}, attn_attrs(false, 0.6)},
+                      {{rn({1, 1, 5, 3}), rn({1, 1, 5, 3}), rn({1, 1, 5, 3})}, attn_attrs(true, 0.6, 2)}});
   };
   m["sdpa_flash"] = fl;
 
   Spec fb;
-  auto backward_case = [attn_attrs](const Shape& qs, const Shape& kvs, bool causal, double scale, DType dt) {
+  auto backward_case = [attn_attrs](const Shape& qs, const Shape& kvs, bool causal, double scale, DType dt,
+                                     int64_t window = 0) {
     Tensor q = rn(qs, dt), k = rn(kvs, dt), v = rn(kvs, dt);
-    auto fwd = call(get_op("sdpa_flash"), {q, k, v}, attn_attrs(causal, scale));
-    return Case{{q, k, v, fwd[0], fwd[1], rn(fwd[0].shape(), dt), rn(fwd[1].shape(), dt)}, attn_attrs(causal, scale)};
+    auto fwd = call(get_op("sdpa_flash"), {q, k, v}, attn_attrs(causal, scale, window));
+    return Case{{q, k, v, fwd[0], fwd[1], rn(fwd[0].shape(), dt), rn(fwd[1].shape(), dt)}, attn_attrs(causal, scale, window)};
   };
   fb.cases = [backward_case] {
     return std::vector<Case>{backward_case({1, 2, 5, 4}, {1, 2, 5, 4}, false, 0.5, DType::f32),
@@ -480,24 +494,27 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              backward_case({1, 4, 70, 32}, {1, 2, 130, 32}, true, 0.2, DType::f32),
                              backward_case({2, 2, 65, 64}, {2, 2, 65, 64}, false, 0.125, DType::f32),
                              backward_case({1, 2, 1, 32}, {1, 1, 80, 32}, true, 0.2, DType::f32),
-                             backward_case({1, 1, 130, 16}, {1, 1, 100, 16}, true, 0.25, DType::f32)};
+                             backward_case({1, 1, 130, 16}, {1, 1, 100, 16}, true, 0.25, DType::f32),
+                             // sliding windows, generic and fast paths
+                             backward_case({1, 1, 40, 8}, {1, 1, 40, 8}, true, 0.3, DType::f32, 5),
+                             backward_case({1, 2, 150, 32}, {1, 1, 170, 32}, true, 0.2, DType::f32, 70)};
   };
   fb.ref = [visible](const std::vector<R>& in, const Attrs& a) {
     const R &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5], &dlse = in[6];
     const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Lkv = k.shape[2];
-    const bool causal = a.b("causal");
     const double scale = a.f("scale");
     R dq{q.shape, std::vector<double>(q.v.size()), q.dtype}, dk{k.shape, std::vector<double>(k.v.size()), k.dtype},
         dv{v.shape, std::vector<double>(v.v.size()), v.dtype};
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < Hq; ++h)
         for (int64_t i = 0; i < Lq; ++i) {
-          const int64_t hk = h / (Hq / Hkv), lim = visible(i, Lq, Lkv, causal);
+          const int64_t hk = h / (Hq / Hkv);
+          const auto [first, lim] = visible(i, Lq, Lkv, a);
           const double l = at(lse, {b, h, i});
           if (!std::isfinite(l)) continue;
           double delta = -at(dlse, {b, h, i});
           for (int64_t e = 0; e < D; ++e) delta += at(dout, {b, h, i, e}) * at(o, {b, h, i, e});
-          for (int64_t j = 0; j < lim; ++j) {
+          for (int64_t j = first; j < lim; ++j) {
             double s = 0, dp = 0;
             for (int64_t e = 0; e < D; ++e) {
               s += at(q, {b, h, i, e}) * at(k, {b, hk, j, e});

@@ -22,10 +22,12 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
 
 // softmax(q k^T * scale + mask) v with PyTorch's semantics. q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D);
 // attn_mask bool (true = keep) or additive, broadcastable to (B, Hq, Lq, Lkv); causal masks align
-// to the bottom right when Lq != Lkv (a decode step attends to the whole cache).
+// to the bottom right when Lq != Lkv (a decode step attends to the whole cache). sliding_window > 0
+// (causal only) lets each query see only its last `sliding_window` keys, itself included.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
                                     double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = {},
-                                    bool enable_gqa = false, SDPABackend backend = SDPABackend::automatic);
+                                    bool enable_gqa = false, SDPABackend backend = SDPABackend::automatic,
+                                    int64_t sliding_window = 0);
 
 namespace nn {
 

@@ -85,7 +85,8 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // Softmax over the last dim of x (..., Lq, Lkv) where row i sees only columns j <= i + offset
 // (0 elsewhere): causal attention scores without a mask; offset = Lkv - Lq aligns bottom-right.
-Tensor causal_softmax(const Tensor& x, int64_t offset);
+// window > 0 keeps only the last `window` of those columns (sliding-window attention).
+Tensor causal_softmax(const Tensor& x, int64_t offset, int64_t window = 0);
 
 // Linear algebra. matmul follows NumPy: 1-D operands, batched, broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -24,6 +24,7 @@ struct Geometry {
   int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
   double scale;
   bool causal;
+  int64_t window = 0;  // sliding window (causal only): row i sees keys (i + offset - window, i + offset]
   // Elements between consecutive heads of k and v: Lkv * D when contiguous, more for a view of
   // the first Lkv positions of a KV cache (read in place, not copied).
   int64_t k_hs = 0, v_hs = 0;
@@ -43,12 +44,18 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a) {
                        ", ", in[2].dtype);
   SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64, "[sdpa_flash] needs f32 or f64, got ",
                      in[0].dtype);
-  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), k[2] * q[3], v[2] * v[3]};
+  const int64_t window = a.has("window") ? a.i("window") : 0;
+  SINTER_CHECK(window >= 0 && (window == 0 || a.b("causal")), "[sdpa_flash] a sliding window (", window,
+               ") needs causal attention and a positive size");
+  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window, k[2] * q[3], v[2] * v[3]};
 }
 
-// Visible key range [0, hi) for query row i (causal), or everything.
+// Visible key range [key_first, key_limit) for query row i: causal and sliding window, or everything.
 inline int64_t key_limit(const Geometry& g, int64_t i) {
   return g.causal ? std::clamp<int64_t>(i + g.offset() + 1, 0, g.Lkv) : g.Lkv;
+}
+inline int64_t key_first(const Geometry& g, int64_t i) {
+  return g.window > 0 ? std::clamp<int64_t>(i + g.offset() + 1 - g.window, 0, g.Lkv) : 0;
 }
 
 template <class T>
@@ -73,7 +80,7 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
         for (int64_t c = 0; c < cols; ++c)
           for (int64_t d = 0; d < g.D; ++d) kt[size_t(d * kBc + c)] = K[(j0 + c) * g.D + d];
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t lim = key_limit(g, i0 + r) - j0;
+          const int64_t lim = key_limit(g, i0 + r) - j0, first = key_first(g, i0 + r) - j0;
           const T* qr = Q + r * g.D;
           T* sr = s.data() + r * kBc;
           std::fill(sr, sr + cols, T(0));
@@ -84,6 +91,7 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
             for (int64_t c = 0; c < cols; ++c) sr[c] += qd * ktd[c];
           }
           for (int64_t c = std::max<int64_t>(lim, 0); c < cols; ++c) sr[c] = -std::numeric_limits<T>::infinity();
+          for (int64_t c = 0; c < std::min(first, cols); ++c) sr[c] = -std::numeric_limits<T>::infinity();
           T row_max = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : row_max)
           for (int64_t c = 0; c < cols; ++c) row_max = std::max(row_max, sr[c]);
@@ -235,7 +243,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
     std::vector<float> qs(static_cast<size_t>(kFBr * D)), s(static_cast<size_t>(kFBr * kFBc)),
         acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
         kt(static_cast<size_t>(D * kFBc), 0.0f);
-    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr));
+    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t t = job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
       const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0);
@@ -247,13 +255,15 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), 0.0f);
-      int64_t kend = 0, min_lim = g.Lkv;  // tiles past every row's limit are fully masked
+      // Tiles before every row's first key or past every row's limit are fully masked.
+      int64_t kend = 0, min_lim = g.Lkv, kbegin = g.Lkv, max_first = 0;
       for (int64_t r = 0; r < rows; ++r) {
-        lim_of[size_t(r)] = key_limit(g, (r0 + r) % g.Lq);
+        lim_of[size_t(r)] = key_limit(g, (r0 + r) % g.Lq), first_of[size_t(r)] = key_first(g, (r0 + r) % g.Lq);
         kend = std::max(kend, lim_of[size_t(r)]), min_lim = std::min(min_lim, lim_of[size_t(r)]);
+        kbegin = std::min(kbegin, first_of[size_t(r)]), max_first = std::max(max_first, first_of[size_t(r)]);
       }
       const bool few = rows <= 4;
-      for (int64_t j0 = 0; j0 < kend; j0 += kFBc) {
+      for (int64_t j0 = kbegin / kFBc * kFBc; j0 < kend; j0 += kFBc) {
         const int64_t cols = std::min(kFBc, kend - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
         if (few) {
           scores_few_rows(qs.data(), K + j0 * D, s.data(), rows, cols, D);
@@ -265,20 +275,22 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           scores_tile(qs.data(), kt.data(), s.data(), rows, cols_r, D);
         }
         // Online softmax per row: mask, new max, rescale the running sum and the output row.
-        const bool all_visible = j0 + cols <= min_lim;
+        const bool all_visible = j0 + cols <= min_lim && j0 >= max_first;
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s.data() + r * kFBc;
           const int64_t lim = all_visible ? cols : std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
-          const float row_max = lim > 0 ? cpu::simd::max_of(sr, lim) : ninf;
+          const int64_t first = all_visible ? 0 : std::clamp<int64_t>(first_of[size_t(r)] - j0, 0, lim);
+          const float row_max = lim > first ? cpu::simd::max_of(sr + first, lim - first) : ninf;
           const float m_new = std::max(m[size_t(r)], row_max);
           if (m_new == ninf) {  // nothing visible yet: p = 0 for this tile
             for (int64_t c = 0; c < cols; ++c) sr[c] = 0.0f;
             continue;
           }
           const float alpha = fn::exp_(m[size_t(r)] - m_new);
-          for (int64_t c = 0; c < lim; ++c) sr[c] = fn::exp_(sr[c] - m_new);
+          for (int64_t c = 0; c < first; ++c) sr[c] = 0.0f;
+          for (int64_t c = first; c < lim; ++c) sr[c] = fn::exp_(sr[c] - m_new);
           for (int64_t c = lim; c < cols; ++c) sr[c] = 0.0f;
-          l[size_t(r)] = l[size_t(r)] * alpha + cpu::simd::lane_sum<float>(lim, [&](int64_t c) { return sr[c]; });
+          l[size_t(r)] = l[size_t(r)] * alpha + cpu::simd::lane_sum<float>(lim - first, [&](int64_t c) { return sr[first + c]; });
           m[size_t(r)] = m_new;
           if (alpha != 1.0f) {
             float* ar = acc.data() + r * Dv;
@@ -337,14 +349,16 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
         const int64_t cols = std::min(kFBc, g.Lkv - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
         transpose_tile(K + j0 * D, D, kt.data(), cols, D);  // kt(D, kFBc) = K_j^T
         transpose_tile(V + j0 * Dv, Dv, vt.data(), cols, Dv);
-        // Query rows that see any key of this tile: i + offset >= j0 (causal).
+        // Query rows that see any key of this tile: i + offset >= j0 (causal), and with a window
+        // i + offset + 1 - window < j0 + cols.
         const int64_t i_first = g.causal ? std::max<int64_t>(0, j0 - g.offset()) : 0;
+        const int64_t i_end = g.window > 0 ? std::clamp<int64_t>(j0 + cols + g.window - 1 - g.offset(), 0, g.Lq) : g.Lq;
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
           const int64_t base = (b * g.Hq + h) * g.Lq;
           const float *Q = q + base * D, *dO = dout + base * Dv, *LSE = lse + base;
           const float* dl_h = delta.data() + (h - hk * group) * g.Lq;
           float* dQ = dq + base * D;
-          for (int64_t i0 = i_first / kFBr * kFBr; i0 < g.Lq; i0 += kFBr) {
+          for (int64_t i0 = i_first / kFBr * kFBr; i0 < i_end; i0 += kFBr) {
             const int64_t rows = std::min(kFBr, g.Lq - i0);
             for (int64_t x = 0; x < rows * D; ++x) qs[size_t(x)] = Q[i0 * D + x] * scale;
             scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D);            // S
@@ -354,7 +368,9 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
               const float l = LSE[i0 + r], dl = dl_h[i0 + r];
               const int64_t lim = (std::isinf(l) || std::isnan(l)) ? 0
                                   : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
-              for (int64_t c = 0; c < lim; ++c) {
+              const int64_t first = std::clamp<int64_t>(key_first(g, i0 + r) - j0, 0, lim);
+              for (int64_t c = 0; c < first; ++c) pr[c] = dpr[c] = 0.0f;
+              for (int64_t c = first; c < lim; ++c) {
                 pr[c] = fn::exp_(pr[c] - l);
                 dpr[c] = pr[c] * (dpr[c] - dl) * scale;  // dS
               }
@@ -398,10 +414,10 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
         }
         for (int64_t i = 0; i < g.Lq; ++i) {
           if (std::isinf(LSE[i]) || std::isnan(LSE[i])) continue;  // a row that saw no key
-          const int64_t kend = key_limit(g, i);
+          const int64_t kend = key_limit(g, i), kfirst = key_first(g, i);
           const T *qi = Q + i * g.D, *doi = dO + i * g.Dv;
           T* dqi = dQ + i * g.D;
-          for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+          for (int64_t j0 = kfirst; j0 < kend; j0 += kBc) {
             const int64_t cols = std::min(kBc, kend - j0);
             for (int64_t c = 0; c < cols; ++c) {  // recompute P and dP for this row and key tile
               const T *kc = K + (j0 + c) * g.D, *vc = V + (j0 + c) * g.Dv;

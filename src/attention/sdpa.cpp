@@ -29,7 +29,7 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
-                                    SDPABackend backend) {
+                                    SDPABackend backend, int64_t sliding_window) {
   SINTER_CHECK_SHAPE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[sdpa] q, k, v must be (B, H, L, D), got q", q.shape(),
                      " k", k.shape(), " v", v.shape());
   const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Lkv = k.size(2);
@@ -38,10 +38,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   SINTER_CHECK_SHAPE(Hkv == Hq || (enable_gqa && Hkv > 0 && Hq % Hkv == 0), "[sdpa] ", Hq, " query heads and ", Hkv,
                      " key/value heads", enable_gqa ? " (query heads must be a multiple)" : " (pass enable_gqa for GQA)");
   SINTER_CHECK(!(is_causal && attn_mask.defined()), "[sdpa] pass either is_causal or attn_mask, not both");
+  SINTER_CHECK(sliding_window >= 0 && (sliding_window == 0 || is_causal), "[sdpa] a sliding window (", sliding_window,
+               ") needs is_causal and a positive size");
   const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
   if (sdpa_choose(q, k, attn_mask, dropout_p, backend).backend == SDPABackend::flash) {
     static const OpDef& flash = get_op("sdpa_flash");  // K/V heads shared by query heads, never copied
-    return call(flash, {q, k, v}, {{"scale", s}, {"causal", is_causal}})[0];
+    Attrs a{{"scale", s}, {"causal", is_causal}};
+    if (sliding_window > 0) a.set("window", sliding_window);
+    return call(flash, {q, k, v}, a)[0];
   }
   Tensor kk = k, vv = v;
   if (Hkv != Hq) {  // the math backend materialises the shared heads
@@ -54,7 +58,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     scores = attn_mask.dtype() == DType::boolean ? masked_fill(scores, eq(attn_mask, zeros({}, DType::boolean)), -INFINITY)
                                                  : scores + attn_mask;
   // Causal: bottom-right aligned, query i sees keys j <= i + (Lkv - Lq); no mask tensor.
-  Tensor p = is_causal ? causal_softmax(scores, Lkv - Lq) : softmax(scores, -1);
+  Tensor p = is_causal ? causal_softmax(scores, Lkv - Lq, sliding_window) : softmax(scores, -1);
   if (dropout_p > 0) p = dropout(p, dropout_p);
   return matmul(p, vv);
 }

@@ -134,14 +134,17 @@ void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const T
 }
 
 namespace {
-// Softmax of row[0, n) into orow[0, n), zeros in orow[n, inner); b is scratch of inner values.
-// Nothing visible (n = 0), or a row of -inf: 0/0 = NaN, as PyTorch.
-template <class T, class C> SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t n, int64_t inner, C* b, bool stream) {
+// Softmax of row[first, n) into orow[first, n), zeros elsewhere in orow[0, inner); b is scratch of
+// inner values. Nothing visible (n = first), or a row of -inf: 0/0 = NaN, as PyTorch.
+template <class T, class C>
+SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t first, int64_t n, int64_t inner, C* b, bool stream) {
+  for (int64_t i = 0; i < first; ++i) orow[i] = T(0);
   for (int64_t i = n; i < inner; ++i) orow[i] = T(0);
-  if (n == 0) {
+  if (n == first) {
     for (int64_t i = 0; i < inner; ++i) orow[i] = T(std::numeric_limits<C>::quiet_NaN());
     return;
   }
+  row += first, orow += first, n -= first;
   C m = simd::row_max<C>(row, n);
   if (std::isinf(m) && m < 0) m = 0;
   for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
@@ -173,7 +176,7 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
           const T* row = px + r * inner;
           T* orow = po + r * inner;
           if (!log) {
-            softmax_row(row, orow, inner, inner, buf.data(), stream);
+            softmax_row(row, orow, 0, inner, inner, buf.data(), stream);
             continue;
           }
           C m = simd::row_max<C>(row, inner);
@@ -189,7 +192,7 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   });
 }
 
-void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset) {
+void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window) {
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
@@ -201,9 +204,10 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
         for (int64_t r = lo; r < hi; ++r) {
           const T* row = px + r * inner;
           T* orow = po + r * inner;
-          // Row i of its matrix sees columns j <= i + offset; the rest is 0 (and costs no exp).
+          // Row i of its matrix sees columns i + offset - window < j <= i + offset; the rest is 0
+          // (and costs no exp).
           const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
-          softmax_row(row, orow, n, inner, buf.data(), false);
+          softmax_row(row, orow, window > 0 ? std::max<int64_t>(n - window, 0) : 0, n, inner, buf.data(), false);
         }
       });
     }

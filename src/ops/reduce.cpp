@@ -240,10 +240,11 @@ void register_reduce_ops() {
   define_softmax("log_softmax", true);
 
   OpDef ck;
-  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attr offset: row i sees columns j <= i + offset
-  ck.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attrs offset, window (0: none): row i sees i + offset - window < j <= i + offset
+  ck.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
     check_float("causal_softmax", in[0]);
     SINTER_CHECK_SHAPE(in[0].shape.size() >= 2, "[causal_softmax] needs (..., Lq, Lkv), got ", in[0].shape);
+    SINTER_CHECK(!a.has("window") || a.i("window") >= 0, "[causal_softmax] window must be >= 0, got ", a.i("window"));
     return std::vector<TensorMeta>{in[0]};
   };
   ck.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -252,7 +253,7 @@ void register_reduce_ops() {
     const int64_t inner = x.size(-1);
     const Shape s2{x.numel() / inner, inner};
     cpu::causal_softmax_rows(raw_reshape_contiguous(contiguous_as(x, x.dtype()), s2), raw_reshape_contiguous(out[0], s2),
-                             x.size(-2), a.i("offset"));
+                             x.size(-2), a.i("offset"), a.has("window") ? a.i("window") : 0);
   };
   ck.backward = [](BackwardCtx& c) {  // softmax's: the masked outputs are 0, so their gradient is too
     const Tensor &y = c.outputs[0], &g = c.grads[0];
@@ -349,9 +350,9 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   static const OpDef& op = get_op("softmax");
   return call1(op, {x}, {{"dim", dim}});
 }
-Tensor causal_softmax(const Tensor& x, int64_t offset) {
+Tensor causal_softmax(const Tensor& x, int64_t offset, int64_t window) {
   static const OpDef& op = get_op("causal_softmax");
-  return call1(op, {x}, {{"offset", offset}});
+  return window > 0 ? call1(op, {x}, {{"offset", offset}, {"window", window}}) : call1(op, {x}, {{"offset", offset}});
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   static const OpDef& op = get_op("log_softmax");
