@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 runs=${1:-1000000}
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_FUZZ=ON \
-  -DSINTER_BUILD_TESTS=OFF -DSINTER_BUILD_BENCH=OFF -DSINTER_NATIVE=OFF >/dev/null
+  -DSINTER_BUILD_TESTS=OFF -DSINTER_NATIVE=OFF >/dev/null
 cmake --build build-fuzz --target safetensors_fuzz
 work=$(mktemp -d)
 cp fuzz/corpus/* "$work/"

@@ -8,7 +8,7 @@ build=build
 flags=(-DCMAKE_BUILD_TYPE=Release)
 if [ "${SINTER_SANITIZE:-0}" = 1 ]; then
   build=build-asan
-  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_SANITIZE=ON -DSINTER_BUILD_BENCH=OFF)
+  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_SANITIZE=ON)
   # oneDNN's JIT and OpenMP keep internal allocations alive until exit; leaks are not what we check here.
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
