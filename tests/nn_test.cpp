@@ -58,11 +58,13 @@ Parity load_parity(const std::string& name) {
   return p;
 }
 
-nn::ModelConfig micro_config(const std::string& type) {
-  nn::ModelConfig c = nn::ModelConfig::preset(type == "llama" ? "llama-tiny" : "tiny");
+nn::ModelConfig micro_config(const std::string& type) {  // "gpt2", "llama", "llama-window"
+  const bool llama = type.rfind("llama", 0) == 0;
+  nn::ModelConfig c = nn::ModelConfig::preset(llama ? "llama-tiny" : "tiny");
   c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4;
-  c.num_key_value_heads = type == "llama" ? 2 : 4;
+  c.num_key_value_heads = llama ? 2 : 4;
   c.max_position_embeddings = 128;
+  if (type == "llama-window") c.sliding_window = 8;
   return c;
 }
 
@@ -174,7 +176,28 @@ TEST_P(KVCacheGeneration, GreedyMatchesRecomputingTheContext) {
   EXPECT_EQ(train::generate(model, prompt, 32, s).to_vector<int64_t>(), train::generate(model, prompt, 32, s).to_vector<int64_t>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, KVCacheGeneration, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Models, KVCacheGeneration, ::testing::Values("gpt2", "llama", "llama-window"));
+
+TEST(Config, SlidingWindowRoundTripsAndChangesAttention) {
+  nn::ModelConfig c = micro_config("llama-window");
+  const nn::ModelConfig back = nn::ModelConfig::from_json(c.to_json(), "config.json");
+  EXPECT_EQ(back.sliding_window, 8);
+  manual_seed(2);
+  nn::GPT windowed(c);
+  windowed.init_weights(5);
+  c.sliding_window = 0;
+  nn::GPT full(c);
+  full.load_state_dict(windowed.state_dict());
+  NoGradGuard g;
+  Tensor ids = randint(0, 256, {1, 24});
+  Tensor a = windowed.forward(ids), b = full.forward(ids);
+  // The first 8 positions see the same keys either way; later ones do not.
+  EXPECT_TRUE(test::all_close(a.narrow(1, 0, 8), b.narrow(1, 0, 8), 1e-5, 1e-5));
+  EXPECT_FALSE(test::all_close(a.narrow(1, 8, 16), b.narrow(1, 8, 16), 1e-3, 1e-3));
+  EXPECT_TRUE(test::throws_naming("config.json", [] {
+    nn::ModelConfig::from_json("{\"model_type\": \"llama\", \"sliding_window\": -2}", "config.json");
+  }));
+}
 
 TEST(Module, StateDictIsStrictAndNamesEveryProblem) {
   nn::GPT model(micro_config("gpt2"));

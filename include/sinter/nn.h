@@ -137,6 +137,7 @@ struct ModelConfig {
   int64_t num_key_value_heads = 4;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  int64_t sliding_window = 0;  // LLaMA/Mistral "sliding_window": each token attends to its last N (0: all)
   bool tie_word_embeddings = true;
   double dropout = 0.0;
 
@@ -156,7 +157,7 @@ class CausalSelfAttention : public Module {
   // x (B, T, C) at positions [pos0, pos0 + T); with a cache, attends to everything cached so far.
   Tensor forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache);
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
-  int64_t n_head, n_kv_head, head_dim;
+  int64_t n_head, n_kv_head, head_dim, window;
   bool rope;
 };
 

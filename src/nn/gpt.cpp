@@ -19,6 +19,7 @@ const std::set<std::string> kGptKeys{"model_type", "vocab_size", "n_positions", 
 const std::set<std::string> kLlamaKeys{"model_type", "vocab_size", "max_position_embeddings", "hidden_size",
                                        "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                        "num_key_value_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+                                       "sliding_window",
                                        "attention_dropout", "architectures", "hidden_act", "torch_dtype",
                                        "bos_token_id", "eos_token_id"};
 }  // namespace
@@ -60,6 +61,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.num_key_value_heads = get_int("num_key_value_heads", c.num_attention_heads);
     c.norm_eps = get_num("rms_norm_eps", 1e-6);
     c.rope_theta = get_num("rope_theta", c.rope_theta);
+    c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? get_int("sliding_window", 0) : 0;
     c.dropout = get_num("attention_dropout", 0.0);
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   } else {
@@ -88,6 +90,7 @@ void ModelConfig::validate(const std::string& source) const {
   pos(num_hidden_layers, "num_hidden_layers");
   pos(num_attention_heads, "num_attention_heads");
   pos(num_key_value_heads, "num_key_value_heads");
+  SINTER_CHECK(sliding_window >= 0, "[", source, "] sliding_window must be >= 0, got ", sliding_window);
   SINTER_CHECK(hidden_size % num_attention_heads == 0, "[", source, "] hidden size ", hidden_size,
                " is not a multiple of the ", num_attention_heads, " heads");
   SINTER_CHECK(num_attention_heads % num_key_value_heads == 0, "[", source, "] ", num_attention_heads,
@@ -111,6 +114,7 @@ std::string ModelConfig::to_json() const {
     j["num_key_value_heads"] = num_key_value_heads;
     j["rms_norm_eps"] = norm_eps;
     j["rope_theta"] = rope_theta;
+    if (sliding_window > 0) j["sliding_window"] = sliding_window;
     j["attention_dropout"] = dropout;
   } else {
     j["n_positions"] = max_position_embeddings;
@@ -143,7 +147,8 @@ ModelConfig ModelConfig::preset(const std::string& name) {
 }
 
 CausalSelfAttention::CausalSelfAttention(const ModelConfig& c)
-    : n_head(c.num_attention_heads), n_kv_head(c.num_key_value_heads), head_dim(c.head_dim()), rope(c.llama()) {
+    : n_head(c.num_attention_heads), n_kv_head(c.num_key_value_heads), head_dim(c.head_dim()), window(c.sliding_window),
+      rope(c.llama()) {
   const bool bias = !c.llama();
   const int64_t C = c.hidden_size;
   q_proj = register_module("q_proj", std::make_shared<Linear>(C, n_head * head_dim, bias));
@@ -174,7 +179,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, con
     k = cache->k.narrow(2, 0, cache->length);
     v = cache->v.narrow(2, 0, cache->length);
   }
-  Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1, {}, n_kv_head != n_head);
+  // Causal aligns bottom-right, so a one-token decode step sees the whole cache (or its window).
+  Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1 || window > 0, {}, n_kv_head != n_head,
+                                          SDPABackend::automatic, window);
   return o_proj->forward(y.transpose(1, 2).reshape({B, T, n_head * head_dim}));
 }
 
