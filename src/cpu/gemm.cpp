@@ -92,14 +92,13 @@ Prepared make_prepared(const Tensor& a, const Tensor& b, const Tensor& c, const 
 void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tensor& bias) {
   Tensor a = plain(a0), b = plain(b0), c = normalized(c0);
   // Key: dtypes, shapes and strides of a, b, c, and whether there is a bias.
-  int64_t key[3 * 7 + 2];
+  int64_t key[3 * 7 + 1];
   int k = 0;
   for (const Tensor* t : {&a, &b, &c}) {
     key[k++] = int64_t(t->dtype());
     for (int d = 0; d < 3; ++d) key[k++] = t->size(d), key[k++] = t->stride(d);
   }
   key[k++] = bias.defined() ? int64_t(bias.dtype()) + 1 : 0;
-  key[k++] = 0;
   thread_local std::unordered_map<std::string, Prepared> cache;
   std::string skey(reinterpret_cast<const char*>(key), sizeof key);
   auto it = cache.find(skey);

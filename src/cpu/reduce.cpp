@@ -161,6 +161,30 @@ SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t first, int64_t n, 
 
 void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   const int64_t outer = x.size(0), inner = x.size(1);
+  if (!log) return causal_softmax_rows(x, out, 1, inner - 1, 0);  // every column visible
+  visit_dtype(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      using C = compute_t<T>;
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const T* row = px + r * inner;
+          T* orow = po + r * inner;
+          C m = simd::row_max<C>(row, inner);
+          if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
+          const C ls = std::log(simd::lane_sum<C>(inner, [&](int64_t i) { return fn::exp_nonpos_(C(row[i]) - m); }));
+          for (int64_t i = 0; i < inner; ++i) orow[i] = T(C(row[i]) - m - ls);
+        }
+      });
+    } else {
+      SINTER_THROW(DTypeError, "[softmax] needs a floating tensor, got ", x.dtype());
+    }
+  });
+}
+
+void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window) {
+  const int64_t outer = x.size(0), inner = x.size(1);
   // An output larger than the last-level cache is written around it (no read-for-ownership):
   // nothing will find it in cache anyway.
   const bool stream = out.numel() * out.element_size() >= (int64_t(32) << 20) && inner % 8 == 0 &&
@@ -173,43 +197,16 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
       parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
         std::vector<C> buf(static_cast<size_t>(inner));
         for (int64_t r = lo; r < hi; ++r) {
-          const T* row = px + r * inner;
-          T* orow = po + r * inner;
-          if (!log) {
-            softmax_row(row, orow, 0, inner, inner, buf.data(), stream);
-            continue;
-          }
-          C m = simd::row_max<C>(row, inner);
-          if (std::isinf(m) && m < 0) m = 0;  // a fully masked row: exp(-inf - 0) = 0, sum 0 -> nan, as PyTorch
-          const C ls = std::log(simd::lane_sum<C>(inner, [&](int64_t i) { return fn::exp_nonpos_(C(row[i]) - m); }));
-          for (int64_t i = 0; i < inner; ++i) orow[i] = T(C(row[i]) - m - ls);
+          // Row i of its matrix sees columns i + offset - window < j <= i + offset; the rest is 0
+          // (and costs no exp).
+          const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
+          softmax_row(px + r * inner, po + r * inner, window > 0 ? std::max<int64_t>(n - window, 0) : 0, n, inner, buf.data(),
+                      stream);
         }
         simd::stream_fence();
       });
     } else {
       SINTER_THROW(DTypeError, "[softmax] needs a floating tensor, got ", x.dtype());
-    }
-  });
-}
-
-void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window) {
-  const int64_t outer = x.size(0), inner = x.size(1);
-  visit_dtype(x.dtype(), [&]<class T>() {
-    if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      using C = compute_t<T>;
-      const T* px = x.data<T>();
-      T* po = out.data<T>();
-      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
-        std::vector<C> buf(static_cast<size_t>(inner));
-        for (int64_t r = lo; r < hi; ++r) {
-          const T* row = px + r * inner;
-          T* orow = po + r * inner;
-          // Row i of its matrix sees columns i + offset - window < j <= i + offset; the rest is 0
-          // (and costs no exp).
-          const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
-          softmax_row(row, orow, window > 0 ? std::max<int64_t>(n - window, 0) : 0, n, inner, buf.data(), false);
-        }
-      });
     }
   });
 }
