@@ -102,7 +102,7 @@ void add_backward_specs(std::map<std::string, Spec>& m) {
     s.cases = [off] {
       return std::vector<Case>{{{rn({4, 4})}, off(0)},          {{rn({2, 3, 3, 7})}, off(4)}, {{rn({3, 5})}, off(2)},
                                {{rn({2, 0, 4})}, off(0)},       {{rn({1, 6})}, off(5)},       {{rn({64, 300})}, off(236)},
-                               {{rn({5, 4}).t()}, off(0)},      {{rn({3, 3})}, off(-1)},  // the first row sees nothing: nan
+                               {{rn({5, 4}).t()}, off(0)},      {{rn({3, 3})}, off(-1)},  // the first row sees nothing: 0
                                {{rn({2, 9, 12})}, Attrs{{"offset", int64_t(3)}, {"window", int64_t(4)}}},
                                {{rn({6, 6})}, Attrs{{"offset", int64_t(0)}, {"window", int64_t(1)}}}};
     };
@@ -116,7 +116,7 @@ void add_backward_specs(std::map<std::string, Spec>& m) {
         std::vector<double> line(x.v.begin() + r * n + first, x.v.begin() + r * n + seen);
         const auto p = softmax_line(line, false);
         for (int64_t j = 0; j < n; ++j)
-          y.v[size_t(r * n + j)] = seen == first ? NAN : (j >= first && j < seen ? p[size_t(j - first)] : 0.0);
+          y.v[size_t(r * n + j)] = seen == first ? 0.0 : (j >= first && j < seen ? p[size_t(j - first)] : 0.0);
       }
       return std::vector<R>{y};
     };

@@ -422,8 +422,28 @@ void add_more_specs(std::map<std::string, Spec>& m) {
     const int64_t w = a.has("window") ? a.i("window") : 0;
     return std::pair<int64_t, int64_t>{w > 0 ? std::clamp<int64_t>(lim - w, 0, lim) : 0, lim};
   };
+  // The additive mask's value at (b, h, i, j) (4-D, broadcast over its size-1 dims), 0 without one;
+  // the dropout multiplier there, as the dropout op draws element ((b Hq + h) Lq + i) Lkv + j.
+  auto mask_at = [](const std::vector<R>& in, size_t at_input, int64_t b, int64_t h, int64_t i, int64_t j) {
+    if (in.size() <= at_input) return 0.0;
+    const R& m = in[at_input];
+    const std::vector<int64_t> idx{b, h, i, j};
+    std::vector<int64_t> mi(4);
+    for (size_t d = 0; d < 4; ++d) mi[d] = m.shape[d] == 1 ? 0 : idx[d];
+    return at(m, mi);
+  };
+  auto keep_at = [](const Attrs& a, int64_t b, int64_t h, int64_t i, int64_t j, int64_t Hq, int64_t Lq, int64_t Lkv) {
+    if (!a.has("dropout_p")) return 1.0;
+    const double p = a.f("dropout_p");
+    const uint64_t e = uint64_t(((b * Hq + h) * Lq + i) * Lkv + j);
+    return philox_uniform(uint64_t(a.i("seed")), uint64_t(a.i("counter")), e) >= float(p) ? 1.0 / (1.0 - p) : 0.0;
+  };
+  auto with_dropout = [](Attrs a, double p, int64_t seed, int64_t counter) {
+    a.set("dropout_p", p), a.set("seed", seed), a.set("counter", counter);
+    return a;
+  };
   Spec fl;
-  fl.cases = [attn_shapes, attn_attrs] {
+  fl.cases = [attn_shapes, attn_attrs, with_dropout] {
     std::vector<Case> c;
     for (auto& a : attn_shapes) c.push_back({{rn(a.q), rn(a.kv), rn(a.kv)}, attn_attrs(a.causal, a.scale)});
     c.push_back({{rn({1, 2, 9, 4}, DType::f64), rn({1, 1, 9, 4}, DType::f64), rn({1, 1, 9, 4}, DType::f64)}, attn_attrs(true, 0.5)});
@@ -431,9 +451,25 @@ void add_more_specs(std::map<std::string, Spec>& m) {
     c.push_back({{rn({1, 1, 40, 8}), rn({1, 1, 40, 8}), rn({1, 1, 40, 8})}, attn_attrs(true, 0.3, 5)});
     c.push_back({{rn({1, 2, 150, 32}), rn({1, 1, 170, 32}), rn({1, 1, 170, 32})}, attn_attrs(true, 0.2, 70)});
     c.push_back({{rn({1, 4, 1, 32}), rn({1, 1, 100, 32}), rn({1, 1, 100, 32})}, attn_attrs(true, 0.2, 9)});
+    // additive masks (broadcast over batch, heads or rows; f32 with f64 inputs) on both paths
+    c.push_back({{rn({2, 2, 7, 8}), rn({2, 1, 9, 8}), rn({2, 1, 9, 8}), rn({1, 2, 7, 9})}, attn_attrs(false, 0.4)});
+    c.push_back({{rn({1, 4, 70, 32}), rn({1, 2, 130, 32}), rn({1, 2, 130, 32}), rn({1, 1, 70, 130})}, attn_attrs(false, 0.2)});
+    c.push_back({{rn({1, 2, 3, 16}), rn({1, 2, 80, 16}), rn({1, 2, 80, 16}), rn({2, 1, 80}).reshape({1, 2, 1, 80})},
+                 attn_attrs(false, 0.25)});
+    c.push_back({{rn({1, 1, 5, 4}, DType::f64), rn({1, 1, 6, 4}, DType::f64), rn({1, 1, 6, 4}, DType::f64), rn({1, 1, 5, 6})},
+                 attn_attrs(false, 0.5)});
+    // a row masked everywhere: 0 and lse -inf
+    Tensor mask = rn({1, 1, 6, 70});
+    mask.narrow(2, 2, 1).fill_(-INFINITY);
+    c.push_back({{rn({1, 2, 6, 32}), rn({1, 2, 70, 32}), rn({1, 2, 70, 32}), mask}, attn_attrs(false, 0.3)});
+    // dropout, alone and with a window, GQA and a mask, generic and fast paths
+    c.push_back({{rn({1, 2, 9, 8}), rn({1, 1, 11, 8}), rn({1, 1, 11, 8})}, with_dropout(attn_attrs(true, 0.4), 0.3, 11, 5)});
+    c.push_back({{rn({1, 4, 70, 32}), rn({1, 2, 130, 32}), rn({1, 2, 130, 32})}, with_dropout(attn_attrs(true, 0.2, 40), 0.2, 3, 7)});
+    c.push_back({{rn({2, 2, 33, 16}), rn({2, 2, 65, 16}), rn({2, 2, 65, 16}), rn({2, 1, 33, 65})},
+                 with_dropout(attn_attrs(false, 0.25), 0.5, 9, 0)});
     return c;
   };
-  fl.ref = [visible](const std::vector<R>& in, const Attrs& a) {
+  fl.ref = [visible, mask_at, keep_at](const std::vector<R>& in, const Attrs& a) {
     const R &q = in[0], &k = in[1], &v = in[2];
     const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Lkv = k.shape[2];
     const double scale = a.f("scale");
@@ -448,41 +484,57 @@ void add_more_specs(std::map<std::string, Spec>& m) {
           for (int64_t j = first; j < lim; ++j) {
             double d = 0;
             for (int64_t e = 0; e < D; ++e) d += at(q, {b, h, i, e}) * at(k, {b, hk, j, e});
-            sc.push_back(d * scale);
-            mx = std::max(mx, d * scale);
+            sc.push_back(d * scale + mask_at(in, 3, b, h, i, j));
+            mx = std::max(mx, sc.back());
           }
-          for (double x : sc) z += std::exp(x - mx);
-          const double l = lim > first ? mx + std::log(z) : -INFINITY;
+          const bool empty = mx == -INFINITY;  // nothing visible: 0, lse -inf
+          for (double x : sc) z += empty ? 0.0 : std::exp(x - mx);
+          const double l = empty ? -INFINITY : mx + std::log(z);
           lse.v[size_t((b * Hq + h) * Lq + i)] = l;
           for (int64_t e = 0; e < D; ++e) {
             double acc = 0;
-            for (int64_t j = first; j < lim; ++j) acc += std::exp(sc[size_t(j - first)] - l) * at(v, {b, hk, j, e});
-            o.v[size_t(((b * Hq + h) * Lq + i) * D + e)] = lim > first ? acc : NAN;
+            for (int64_t j = first; j < lim && !empty; ++j)
+              acc += std::exp(sc[size_t(j - first)] - l) * keep_at(a, b, h, i, j, Hq, Lq, Lkv) * at(v, {b, hk, j, e});
+            o.v[size_t(((b * Hq + h) * Lq + i) * D + e)] = acc;
           }
         }
     return std::vector<R>{o, lse};
   };
-  fl.bad = [attn_attrs] {
+  fl.bad = [attn_attrs, with_dropout] {
     return std::vector<Case>{{{rn({1, 2, 3, 4}), rn({1, 2, 3, 5}), rn({1, 2, 3, 5})}, attn_attrs(false, 1.0)},
                              {{rn({1, 1, 3, 4}), rn({1, 1, 3, 4}), rn({1, 1, 3, 4})}, attn_attrs(false, 1.0, 2)},
                              {{rn({1, 3, 3, 4}), rn({1, 2, 3, 4}), rn({1, 2, 3, 4})}, attn_attrs(false, 1.0)},
                              {{rn({3, 3, 4}), rn({3, 3, 4}), rn({3, 3, 4})}, attn_attrs(false, 1.0)},
                              {{ints({1, 1, 2, 2}, 0, 3), ints({1, 1, 2, 2}, 0, 3), ints({1, 1, 2, 2}, 0, 3)}, attn_attrs(false, 1.0)},
-                             {{rn({1, 1, 2, 2}), rn({1, 1, 2, 2}, DType::f64), rn({1, 1, 2, 2})}, attn_attrs(false, 1.0)}};
+                             {{rn({1, 1, 2, 2}), rn({1, 1, 2, 2}, DType::f64), rn({1, 1, 2, 2})}, attn_attrs(false, 1.0)},
+                             {{rn({1, 1, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4}), rn({1, 1, 4, 5})}, attn_attrs(false, 1.0)},
+                             {{rn({1, 1, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4}), ints({1, 1, 3, 5}, 0, 2)}, attn_attrs(false, 1.0)},
+                             {{rn({1, 1, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4})}, with_dropout(attn_attrs(false, 1.0), 1.0, 0, 0)}};
   };
-  fl.grad_cases = [attn_attrs] {
-    return small_f64({{{rn({1, 2, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4})}, attn_attrs(true, 0.5)},
-                      {{rn({1, 2, 4, 3}), rn({1, 2, 4, 3}), rn({1, 2, 4, 3})}, attn_attrs(false, 0.6)},
-                      {{rn({1, 1, 5, 3}), rn({1, 1, 5, 3}), rn({1, 1, 5, 3})}, attn_attrs(true, 0.6, 2)}});
+  fl.grad_cases = [attn_attrs, with_dropout] {
+    auto c = small_f64({{{rn({1, 2, 3, 4}), rn({1, 1, 5, 4}), rn({1, 1, 5, 4})}, attn_attrs(true, 0.5)},
+                        {{rn({1, 2, 4, 3}), rn({1, 2, 4, 3}), rn({1, 2, 4, 3})}, attn_attrs(false, 0.6)},
+                        {{rn({1, 1, 5, 3}), rn({1, 1, 5, 3}), rn({1, 1, 5, 3})}, attn_attrs(true, 0.6, 2)},
+                        {{rn({1, 2, 4, 3}), rn({1, 1, 5, 3}), rn({1, 1, 5, 3})}, with_dropout(attn_attrs(true, 0.6), 0.4, 2, 1)}});
+    // an additive mask (f32: a constant here, the f64 inputs are differentiated)
+    c.push_back({{rn({1, 2, 3, 3}, DType::f64), rn({1, 1, 4, 3}, DType::f64), rn({1, 1, 4, 3}, DType::f64), rn({1, 2, 3, 4})},
+                 with_dropout(attn_attrs(false, 0.6), 0.25, 4, 3)});
+    return c;
   };
   m["sdpa_flash"] = fl;
 
   Spec fb;
-  auto backward_case = [attn_attrs](const Shape& qs, const Shape& kvs, bool causal, double scale, DType dt,
-                                     int64_t window = 0) {
+  auto backward_case = [attn_attrs, with_dropout](const Shape& qs, const Shape& kvs, bool causal, double scale, DType dt,
+                                                   int64_t window = 0, Shape mask_shape = {}, double dropout = 0) {
     Tensor q = rn(qs, dt), k = rn(kvs, dt), v = rn(kvs, dt);
-    auto fwd = call(get_op("sdpa_flash"), {q, k, v}, attn_attrs(causal, scale, window));
-    return Case{{q, k, v, fwd[0], fwd[1], rn(fwd[0].shape(), dt), rn(fwd[1].shape(), dt)}, attn_attrs(causal, scale, window)};
+    Attrs a = attn_attrs(causal, scale, window);
+    if (dropout > 0) a = with_dropout(a, dropout, 17, 2);
+    std::vector<Tensor> in{q, k, v};
+    if (!mask_shape.empty()) in.push_back(rn(mask_shape, dt));
+    auto fwd = call(get_op("sdpa_flash"), in, a);
+    Case c{{q, k, v, fwd[0], fwd[1], rn(fwd[0].shape(), dt), rn(fwd[1].shape(), dt)}, a};
+    if (!mask_shape.empty()) c.in.push_back(in[3]);
+    return c;
   };
   fb.cases = [backward_case] {
     return std::vector<Case>{backward_case({1, 2, 5, 4}, {1, 2, 5, 4}, false, 0.5, DType::f32),
@@ -497,9 +549,15 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              backward_case({1, 1, 130, 16}, {1, 1, 100, 16}, true, 0.25, DType::f32),
                              // sliding windows, generic and fast paths
                              backward_case({1, 1, 40, 8}, {1, 1, 40, 8}, true, 0.3, DType::f32, 5),
-                             backward_case({1, 2, 150, 32}, {1, 1, 170, 32}, true, 0.2, DType::f32, 70)};
+                             backward_case({1, 2, 150, 32}, {1, 1, 170, 32}, true, 0.2, DType::f32, 70),
+                             // masks and dropout, generic and fast paths
+                             backward_case({1, 2, 7, 8}, {1, 1, 9, 8}, false, 0.3, DType::f32, 0, {1, 2, 7, 9}),
+                             backward_case({1, 4, 70, 32}, {1, 2, 130, 32}, false, 0.2, DType::f32, 0, {1, 1, 70, 130}),
+                             backward_case({1, 2, 9, 8}, {1, 1, 11, 8}, true, 0.4, DType::f32, 0, {}, 0.3),
+                             backward_case({1, 4, 70, 32}, {1, 2, 130, 32}, true, 0.2, DType::f32, 40, {}, 0.2),
+                             backward_case({2, 2, 33, 16}, {2, 2, 65, 16}, false, 0.25, DType::f32, 0, {2, 1, 33, 65}, 0.5)};
   };
-  fb.ref = [visible](const std::vector<R>& in, const Attrs& a) {
+  fb.ref = [visible, mask_at, keep_at](const std::vector<R>& in, const Attrs& a) {
     const R &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5], &dlse = in[6];
     const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Lkv = k.shape[2];
     const double scale = a.f("scale");
@@ -520,9 +578,10 @@ void add_more_specs(std::map<std::string, Spec>& m) {
               s += at(q, {b, h, i, e}) * at(k, {b, hk, j, e});
               dp += at(dout, {b, h, i, e}) * at(v, {b, hk, j, e});
             }
-            const double p = std::exp(s * scale - l), ds = p * (dp - delta);
+            const double z = keep_at(a, b, h, i, j, Hq, Lq, Lkv);
+            const double p = std::exp(s * scale + mask_at(in, 7, b, h, i, j) - l), ds = p * (dp * z - delta);
             for (int64_t e = 0; e < D; ++e) {
-              dv.v[size_t(ravel({b, hk, j, e}, v.shape))] += p * at(dout, {b, h, i, e});
+              dv.v[size_t(ravel({b, hk, j, e}, v.shape))] += p * z * at(dout, {b, h, i, e});
               dq.v[size_t(ravel({b, h, i, e}, q.shape))] += scale * ds * at(k, {b, hk, j, e});
               dk.v[size_t(ravel({b, hk, j, e}, k.shape))] += scale * ds * at(q, {b, h, i, e});
             }

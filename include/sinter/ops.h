@@ -86,6 +86,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // Softmax over the last dim of x (..., Lq, Lkv) where row i sees only columns j <= i + offset
 // (0 elsewhere): causal attention scores without a mask; offset = Lkv - Lq aligns bottom-right.
 // window > 0 keeps only the last `window` of those columns (sliding-window attention).
+// A row that sees no column (or only -inf scores) is 0, as PyTorch's _safe_softmax in SDPA.
 Tensor causal_softmax(const Tensor& x, int64_t offset, int64_t window = 0);
 
 // Linear algebra. matmul follows NumPy: 1-D operands, batched, broadcast batch dims.

@@ -1,8 +1,13 @@
 // FlashAttention-2 on the CPU: tiles of Q against tiles of K/V with an online softmax, fp32
 // accumulation, fully masked tiles skipped; the forward saves only O and the row log-sum-exp, and
 // the backward recomputes the scores tile by tile. Memory: O(tile^2) per thread, not O(L^2).
-//   sdpa_flash(q, k, v) -> (o, lse)          q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D), Hq % Hkv == 0
-//   sdpa_flash_backward(q, k, v, o, lse, do, dlse) -> (dq, dk, dv)
+//   sdpa_flash(q, k, v[, mask]) -> (o, lse)  q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D), Hq % Hkv == 0
+//   sdpa_flash_backward(q, k, v, o, lse, do, dlse[, mask]) -> (dq, dk, dv)
+// mask: additive, broadcastable to (B, Hq, Lq, Lkv), read in the compute dtype (f32 for bf16 inputs).
+// Dropout (attrs dropout_p, seed, counter) draws element (b, h, i, j) of the attention matrix as
+// the dropout op draws element ((b Hq + h) Lq + i) Lkv + j: the math backend's mask, regenerated
+// tile by tile in the backward. bf16 inputs compute in f32 (lse stays f32). A row that sees no
+// key (or only -inf) gives 0 and lse = -inf, as PyTorch's safe softmax.
 #include <cmath>
 #include <limits>
 
@@ -13,6 +18,7 @@
 #include "cpu/simd/lanes.h"
 #include "ops/common.h"
 #include "ops/scalar_fns.h"
+#include "sinter/random.h"
 
 namespace sinter {
 namespace detail {
@@ -28,6 +34,10 @@ struct Geometry {
   // Elements between consecutive heads of k and v: Lkv * D when contiguous, more for a view of
   // the first Lkv positions of a KV cache (read in place, not copied).
   int64_t k_hs = 0, v_hs = 0;
+  bool has_mask = false;
+  int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides, broadcast to (B, Hq, Lq, Lkv)
+  double dropout = 0;
+  uint64_t seed = 0, counter = 0;
   int64_t offset() const { return Lkv - Lq; }  // bottom-right alignment: query i sees keys j <= i + offset
 };
 
@@ -42,12 +52,60 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a) {
   for (size_t i = 1; i < 3; ++i)
     SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[sdpa_flash] q, k, v dtypes differ: ", in[0].dtype, ", ", in[1].dtype,
                        ", ", in[2].dtype);
-  SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64, "[sdpa_flash] needs f32 or f64, got ",
-                     in[0].dtype);
+  SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64 || in[0].dtype == DType::bf16,
+                     "[sdpa_flash] needs f32, bf16 or f64, got ", in[0].dtype);
   const int64_t window = a.has("window") ? a.i("window") : 0;
   SINTER_CHECK(window >= 0 && (window == 0 || a.b("causal")), "[sdpa_flash] a sliding window (", window,
                ") needs causal attention and a positive size");
-  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window, k[2] * q[3], v[2] * v[3]};
+  Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window, k[2] * q[3], v[2] * v[3]};
+  if (a.has("dropout_p")) {
+    g.dropout = a.f("dropout_p");
+    SINTER_CHECK(g.dropout >= 0 && g.dropout < 1, "[sdpa_flash] dropout_p must be in [0, 1), got ", g.dropout);
+    g.seed = uint64_t(a.i("seed")), g.counter = uint64_t(a.i("counter"));
+  }
+  return g;
+}
+
+// The optional additive mask (input `at`): checked against the geometry, its broadcast strides kept.
+void check_mask(std::span<const TensorMeta> in, size_t at, const Geometry& g, const char* op) {
+  if (in.size() <= at) return;
+  const Shape& m = in[at].shape;
+  const Shape full{g.B, g.Hq, g.Lq, g.Lkv};
+  SINTER_CHECK_SHAPE(m.size() <= 4, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
+  for (size_t i = 0; i < m.size(); ++i) {
+    const int64_t s = m[m.size() - 1 - i], f = full[3 - i];
+    SINTER_CHECK_SHAPE(s == f || s == 1, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
+  }
+  SINTER_CHECK_DTYPE(is_floating(in[at].dtype), "[", op, "] the mask must be additive (floating), got ", in[at].dtype);
+}
+// The mask in the compute dtype, broadcast to (B, Hq, Lq, Lkv); its strides go to g.ms.
+Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
+  Tensor m = (mask.dtype() == ct ? mask : mask.to(ct)).expand({g.B, g.Hq, g.Lq, g.Lkv});
+  g.has_mask = true;
+  for (int i = 0; i < 4; ++i) g.ms[i] = m.size(i) == 1 ? 0 : m.stride(i);
+  return m;
+}
+
+// Row (b, h, i) of the mask, or null.
+template <class T> SINTER_INLINE const T* mask_row(const Geometry& g, const T* mask, int64_t b, int64_t h, int64_t i) {
+  return g.has_mask ? mask + b * g.ms[0] + h * g.ms[1] + i * g.ms[2] : nullptr;
+}
+
+// Dropout multipliers z[c] (0 or 1 / (1 - p)) for elements e0, e0 + 1, ... of the attention
+// matrix: the same Philox draws, in the same order, as the dropout op on the materialised matrix.
+template <class T> void dropout_multipliers(const Geometry& g, uint64_t e0, int64_t n, T* z) {
+  const float fp = float(g.dropout);
+  const T keep = T(1.0 / (1.0 - g.dropout));
+  uint64_t e = e0;
+  for (int64_t c = 0; c < n;) {
+    uint32_t r[4];
+    philox(g.seed, g.counter + e / 4, r);
+    for (uint64_t k = e % 4; k < 4 && c < n; ++k, ++c, ++e)
+      z[c] = float(r[k] >> 8) * (1.0f / 16777216.0f) >= fp ? keep : T(0);
+  }
+}
+inline uint64_t element_index(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return uint64_t(((b * g.Hq + h) * g.Lq + i) * g.Lkv + j);
 }
 
 // Visible key range [key_first, key_limit) for query row i: causal and sliding window, or everything.
@@ -59,11 +117,11 @@ inline int64_t key_first(const Geometry& g, int64_t i) {
 }
 
 template <class T>
-void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, T* lse) {
+void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse) {
   const int64_t q_tiles = (g.Lq + kBr - 1) / kBr, group = g.Hq / g.Hkv;
   parallel_for(0, g.B * g.Hq * q_tiles, 1, [&](int64_t lo, int64_t hi) {
     std::vector<T> s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * g.Dv)), m(static_cast<size_t>(kBr)),
-        l(static_cast<size_t>(kBr)), kt(static_cast<size_t>(g.D * kBc));
+        l(static_cast<size_t>(kBr)), kt(static_cast<size_t>(g.D * kBc)), z(static_cast<size_t>(kBc));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
       const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
@@ -90,6 +148,8 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) sr[c] += qd * ktd[c];
           }
+          if (const T* mr = mask_row(g, mask, b, h, i0 + r))
+            for (int64_t c = 0; c < cols; ++c) sr[c] += mr[(j0 + c) * g.ms[3]];
           for (int64_t c = std::max<int64_t>(lim, 0); c < cols; ++c) sr[c] = -std::numeric_limits<T>::infinity();
           for (int64_t c = 0; c < std::min(first, cols); ++c) sr[c] = -std::numeric_limits<T>::infinity();
           T row_max = -std::numeric_limits<T>::infinity();
@@ -106,6 +166,10 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
           }
           l[size_t(r)] = l[size_t(r)] * alpha + row_sum;
           m[size_t(r)] = m_new;
+          if (g.dropout > 0) {  // the normaliser counts every key; the output only the kept ones
+            dropout_multipliers(g, element_index(g, b, h, i0 + r, j0), cols, z.data());
+            for (int64_t c = 0; c < cols; ++c) sr[c] *= z[size_t(c)];
+          }
           T* ar = acc.data() + r * g.Dv;
 #pragma omp simd
           for (int64_t d = 0; d < g.Dv; ++d) ar[d] *= alpha;
@@ -120,9 +184,9 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, T* o, 
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* orow = o + ((b * g.Hq + h) * g.Lq + i0 + r) * g.Dv;
-        const T inv = l[size_t(r)] > 0 ? T(1) / l[size_t(r)] : std::numeric_limits<T>::quiet_NaN();  // no visible key: NaN, as softmax
+        const T inv = l[size_t(r)] > 0 ? T(1) / l[size_t(r)] : T(0);  // no visible key: 0, lse -inf
         for (int64_t d = 0; d < g.Dv; ++d) orow[d] = acc[size_t(r * g.Dv + d)] * inv;
-        lse[(b * g.Hq + h) * g.Lq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+        lse[(b * g.Hq + h) * g.Lq + i0 + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -std::numeric_limits<T>::infinity();
       }
     }
   });
@@ -236,7 +300,8 @@ void scores_few_rows(const float* q, const float* K, float* s, int64_t rows, int
 
 // Rows of a job are the query heads of one kv head stacked (head-major, then position): at
 // decode (Lq = 1) the group's heads share every K/V tile read, which is what GQA saves.
-void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, float* o, float* lse) {
+void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
+                       float* lse) {
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
   const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
   parallel_for(0, g.B * g.Hkv * tiles, 1, [&](int64_t lo, int64_t hi) {
@@ -244,6 +309,9 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
         kt(static_cast<size_t>(D * kFBc), 0.0f);
     std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr));
+    std::vector<const float*> mask_of(static_cast<size_t>(kFBr));
+    std::vector<uint64_t> element_of(static_cast<size_t>(kFBr));
+    std::vector<float> z(static_cast<size_t>(kFBc));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t t = job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
       const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0);
@@ -258,7 +326,9 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       // Tiles before every row's first key or past every row's limit are fully masked.
       int64_t kend = 0, min_lim = g.Lkv, kbegin = g.Lkv, max_first = 0;
       for (int64_t r = 0; r < rows; ++r) {
-        lim_of[size_t(r)] = key_limit(g, (r0 + r) % g.Lq), first_of[size_t(r)] = key_first(g, (r0 + r) % g.Lq);
+        const int64_t h = hk * group + (r0 + r) / g.Lq, i = (r0 + r) % g.Lq;
+        lim_of[size_t(r)] = key_limit(g, i), first_of[size_t(r)] = key_first(g, i);
+        mask_of[size_t(r)] = mask_row(g, mask, b, h, i), element_of[size_t(r)] = element_index(g, b, h, i, 0);
         kend = std::max(kend, lim_of[size_t(r)]), min_lim = std::min(min_lim, lim_of[size_t(r)]);
         kbegin = std::min(kbegin, first_of[size_t(r)]), max_first = std::max(max_first, first_of[size_t(r)]);
       }
@@ -280,6 +350,13 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           float* sr = s.data() + r * kFBc;
           const int64_t lim = all_visible ? cols : std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
           const int64_t first = all_visible ? 0 : std::clamp<int64_t>(first_of[size_t(r)] - j0, 0, lim);
+          if (const float* mr = mask_of[size_t(r)]) {
+            mr += j0 * g.ms[3];
+            if (g.ms[3] == 1)
+              for (int64_t c = first; c < lim; ++c) sr[c] += mr[c];
+            else
+              for (int64_t c = first; c < lim; ++c) sr[c] += mr[c * g.ms[3]];
+          }
           const float row_max = lim > first ? cpu::simd::max_of(sr + first, lim - first) : ninf;
           const float m_new = std::max(m[size_t(r)], row_max);
           if (m_new == ninf) {  // nothing visible yet: p = 0 for this tile
@@ -292,6 +369,10 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           for (int64_t c = lim; c < cols; ++c) sr[c] = 0.0f;
           l[size_t(r)] = l[size_t(r)] * alpha + cpu::simd::lane_sum<float>(lim - first, [&](int64_t c) { return sr[first + c]; });
           m[size_t(r)] = m_new;
+          if (g.dropout > 0) {  // the normaliser counts every key; the output only the kept ones
+            dropout_multipliers(g, element_of[size_t(r)] + uint64_t(j0 + first), lim - first, z.data());
+            for (int64_t c = first; c < lim; ++c) sr[c] *= z[size_t(c - first)];
+          }
           if (alpha != 1.0f) {
             float* ar = acc.data() + r * Dv;
             for (int64_t d = 0; d < Dv; ++d) ar[d] *= alpha;
@@ -301,9 +382,9 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + (row_base + r) * Dv;
-        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : std::numeric_limits<float>::quiet_NaN();
+        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;  // no visible key: 0, lse -inf
         for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
-        lse[row_base + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+        lse[row_base + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : ninf;
       }
     }
   });
@@ -321,13 +402,13 @@ void transpose_tile(const float* src, int64_t ld_src, float* dst, int64_t rows, 
 }
 
 void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                        const float* dout, const float* dlse, float* dq, float* dk, float* dv) {
+                        const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv) {
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
   const float scale = float(g.scale);
   parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
         dp(static_cast<size_t>(kFBr * kFBc)), qs(static_cast<size_t>(kFBr * D)),
-        delta(static_cast<size_t>(group * g.Lq));
+        delta(static_cast<size_t>(group * g.Lq)), z(static_cast<size_t>(kFBc));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
       const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
@@ -370,9 +451,20 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
                                   : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
               const int64_t first = std::clamp<int64_t>(key_first(g, i0 + r) - j0, 0, lim);
               for (int64_t c = 0; c < first; ++c) pr[c] = dpr[c] = 0.0f;
-              for (int64_t c = first; c < lim; ++c) {
-                pr[c] = fn::exp_(pr[c] - l);
-                dpr[c] = pr[c] * (dpr[c] - dl) * scale;  // dS
+              if (const float* mr = mask_row(g, mask, b, h, i0 + r))
+                for (int64_t c = first; c < lim; ++c) pr[c] += mr[(j0 + c) * g.ms[3]];
+              if (g.dropout > 0) {  // dP = dP' z; dV takes the kept P z
+                dropout_multipliers(g, element_index(g, b, h, i0 + r, j0 + first), lim - first, z.data());
+                for (int64_t c = first; c < lim; ++c) {
+                  const float pc = fn::exp_(pr[c] - l), zc = z[size_t(c - first)];
+                  dpr[c] = pc * (dpr[c] * zc - dl) * scale;
+                  pr[c] = pc * zc;
+                }
+              } else {
+                for (int64_t c = first; c < lim; ++c) {
+                  pr[c] = fn::exp_(pr[c] - l);
+                  dpr[c] = pr[c] * (dpr[c] - dl) * scale;  // dS
+                }
               }
               for (int64_t c = lim; c < kFBc; ++c) pr[c] = dpr[c] = 0.0f;
             }
@@ -390,10 +482,11 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
 // Backward, parallel over (batch, key/value head) so dK/dV of a head are owned by one thread.
 template <class T>
 void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
-                    const T* dlse, T* dq, T* dk, T* dv) {
+                    const T* dlse, const T* mask, T* dq, T* dk, T* dv) {
   const int64_t group = g.Hq / g.Hkv;
   parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), ds(static_cast<size_t>(kBc));
+    std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), ds(static_cast<size_t>(kBc)),
+        z(static_cast<size_t>(kBc), T(1));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
       const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
@@ -415,10 +508,11 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
         for (int64_t i = 0; i < g.Lq; ++i) {
           if (std::isinf(LSE[i]) || std::isnan(LSE[i])) continue;  // a row that saw no key
           const int64_t kend = key_limit(g, i), kfirst = key_first(g, i);
-          const T *qi = Q + i * g.D, *doi = dO + i * g.Dv;
+          const T *qi = Q + i * g.D, *doi = dO + i * g.Dv, *mr = mask_row(g, mask, b, h, i);
           T* dqi = dQ + i * g.D;
           for (int64_t j0 = kfirst; j0 < kend; j0 += kBc) {
             const int64_t cols = std::min(kBc, kend - j0);
+            if (g.dropout > 0) dropout_multipliers(g, element_index(g, b, h, i, j0), cols, z.data());
             for (int64_t c = 0; c < cols; ++c) {  // recompute P and dP for this row and key tile
               const T *kc = K + (j0 + c) * g.D, *vc = V + (j0 + c) * g.Dv;
               T dot = 0, dpv = 0;
@@ -426,8 +520,9 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
               for (int64_t d = 0; d < g.D; ++d) dot += qi[d] * kc[d];
 #pragma omp simd reduction(+ : dpv)
               for (int64_t d = 0; d < g.Dv; ++d) dpv += doi[d] * vc[d];
-              p[size_t(c)] = fn::exp_(dot * T(g.scale) - LSE[i]);
-              ds[size_t(c)] = p[size_t(c)] * (dpv - delta[size_t(i)]) * T(g.scale);  // dS, scaled
+              const T pc = fn::exp_(dot * T(g.scale) + (mr ? mr[(j0 + c) * g.ms[3]] : T(0)) - LSE[i]);
+              ds[size_t(c)] = pc * (dpv * z[size_t(c)] - delta[size_t(i)]) * T(g.scale);  // dS, scaled
+              p[size_t(c)] = pc * z[size_t(c)];  // what reached the output: dV's weight
             }
             for (int64_t c = 0; c < cols; ++c) {
               const T pc = p[size_t(c)], dsc = ds[size_t(c)];
@@ -450,84 +545,121 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
 
 }  // namespace
 
-bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) { return dtype == DType::f32 && D % kV == 0 && Dv % kNr == 0; }
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
+  return (dtype == DType::f32 || dtype == DType::bf16) && D % kV == 0 && Dv % kNr == 0;
+}
+
+namespace {
+std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
+  std::vector<TensorMeta> m;
+  for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), {}});
+  return m;
+}
+
+// k and v whose rows are contiguous and whose heads are evenly spaced (a KV cache's first Lkv
+// positions) are read where they are; anything else is copied (and bf16 widened) to contiguous.
+Tensor rows_in_place(const Tensor& t, DType ct, int64_t& head_stride) {
+  const bool ok = t.dtype() == ct && t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) &&
+                  (t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1)) && t.stride(1) >= t.size(2) * t.size(3);
+  if (ok) head_stride = t.stride(1);
+  return ok ? t : contiguous_as(t, ct);
+}
+
+// Runs `body` with pointers of the compute type T (f64, or f32 also for bf16 tensors, widened).
+template <class F> void with_compute_type(DType dt, F&& body) {
+  if (dt == DType::f64) body.template operator()<double>();
+  else body.template operator()<float>();
+}
+}  // namespace
 
 void register_flash_ops() {
   OpDef f;
-  f.name = "sdpa_flash";  // attrs: scale (double), causal (bool); outputs o, lse (B, Hq, Lq)
-  f.num_inputs = 3;
+  f.name = "sdpa_flash";  // attrs: scale, causal[, window][, dropout_p, seed, counter]; outputs o, lse (B, Hq, Lq)
+  f.num_inputs = -1;      // q, k, v[, mask]
   f.num_outputs = 2;
   f.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    SINTER_CHECK(in.size() == 3 || in.size() == 4, "[sdpa_flash] takes q, k, v and an optional mask, got ", in.size(),
+                 " inputs");
     const Geometry g = geometry(in, a);
+    check_mask(in, 3, g, "sdpa_flash");
     return std::vector<TensorMeta>{{{g.B, g.Hq, g.Lq, g.Dv}, in[0].dtype, in[0].device},
-                                   {{g.B, g.Hq, g.Lq}, in[0].dtype, in[0].device}};
+                                   {{g.B, g.Hq, g.Lq}, compute_dtype(in[0].dtype), in[0].device}};
   };
   f.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    // k and v whose rows are contiguous and whose heads are evenly spaced (a KV cache's first Lkv
-    // positions) are read where they are.
-    auto rows_in_place = [](const Tensor& t, int64_t& head_stride) {
-      const bool ok = t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) &&
-                      (t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1)) && t.stride(1) >= t.size(2) * t.size(3);
-      if (ok) head_stride = t.stride(1);
-      return ok ? t : contiguous_as(t, t.dtype());
-    };
-    Geometry g = geometry(std::vector<TensorMeta>{{in[0].shape(), in[0].dtype(), {}}, {in[1].shape(), in[1].dtype(), {}},
-                                                  {in[2].shape(), in[2].dtype(), {}}}, a);
-    visit_dtype(in[0].dtype(), [&]<class T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        Tensor q = contiguous_as(in[0], in[0].dtype()), k = rows_in_place(in[1], g.k_hs), v = rows_in_place(in[2], g.v_hs);
-        if constexpr (std::is_same_v<T, float>) {
-          if (g.D % kV == 0 && g.Dv % kNr == 0) {  // the register-blocked kernel (head dims 16/32/64/128 ...)
-            flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), out[0].data<T>(), out[1].data<T>());
-            return;
-          }
+    Geometry g = geometry(metas(in, 3), a);
+    const DType ct = compute_dtype(in[0].dtype());
+    Tensor mask = in.size() > 3 ? mask_view(in[3], ct, g) : Tensor();
+    with_compute_type(in[0].dtype(), [&]<class T>() {
+      Tensor q = contiguous_as(in[0], ct), k = rows_in_place(in[1], ct, g.k_hs), v = rows_in_place(in[2], ct, g.v_hs);
+      Tensor o = out[0].dtype() == ct ? out[0] : Tensor::empty(out[0].shape(), ct);
+      const T* m = mask.defined() ? mask.data<T>() : nullptr;
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (g.D % kV == 0 && g.Dv % kNr == 0) {  // the register-blocked kernel (head dims 16/32/64/128 ...)
+          flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), m, o.data<T>(), out[1].data<T>());
+          done = true;
         }
-        flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), out[0].data<T>(), out[1].data<T>());
       }
+      if (!done) flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), m, o.data<T>(), out[1].data<T>());
+      if (out[0].dtype() != ct) out[0].copy_(o);  // bf16: rounded once, at the end
     });
   };
   f.backward = [](BackwardCtx& c) {
     static const OpDef& bw = get_op("sdpa_flash_backward");
-    auto g = call(bw, {c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0], c.outputs[1], c.grads[0], c.grads[1]}, c.attrs);
-    return std::vector<Tensor>{g[0], g[1], g[2]};
+    std::vector<Tensor> in{c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0], c.outputs[1], c.grads[0], c.grads[1]};
+    if (c.inputs.size() > 3) in.push_back(c.inputs[3]);
+    auto g = call(bw, in, c.attrs);
+    std::vector<Tensor> r{g[0], g[1], g[2]};
+    if (c.inputs.size() > 3) r.push_back(Tensor());  // no gradient for the mask (sdpa routes a mask that wants one to math)
+    return r;
   };
-  f.save_inputs = 7;
   f.save_outputs = 3;
   add_op(std::move(f));
 
   OpDef b;
-  b.name = "sdpa_flash_backward";  // inputs q, k, v, o, lse, do, dlse -> dq, dk, dv
-  b.num_inputs = 7;
+  b.name = "sdpa_flash_backward";  // inputs q, k, v, o, lse, do, dlse[, mask] -> dq, dk, dv
+  b.num_inputs = -1;
   b.num_outputs = 3;
   b.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    SINTER_CHECK(in.size() == 7 || in.size() == 8, "[sdpa_flash_backward] takes q, k, v, o, lse, do, dlse and an optional mask, got ",
+                 in.size(), " inputs");
     const Geometry g = geometry(in.subspan(0, 3), a);
     const Shape o{g.B, g.Hq, g.Lq, g.Dv};
     const Shape rows{g.B, g.Hq, g.Lq};
     SINTER_CHECK_SHAPE(in[3].shape == o && in[5].shape == o && in[4].shape == rows && in[6].shape == rows,
                        "[sdpa_flash_backward] o", in[3].shape, ", lse", in[4].shape, ", do", in[5].shape, ", dlse",
                        in[6].shape, " do not match q", in[0].shape, " and v", in[2].shape);
-    for (size_t i = 3; i < 7; ++i)
-      SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[sdpa_flash_backward] input ", i, " has dtype ", in[i].dtype);
+    const DType ct = compute_dtype(in[0].dtype);
+    for (size_t i = 3; i < 7; ++i) {
+      const DType want = (i == 4 || i == 6) ? ct : in[0].dtype;  // lse and its gradient stay in the compute dtype
+      SINTER_CHECK_DTYPE(in[i].dtype == want, "[sdpa_flash_backward] input ", i, " has dtype ", in[i].dtype, ", expected ", want);
+    }
+    check_mask(in, 7, g, "sdpa_flash_backward");
     return std::vector<TensorMeta>{in[0], in[1], in[2]};
   };
   b.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    std::vector<TensorMeta> m;
-    for (int i = 0; i < 3; ++i) m.push_back({in[size_t(i)].shape(), in[size_t(i)].dtype(), {}});
-    const Geometry g = geometry(m, a);
-    visit_dtype(in[0].dtype(), [&]<class T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        std::vector<Tensor> c;
-        for (auto& t : in) c.push_back(contiguous_as(t, t.dtype()));
-        if constexpr (std::is_same_v<T, float>) {
-          if (g.D % kNr == 0 && g.Dv % kNr == 0) {
-            flash_backward_f32(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
-                               c[5].data<T>(), c[6].data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>());
-            return;
-          }
+    Geometry g = geometry(metas(in, 3), a);
+    const DType ct = compute_dtype(in[0].dtype());
+    Tensor mask = in.size() > 7 ? mask_view(in[7], ct, g) : Tensor();
+    with_compute_type(in[0].dtype(), [&]<class T>() {
+      std::vector<Tensor> c;
+      for (size_t i = 0; i < 7; ++i) c.push_back(contiguous_as(in[i], ct));
+      std::vector<Tensor> grads;
+      for (size_t i = 0; i < 3; ++i) grads.push_back(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct));
+      const T* m = mask.defined() ? mask.data<T>() : nullptr;
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (g.D % kNr == 0 && g.Dv % kNr == 0) {
+          flash_backward_f32(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
+                             c[5].data<T>(), c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
+          done = true;
         }
-        flash_backward<T>(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(),
-                          c[5].data<T>(), c[6].data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>());
       }
+      if (!done)
+        flash_backward<T>(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), c[5].data<T>(),
+                          c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
+      for (size_t i = 0; i < 3; ++i)
+        if (out[i].dtype() != ct) out[i].copy_(grads[i]);
     });
   };
   add_op(std::move(b));

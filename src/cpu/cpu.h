@@ -46,7 +46,9 @@ void softmax_rows(const Tensor& x2d, const Tensor& out, bool log);
 // Softmax of each row of the (rows_per_matrix, inner) matrices stacked in x2d, row i over columns
 // j <= i + offset only (0 beyond), and with window > 0 only the last `window` of those: causal
 // (sliding-window) attention without a mask tensor.
-void causal_softmax_rows(const Tensor& x2d, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window);
+// Rows that see no column (or only -inf) give NaN, or zeros when `safe`.
+void causal_softmax_rows(const Tensor& x2d, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window,
+                         bool safe = true);
 void softmax_backward_rows(const Tensor& g2d, const Tensor& y2d, const Tensor& dx2d, bool log);
 void cumsum_rows(const Tensor& x2d, const Tensor& out);
 

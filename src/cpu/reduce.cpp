@@ -135,18 +135,23 @@ void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const T
 
 namespace {
 // Softmax of row[first, n) into orow[first, n), zeros elsewhere in orow[0, inner); b is scratch of
-// inner values. Nothing visible (n = first), or a row of -inf: 0/0 = NaN, as PyTorch.
+// inner values. Nothing visible (n = first), or a row of -inf: 0/0 = NaN, as PyTorch's softmax;
+// `safe`: zeros instead, as PyTorch's _safe_softmax (SDPA's fully masked rows).
 template <class T, class C>
-SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t first, int64_t n, int64_t inner, C* b, bool stream) {
+SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t first, int64_t n, int64_t inner, C* b, bool stream, bool safe) {
   for (int64_t i = 0; i < first; ++i) orow[i] = T(0);
   for (int64_t i = n; i < inner; ++i) orow[i] = T(0);
+  const C empty = safe ? C(0) : std::numeric_limits<C>::quiet_NaN();
   if (n == first) {
-    for (int64_t i = 0; i < inner; ++i) orow[i] = T(std::numeric_limits<C>::quiet_NaN());
+    for (int64_t i = 0; i < inner; ++i) orow[i] = T(empty);
     return;
   }
   row += first, orow += first, n -= first;
   C m = simd::row_max<C>(row, n);
-  if (std::isinf(m) && m < 0) m = 0;
+  if (std::isinf(m) && m < 0) {
+    for (int64_t i = 0; i < n; ++i) orow[i] = T(empty);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) b[i] = fn::exp_nonpos_(C(row[i]) - m);
   const C inv = C(1) / simd::sum_of(b, n);
   if constexpr (std::is_same_v<T, float>) {
@@ -161,7 +166,7 @@ SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t first, int64_t n, 
 
 void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   const int64_t outer = x.size(0), inner = x.size(1);
-  if (!log) return causal_softmax_rows(x, out, 1, inner - 1, 0);  // every column visible
+  if (!log) return causal_softmax_rows(x, out, 1, inner - 1, 0, false);  // every column visible
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
       using C = compute_t<T>;
@@ -183,7 +188,8 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
   });
 }
 
-void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window) {
+void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window,
+                         bool safe) {
   const int64_t outer = x.size(0), inner = x.size(1);
   // An output larger than the last-level cache is written around it (no read-for-ownership):
   // nothing will find it in cache anyway.
@@ -201,7 +207,7 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
           // (and costs no exp).
           const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
           softmax_row(px + r * inner, po + r * inner, window > 0 ? std::max<int64_t>(n - window, 0) : 0, n, inner, buf.data(),
-                      stream);
+                      stream, safe);
         }
         simd::stream_fence();
       });

@@ -240,7 +240,8 @@ void register_reduce_ops() {
   define_softmax("log_softmax", true);
 
   OpDef ck;
-  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attrs offset, window (0: none): row i sees i + offset - window < j <= i + offset
+  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attrs offset, window (0: none): row i sees i + offset - window < j <= i + offset;
+                               // a row that sees nothing (or only -inf) is 0, as PyTorch's _safe_softmax
   ck.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
     check_float("causal_softmax", in[0]);
     SINTER_CHECK_SHAPE(in[0].shape.size() >= 2, "[causal_softmax] needs (..., Lq, Lkv), got ", in[0].shape);

@@ -1,0 +1,140 @@
+// Flash against math through the public API: the sweep of the flash-attention issue (head dims
+// 32/64/80/128; lengths 1, 7, 129, 1000, not multiples of the tile; Lq != Lkv; causal or not;
+// boolean and additive masks; GQA 1/4/8; sliding windows; dropout, the same Philox mask both
+// ways), forward and backward. Error: max |flash - math| / max(max |math|, 1), per tensor: relative
+// for values of the inputs' unit scale, absolute near 0 (with one visible key dq and dk are 0 in
+// theory, and each backend leaves ~1e-6 of rounding in dP - delta, which cancels exactly in exact
+// arithmetic).
+#include <cmath>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace sinter {
+namespace {
+
+double rel_err(const Tensor& a, const Tensor& b) {
+  const Tensor a64 = a.to(DType::f64), b64 = b.to(DType::f64);
+  const double den = max(abs(b64)).item_double();
+  return max(abs(a64 - b64)).item_double() / std::max(den, 1.0);
+}
+
+struct SweepCase {
+  int64_t D, Lq, Lkv, Hkv, group;
+  bool causal;
+  int mask;  // 0 none, 1 boolean (B, 1, Lq, Lkv), 2 additive (Lq, Lkv)
+  int64_t window;
+  double dropout;
+  std::string name() const {
+    std::ostringstream s;
+    s << "D=" << D << " Lq=" << Lq << " Lkv=" << Lkv << " GQA " << group << ":1" << (causal ? " causal" : "")
+      << (mask == 1 ? " bool mask" : mask == 2 ? " additive mask" : "") << (window ? " window=" + std::to_string(window) : "")
+      << (dropout > 0 ? " dropout=" + std::to_string(dropout) : "");
+    return s.str();
+  }
+};
+
+struct Outputs {
+  Tensor o, dq, dk, dv;
+};
+
+Outputs run(const SweepCase& c, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& dout,
+            SDPABackend backend) {
+  Tensor qq = q.detach().requires_grad_(), kk = k.detach().requires_grad_(), vv = v.detach().requires_grad_();
+  manual_seed(1234);  // the same generator state: the same dropout reservation both ways
+  Tensor o = scaled_dot_product_attention(qq, kk, vv, mask, c.dropout, c.causal, {}, c.group > 1, backend, c.window);
+  auto g = autograd::grad({sum(o * dout)}, {qq, kk, vv});
+  return {o.detach(), g[0], g[1], g[2]};
+}
+
+void check(const SweepCase& c, double tol = 1e-5) {
+  SCOPED_TRACE(c.name());
+  manual_seed(uint64_t(c.D * 7 + c.Lq * 13 + c.Lkv));
+  const int64_t B = 2, Hq = c.Hkv * c.group;
+  Tensor q = randn({B, Hq, c.Lq, c.D}), k = randn({B, c.Hkv, c.Lkv, c.D}), v = randn({B, c.Hkv, c.Lkv, c.D});
+  Tensor mask;
+  if (c.mask == 1) {
+    mask = lt(rand({B, 1, c.Lq, c.Lkv}), full({}, 0.8));  // true: attend
+    if (c.Lq > 2) mask.narrow(2, 1, 1).fill_(0.0);      // a row that sees nothing: 0 both ways
+  } else if (c.mask == 2) {
+    mask = randn({c.Lq, c.Lkv}) * 2.0;
+  }
+  Tensor dout = randn({B, Hq, c.Lq, c.D});
+  const Outputs f = run(c, q, k, v, mask, dout, SDPABackend::flash), m = run(c, q, k, v, mask, dout, SDPABackend::math);
+  EXPECT_LE(rel_err(f.o, m.o), tol) << "output";
+  EXPECT_LE(rel_err(f.dq, m.dq), tol) << "dq";
+  EXPECT_LE(rel_err(f.dk, m.dk), tol) << "dk";
+  EXPECT_LE(rel_err(f.dv, m.dv), tol) << "dv";
+  if (c.dropout > 0) {  // the mask really dropped something: without it the outputs differ
+    const Outputs plain = run(SweepCase{c.D, c.Lq, c.Lkv, c.Hkv, c.group, c.causal, c.mask, c.window, 0.0}, q, k, v, mask, dout,
+                              SDPABackend::flash);
+    EXPECT_GT(rel_err(plain.o, f.o), 1e-3);
+  }
+}
+
+TEST(FlashSweep, HeadDimsLengthsAndLayouts) {
+  // Every head dim against every length pair; the features rotate so each meets each head dim.
+  const int64_t dims[] = {32, 64, 80, 128};
+  const std::pair<int64_t, int64_t> lengths[] = {{1, 1}, {7, 7}, {129, 129}, {1, 1000}, {7, 129}, {129, 7}, {129, 1000}, {1000, 1000}};
+  const int64_t groups[] = {1, 4, 8};
+  int n = 0;
+  for (int64_t D : dims)
+    for (auto [Lq, Lkv] : lengths) {
+      const int i = n++;
+      const int64_t group = groups[i % 3], Hkv = Lq * Lkv >= 1000 * 1000 ? 1 : 2;
+      const bool causal = i % 2 == 0;
+      const int mask = causal ? 0 : 1 + (i / 2) % 2;
+      const int64_t window = causal && i % 4 == 0 ? std::max<int64_t>(Lkv / 3, 1) : 0;
+      const double dropout = i % 3 == 1 ? 0.2 : 0.0;
+      check({D, Lq, Lkv, Hkv, group, causal, mask, window, dropout});
+    }
+}
+
+TEST(FlashSweep, EveryFeatureOnBothPaths) {
+  // Explicit combinations: GQA 8 with a boolean mask and dropout, a window with dropout, an
+  // additive mask on a decode row, causal with Lq > Lkv (rows that see nothing).
+  check({64, 129, 129, 1, 8, false, 1, 0, 0.1});
+  check({128, 1000, 1000, 1, 1, true, 0, 300, 0.3});
+  check({80, 1, 1000, 2, 4, false, 2, 0, 0.0});
+  check({32, 129, 7, 2, 1, true, 0, 0, 0.0});
+  check({16, 7, 129, 1, 4, false, 2, 0, 0.5});
+}
+
+TEST(FlashSweep, Bf16InputsAccumulateInF32) {
+  manual_seed(5);
+  const int64_t D = 64, L = 129;
+  Tensor q = randn({1, 8, L, D}).to(DType::bf16), k = randn({1, 2, L, D}).to(DType::bf16), v = randn({1, 2, L, D}).to(DType::bf16);
+  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash);
+  Tensor qq = q.detach().requires_grad_(), kk = k.detach().requires_grad_();
+  Tensor o = scaled_dot_product_attention(qq, kk, v, {}, 0.0, true, {}, true, SDPABackend::flash);
+  EXPECT_EQ(o.dtype(), DType::bf16);
+  // The f32 math backend on the same (bf16-rounded) values: within bf16's rounding of the output.
+  Tensor q32 = q.to(DType::f32).requires_grad_(), k32 = k.to(DType::f32).requires_grad_();
+  Tensor ref = scaled_dot_product_attention(q32, k32, v.to(DType::f32), {}, 0.0, true, {}, true, SDPABackend::math);
+  EXPECT_LE(rel_err(o, ref), 8e-3);
+  Tensor dout = randn(o.shape());
+  auto g = autograd::grad({sum(o.to(DType::f32) * dout)}, {qq, kk});
+  auto gr = autograd::grad({sum(ref * dout)}, {q32, k32});
+  EXPECT_EQ(g[0].dtype(), DType::bf16);
+  EXPECT_LE(rel_err(g[0], gr[0]), 2e-2);
+  EXPECT_LE(rel_err(g[1], gr[1]), 2e-2);
+}
+
+TEST(FlashSweep, ChoiceAndErrors) {
+  manual_seed(6);
+  Tensor q = randn({1, 4, 9, 32}), k = randn({1, 2, 9, 32});
+  Tensor bool_mask = lt(rand({9, 9}), full({}, 0.5)), add_mask = randn({1, 1, 9, 9});
+  // masks and dropout now run on flash; a mask that wants a gradient goes to math, saying why
+  EXPECT_EQ(sdpa_choose(q, k, bool_mask, 0.1).backend, SDPABackend::flash);
+  Tensor wants_grad = add_mask.detach().requires_grad_();
+  const SDPAChoice c = sdpa_choose(q, k, wants_grad, 0.0);
+  EXPECT_EQ(c.backend, SDPABackend::math);
+  EXPECT_NE(c.reason.find("requires grad"), std::string::npos) << c.reason;
+  EXPECT_TRUE(test::throws_naming("sdpa", [&] {
+    scaled_dot_product_attention(q, k, k, randn({9, 8}), 0.0, false, {}, true);  // does not broadcast
+  }));
+  EXPECT_TRUE(test::throws_naming("sdpa", [&] { scaled_dot_product_attention(q, k, k, {}, 1.0, false, {}, true); }));
+}
+
+}  // namespace
+}  // namespace sinter
