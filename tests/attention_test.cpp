@@ -98,6 +98,10 @@ TEST(FlashSweep, EveryFeatureOnBothPaths) {
   check({80, 1, 1000, 2, 4, false, 2, 0, 0.0});
   check({32, 129, 7, 2, 1, true, 0, 0, 0.0});
   check({16, 7, 129, 1, 4, false, 2, 0, 0.5});
+  // decode rows (1-4 query rows per KV head) across the 1024-key decode tiles
+  check({64, 1, 1500, 1, 3, false, 2, 0, 0.1});
+  check({32, 1, 2100, 2, 2, true, 0, 1100, 0.0});
+  check({128, 2, 1030, 1, 2, true, 0, 0, 0.0});
 }
 
 TEST(FlashSweep, Bf16InputsAccumulateInF32) {

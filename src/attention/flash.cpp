@@ -198,6 +198,7 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const 
 typedef float fvec __attribute__((vector_size(cpu::simd::kVectorBytes)));
 constexpr int64_t kV = cpu::simd::kVectorBytes / 4, kNr = 2 * kV;  // floats per register, per block row
 constexpr int64_t kFBr = 64, kFBc = 64;
+constexpr int64_t kFewBc = 1024;  // keys per tile for a few rows (decode): longer runs of each of K and V
 
 SINTER_INLINE fvec vload(const float* p) { fvec v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
@@ -280,46 +281,135 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
   }
 }
 
-// Scores for a few rows (decode) straight from K's rows: s(r, c) = q_r . K_c, each K row read once
-// for all rows, no transposed tile (at Lq = 1 the transpose would cost as much as the reads).
-void scores_few_rows(const float* q, const float* K, float* s, int64_t rows, int64_t cols, int64_t D) {
-  for (int64_t c = 0; c < cols; ++c) {
-    const float* kc = K + c * D;
-    fvec acc[4] = {};
-    for (int64_t d = 0; d < D; d += kV) {
-      const fvec kv = vload(kc + d);
-      for (int64_t r = 0; r < rows; ++r) acc[r] += vload(q + r * D + d) * kv;
+typedef int32_t ivec __attribute__((vector_size(cpu::simd::kVectorBytes)));
+
+// Scores for a few rows (decode) straight from K's rows, written transposed: sT(c * ld + r) = q_r . K_c,
+// each K row read once for all rows (at Lq = 1 a blocked kernel would waste most of its lanes).
+// KC keys at a time, so ROWS x KC independent accumulators hide the add latency.
+// Decode is a stream through K and V: rows this many keys ahead are prefetched, a few lines per
+// step, so the loads find them in cache (the hardware prefetcher alone left ~1/3 of the read
+// bandwidth unused here).
+constexpr int64_t kPrefetchKeys = 32;
+SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
+  for (int64_t x = 0; x < n; x += 64 / 4) __builtin_prefetch(row + x, 0, 3);
+}
+
+template <int ROWS, int KC>
+SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld) {
+  for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * D, D);
+  fvec acc[ROWS][KC];
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < KC; ++j) acc[r][j] = fvec{};
+  for (int64_t d = 0; d < D; d += kV) {
+    fvec kv[KC];
+    for (int j = 0; j < KC; ++j) kv[j] = vload(K + (c + j) * D + d);
+    for (int r = 0; r < ROWS; ++r) {
+      const fvec qv = vload(q + r * D + d);
+      for (int j = 0; j < KC; ++j) acc[r][j] += qv * kv[j];
     }
-    for (int64_t r = 0; r < rows; ++r) {
+  }
+#if defined(__AVX__) && !defined(__AVX512F__)
+  if constexpr (ROWS * KC == 8) {  // eight dot products reduced together: 3 rounds of pairwise adds
+    const fvec* a = &acc[0][0];
+    const fvec h0 = __builtin_ia32_haddps256(a[0], a[1]), h1 = __builtin_ia32_haddps256(a[2], a[3]);
+    const fvec h2 = __builtin_ia32_haddps256(a[4], a[5]), h3 = __builtin_ia32_haddps256(a[6], a[7]);
+    const fvec g0 = __builtin_ia32_haddps256(h0, h1), g1 = __builtin_ia32_haddps256(h2, h3);
+    // g0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (halves of the 128-bit lanes), likewise g1 for s4..s7
+    const fvec lo = __builtin_shuffle(g0, g1, (ivec){0, 1, 2, 3, 8, 9, 10, 11});
+    const fvec hi = __builtin_shuffle(g0, g1, (ivec){4, 5, 6, 7, 12, 13, 14, 15});
+    const fvec sum = lo + hi;  // sum[n] = dot product n = r * KC + j
+    for (int n = 0; n < 8; ++n) sT[(c + n % KC) * ld + n / KC] = sum[n];
+    return;
+  }
+#endif
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < KC; ++j) {
       float t = 0;
-      for (int l = 0; l < kV; ++l) t += acc[r][l];
-      s[r * kFBc + c] = t;
+      for (int l = 0; l < kV; ++l) t += acc[r][j][l];
+      sT[(c + j) * ld + r] = t;
     }
+}
+template <int ROWS> void scores_few(const float* q, const float* K, float* sT, int64_t cols, int64_t D, int64_t ld) {
+  constexpr int KC = ROWS == 1 ? 8 : ROWS == 2 ? 4 : 2;
+  int64_t c = 0;
+  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, sT, c, D, ld);
+  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, sT, c, D, ld);
+}
+void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, int64_t cols, int64_t D, int64_t ld) {
+  switch (rows) {
+    case 1: return scores_few<1>(q, K, sT, cols, D, ld);
+    case 2: return scores_few<2>(q, K, sT, cols, D, ld);
+    case 3: return scores_few<3>(q, K, sT, cols, D, ld);
+    default: return scores_few<4>(q, K, sT, cols, D, ld);
   }
 }
 
+// acc(rows, Dv) += sum over c of p(r, c) V(c, :) for a few rows (decode): V streamed row by row
+// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r].
+template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv) {
+  int64_t c = 0;
+  for (; c + 4 <= cols; c += 4) {
+    float p[4][ROWS];
+    for (int j = 0; j < 4; ++j)
+      for (int r = 0; r < ROWS; ++r) p[j][r] = pT[(c + j) * ld + r];
+    const float* v = V + c * Dv;
+    for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * Dv, Dv);
+    for (int64_t d = 0; d < Dv; d += kV) {
+      const fvec v0 = vload(v + d), v1 = vload(v + Dv + d), v2 = vload(v + 2 * Dv + d), v3 = vload(v + 3 * Dv + d);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
+    }
+  }
+  for (; c < cols; ++c)
+    for (int64_t d = 0; d < Dv; d += kV) {
+      const fvec v0 = vload(V + c * Dv + d);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * pT[c * ld + r]);
+    }
+}
+void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
+  switch (rows) {
+    case 1: return pv_few<1>(pT, ld, V, acc, cols, Dv);
+    case 2: return pv_few<2>(pT, ld, V, acc, cols, Dv);
+    case 3: return pv_few<3>(pT, ld, V, acc, cols, Dv);
+    default: return pv_few<4>(pT, ld, V, acc, cols, Dv);
+  }
+}
+
+SINTER_INLINE fvec vexp_nonpos(fvec x) { return fn::exp_nonpos_vec<fvec, ivec>(x); }
+SINTER_INLINE fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
+
 // Rows of a job are the query heads of one kv head stacked (head-major, then position): at
 // decode (Lq = 1) the group's heads share every K/V tile read, which is what GQA saves.
+// Scores are computed transposed, S^T = K Q^T, over Q^T transposed once per job (not K once per
+// tile): K's rows are read in place, and the online softmax runs across query rows, a register of
+// rows at a time, with no horizontal reductions. P^T then feeds O += P V read transposed.
 void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
                        float* lse) {
+  static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
   const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
   parallel_for(0, g.B * g.Hkv * tiles, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> qs(static_cast<size_t>(kFBr * D)), s(static_cast<size_t>(kFBr * kFBc)),
+    std::vector<float> qt(static_cast<size_t>(D * kFBr)), qs(static_cast<size_t>(4 * D)), sT(static_cast<size_t>(std::max(kFewBc * kV, kFBc * kFBr)), 0.0f),
         acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
-        kt(static_cast<size_t>(D * kFBc), 0.0f);
+        alpha(static_cast<size_t>(kFBr)), z(static_cast<size_t>(kFewBc));
     std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr));
     std::vector<const float*> mask_of(static_cast<size_t>(kFBr));
     std::vector<uint64_t> element_of(static_cast<size_t>(kFBr));
-    std::vector<float> z(static_cast<size_t>(kFBc));
     for (int64_t job = lo; job < hi; ++job) {
       const int64_t t = job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
-      const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0);
+      const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0), rows_r = (rows + kNr - 1) / kNr * kNr;
       const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // rows are contiguous in q, o and lse
       const float* Q = q + row_base * D;
       const float* K = k + (b * g.Hkv + hk) * g.k_hs;
       const float* V = v + (b * g.Hkv + hk) * g.v_hs;
-      for (int64_t i = 0; i < rows * D; ++i) qs[size_t(i)] = Q[i] * scale;
+      const bool few = rows <= 4;
+      if (few) {
+        for (int64_t i = 0; i < rows * D; ++i) qs[size_t(i)] = Q[i] * scale;
+      } else {  // qt(D, kFBr) = scale Q^T, zero past the last row
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t d = 0; d < D; ++d) qt[size_t(d * kFBr + r)] = Q[r * D + d] * scale;
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t r = rows; r < rows_r; ++r) qt[size_t(d * kFBr + r)] = 0.0f;
+      }
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), 0.0f);
@@ -332,53 +422,53 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         kend = std::max(kend, lim_of[size_t(r)]), min_lim = std::min(min_lim, lim_of[size_t(r)]);
         kbegin = std::min(kbegin, first_of[size_t(r)]), max_first = std::max(max_first, first_of[size_t(r)]);
       }
-      const bool few = rows <= 4;
-      for (int64_t j0 = kbegin / kFBc * kFBc; j0 < kend; j0 += kFBc) {
-        const int64_t cols = std::min(kFBc, kend - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
-        if (few) {
-          scores_few_rows(qs.data(), K + j0 * D, s.data(), rows, cols, D);
-        } else {
-          for (int64_t c = 0; c < cols; ++c)
-            for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = K[(j0 + c) * D + d];
-          for (int64_t c = cols; c < cols_r; ++c)
-            for (int64_t d = 0; d < D; ++d) kt[size_t(d * kFBc + c)] = 0.0f;
-          scores_tile(qs.data(), kt.data(), s.data(), rows, cols_r, D);
+      const int64_t bc = few ? kFewBc : kFBc, ld = few ? kV : kFBr;  // keys per tile; P^T's row stride
+      for (int64_t j0 = kbegin / bc * bc; j0 < kend; j0 += bc) {
+        const int64_t cols = std::min(bc, kend - j0);
+        if (few) scores_few_rows(qs.data(), K + j0 * D, sT.data(), rows, cols, D, ld);
+        else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D);  // S^T = K_j (scale Q)^T
+        // Keys outside a row's [first, lim) are -inf; then the explicit mask.
+        if (!(j0 + cols <= min_lim && j0 >= max_first))
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t lim = std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
+            const int64_t first = std::clamp<int64_t>(first_of[size_t(r)] - j0, 0, lim);
+            for (int64_t c = 0; c < first; ++c) sT[size_t(c * ld + r)] = ninf;
+            for (int64_t c = lim; c < cols; ++c) sT[size_t(c * ld + r)] = ninf;
+          }
+        if (g.has_mask)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* mr = mask_of[size_t(r)] + j0 * g.ms[3];
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] += mr[c * g.ms[3]];
+          }
+        // Online softmax, a register of rows at a time: new max, P = exp(S - max), rescale.
+        for (int64_t rb = 0; rb < rows; rb += kV) {  // lanes past `rows` hold finite padding
+          fvec mx = vload(m.data() + rb);
+          for (int64_t c = 0; c < cols; ++c) mx = vmax(mx, vload(sT.data() + c * ld + rb));
+          const fvec m_use = mx == ninf ? fvec{} : mx;  // nothing visible yet: p = 0, alpha = 0
+          const fvec a = vexp_nonpos(vload(m.data() + rb) - m_use);
+          fvec sum = {};
+          for (int64_t c = 0; c < cols; ++c) {
+            const fvec p = vexp_nonpos(vload(sT.data() + c * ld + rb) - m_use);
+            vstore(sT.data() + c * ld + rb, p);
+            sum += p;
+          }
+          vstore(l.data() + rb, vload(l.data() + rb) * a + sum);
+          vstore(m.data() + rb, mx);
+          vstore(alpha.data() + rb, a);
         }
-        // Online softmax per row: mask, new max, rescale the running sum and the output row.
-        const bool all_visible = j0 + cols <= min_lim && j0 >= max_first;
         for (int64_t r = 0; r < rows; ++r) {
-          float* sr = s.data() + r * kFBc;
-          const int64_t lim = all_visible ? cols : std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
-          const int64_t first = all_visible ? 0 : std::clamp<int64_t>(first_of[size_t(r)] - j0, 0, lim);
-          if (const float* mr = mask_of[size_t(r)]) {
-            mr += j0 * g.ms[3];
-            if (g.ms[3] == 1)
-              for (int64_t c = first; c < lim; ++c) sr[c] += mr[c];
-            else
-              for (int64_t c = first; c < lim; ++c) sr[c] += mr[c * g.ms[3]];
-          }
-          const float row_max = lim > first ? cpu::simd::max_of(sr + first, lim - first) : ninf;
-          const float m_new = std::max(m[size_t(r)], row_max);
-          if (m_new == ninf) {  // nothing visible yet: p = 0 for this tile
-            for (int64_t c = 0; c < cols; ++c) sr[c] = 0.0f;
-            continue;
-          }
-          const float alpha = fn::exp_(m[size_t(r)] - m_new);
-          for (int64_t c = 0; c < first; ++c) sr[c] = 0.0f;
-          for (int64_t c = first; c < lim; ++c) sr[c] = fn::exp_(sr[c] - m_new);
-          for (int64_t c = lim; c < cols; ++c) sr[c] = 0.0f;
-          l[size_t(r)] = l[size_t(r)] * alpha + cpu::simd::lane_sum<float>(lim - first, [&](int64_t c) { return sr[first + c]; });
-          m[size_t(r)] = m_new;
-          if (g.dropout > 0) {  // the normaliser counts every key; the output only the kept ones
-            dropout_multipliers(g, element_of[size_t(r)] + uint64_t(j0 + first), lim - first, z.data());
-            for (int64_t c = first; c < lim; ++c) sr[c] *= z[size_t(c - first)];
-          }
-          if (alpha != 1.0f) {
+          if (alpha[size_t(r)] != 1.0f) {
             float* ar = acc.data() + r * Dv;
-            for (int64_t d = 0; d < Dv; ++d) ar[d] *= alpha;
+            const float a = alpha[size_t(r)];
+            for (int64_t d = 0; d < Dv; ++d) ar[d] *= a;
+          }
+          if (g.dropout > 0) {  // the normaliser counted every key; the output takes only the kept ones
+            dropout_multipliers(g, element_of[size_t(r)] + uint64_t(j0), cols, z.data());
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] *= z[size_t(c)];
           }
         }
-        pv_tile(s.data(), V + j0 * Dv, acc.data(), rows, cols, Dv);
+        if (few) pv_few_rows(sT.data(), ld, V + j0 * Dv, acc.data(), rows, cols, Dv);
+        else pv_tile(sT.data(), V + j0 * Dv, acc.data(), rows, cols, Dv, 1, ld);  // acc += P V, P read from P^T
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + (row_base + r) * Dv;
