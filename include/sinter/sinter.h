@@ -9,4 +9,5 @@
 #include "sinter/op.h"
 #include "sinter/ops.h"
 #include "sinter/random.h"
+#include "sinter/sparse.h"
 #include "sinter/tensor.h"

@@ -9,6 +9,7 @@ void register_linalg_ops();
 void register_nn_ops();
 void register_index_ops();
 void register_flash_ops();
+void register_sparse_ops();
 
 void register_builtin_ops() {
   register_elementwise_ops();
@@ -18,6 +19,7 @@ void register_builtin_ops() {
   register_nn_ops();
   register_index_ops();
   register_flash_ops();
+  register_sparse_ops();
 }
 
 }  // namespace sinter::detail

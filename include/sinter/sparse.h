@@ -1,0 +1,51 @@
+#pragma once
+// 2:4 semi-structured sparse weights: at most two nonzeros in every group of four consecutive
+// columns, stored as the kept values and their positions, so a matmul reads about half the bytes
+// and does half the multiply-adds of the dense weight.
+//
+//   Tensor w = prune_2_4(dense);                      // magnitude pruning, per group of four
+//   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
+//   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
+//   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
+#include <optional>
+#include <string>
+
+#include "sinter/tensor.h"
+
+namespace sinter {
+
+// An (N, K) matrix in the 2:4 pattern (K a multiple of 8):
+//   values (N, K/2)  the kept entries, f32, bf16 or i8, in column order;
+//   meta   (N, K/8)  u8: 4 bits per group of four (two 2-bit column offsets, the smaller in the
+//                    low bits), two groups per byte, the earlier group in the low nibble;
+//   scales (N)       f32 per-row multipliers: w = values * scale (1 for float values).
+// Only the values are ever trained (fine-tuning keeps the pattern): `values` may require grad.
+struct SemiStructuredSparse {
+  Tensor values, meta, scales;
+
+  bool defined() const { return values.defined(); }
+  int64_t rows() const { return values.size(0); }
+  int64_t cols() const { return values.size(1) * 2; }
+  Shape shape() const { return {rows(), cols()}; }
+  DType dtype() const { return values.dtype(); }
+  int64_t nbytes() const;  // values + meta + scales
+  // The dense (N, K) matrix: the values' dtype for float values, f32 (dequantised) for int8.
+  Tensor to_dense() const;
+};
+
+// Packs a dense (N, K) matrix that is already in the 2:4 pattern. values_dtype: f32, bf16
+// (rounded) or i8 (symmetric per-row scales, max |w| -> 127); default: the input's dtype. A group
+// with more than two nonzeros is an error naming the row, the columns and the values.
+SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optional<DType> values_dtype = {});
+
+// Keeps the two largest |w| of every group of four along the last dim (the earlier on ties) and
+// zeroes the other two; mask_2_4 is the boolean mask of what it keeps.
+Tensor prune_2_4(const Tensor& w);
+Tensor mask_2_4(const Tensor& w);
+
+// y = act(x w^T + b) with a 2:4 weight (N, K); x (..., K) f32 or bf16, y in x's dtype. activation:
+// "none", "relu", "silu" or "gelu" (erf), applied in the kernel's epilogue. Differentiable in x,
+// b and the weight's values (the gradient of the kept entries only: the pattern stays).
+Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b = {}, const std::string& activation = "none");
+
+}  // namespace sinter

@@ -1,0 +1,299 @@
+// 2:4 sparse matmul kernels (see kernels.h). Measured against oneDNN's dense matmul by
+// `sinter bench sparse` (BENCHMARKS.md).
+#include "sparse/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "core/parallel.h"
+#include "ops/scalar_fns.h"
+#include "sinter/error.h"
+
+namespace sinter::sparse {
+
+Act parse_activation(const std::string& name) {
+  if (name == "none") return Act::none;
+  if (name == "relu") return Act::relu;
+  if (name == "silu") return Act::silu;
+  if (name == "gelu") return Act::gelu;
+  SINTER_THROW(Error, "[sparse24_linear] unknown activation '", name, "' (none, relu, silu, gelu)");
+}
+
+namespace {
+
+template <class T> SINTER_INLINE T activate(T v, Act a) {
+  switch (a) {
+    case Act::relu: return v > T(0) ? v : T(0);
+    case Act::silu: return v / (T(1) + std::exp(-v));
+    case Act::gelu: return T(0.5) * v * (T(1) + std::erf(v * T(0.70710678118654752)));
+    default: return v;
+  }
+}
+
+// One kept value as f32, whatever its storage.
+SINTER_INLINE float value_at(const void* values, DType vt, int64_t i) {
+  switch (vt) {
+    case DType::f32: return static_cast<const float*>(values)[i];
+    case DType::f64: return float(static_cast<const double*>(values)[i]);
+    case DType::bf16: return float(static_cast<const bf16*>(values)[i]);
+    default: return float(static_cast<const int8_t*>(values)[i]);
+  }
+}
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int8_t v8c __attribute__((vector_size(8)));
+typedef int16_t v8s __attribute__((vector_size(16)));
+
+SINTER_INLINE v8f load8f(const float* p) { v8f v; std::memcpy(&v, p, 32); return v; }
+SINTER_INLINE void store8f(float* p, v8f v) { std::memcpy(p, &v, 32); }
+
+// Eight kept values as f32.
+template <class V> SINTER_INLINE v8f load_values(const V* p);
+template <> SINTER_INLINE v8f load_values<float>(const float* p) { return load8f(p); }
+template <> SINTER_INLINE v8f load_values<bf16>(const bf16* p) {
+  v8s s;
+  std::memcpy(&s, p, 16);
+  return (v8f)(__builtin_convertvector((v8s)s, v8i) << 16);  // the bf16 bits are the high half of an f32
+}
+template <> SINTER_INLINE v8f load_values<int8_t>(const int8_t* p) {
+  v8c c;
+  std::memcpy(&c, p, 8);
+  return __builtin_convertvector(__builtin_convertvector(c, v8i), v8f);
+}
+
+// For a meta byte: lanes 0-3 the byte's four kept columns (0..7), lanes 4-7 the same plus 8.
+struct PermuteTable {
+  alignas(32) int32_t idx[256][8];
+  PermuteTable() {
+    for (int b = 0; b < 256; ++b) {
+      int off[4];
+      byte_offsets(uint8_t(b), off);
+      for (int t = 0; t < 4; ++t) idx[b][t] = off[t], idx[b][4 + t] = 8 + off[t];
+    }
+  }
+};
+const PermuteTable& permute_table() {
+  static const PermuteTable t;
+  return t;
+}
+
+// The eight kept columns of x[16c, 16c + 16) for meta bytes b0 (lanes 0-3) and b1 (lanes 4-7).
+SINTER_INLINE v8f gather16(const float* x16, v8i idx) {
+  const v8f a = load8f(x16), b = load8f(x16 + 8);
+#if defined(__AVX2__)
+  return (v8f)_mm256_blend_ps(_mm256_permutevar8x32_ps((__m256)a, (__m256i)idx),
+                              _mm256_permutevar8x32_ps((__m256)b, (__m256i)idx), 0xF0);
+#else
+  return __builtin_shuffle(a, b, idx);
+#endif
+}
+
+SINTER_INLINE float hsum(v8f v) {
+  float s = 0;
+  for (int l = 0; l < 8; ++l) s += v[l];
+  return s;
+}
+
+// Decode: y[m, n] for M <= 4 rows of x, weight rows [n0, n1). Each weight row is read once, in
+// order, 8 kept values (16 columns) per step; rows are prefetched a few steps ahead.
+template <int M, class V>
+void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* meta, int64_t n0, int64_t n1, float* dots) {
+  const PermuteTable& pt = permute_table();
+  const int64_t chunks = K / 16, K2 = K / 2, K8 = K / 8;
+  for (int64_t n = n0; n < n1; ++n) {
+    const V* w = values + n * K2;
+    const uint8_t* mt = meta + n * K8;
+    __builtin_prefetch(mt + 4 * K8, 0, 0);  // meta: a line per row, four rows ahead
+    v8f acc[M][2] = {};
+    int64_t c = 0;
+    for (; c + 2 <= chunks; c += 2) {
+      __builtin_prefetch(reinterpret_cast<const char*>(w + 8 * c) + 1024, 0, 0);  // values: 1 KiB ahead
+      for (int u = 0; u < 2; ++u) {
+        v8i i0, i1;
+        std::memcpy(&i0, pt.idx[mt[2 * (c + u)]], 32);
+        std::memcpy(&i1, pt.idx[mt[2 * (c + u) + 1]], 32);
+        const v8i idx = __builtin_shuffle(i0, i1, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
+        const v8f wv = load_values(w + 8 * (c + u));
+        for (int m = 0; m < M; ++m) acc[m][u] += wv * gather16(x + m * K + 16 * (c + u), idx);
+      }
+    }
+    float tail[M] = {};
+    for (; c < chunks; ++c) {
+      v8i i0, i1;
+      std::memcpy(&i0, pt.idx[mt[2 * c]], 32);
+      std::memcpy(&i1, pt.idx[mt[2 * c + 1]], 32);
+      const v8i idx = __builtin_shuffle(i0, i1, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
+      const v8f wv = load_values(w + 8 * c);
+      for (int m = 0; m < M; ++m) acc[m][0] += wv * gather16(x + m * K + 16 * c, idx);
+    }
+    if (K % 16) {  // one last meta byte: four kept values over 8 columns
+      int off[4];
+      byte_offsets(mt[K8 - 1], off);
+      for (int t = 0; t < 4; ++t)
+        for (int m = 0; m < M; ++m) tail[m] += float(w[K2 - 4 + t]) * x[m * K + K - 8 + off[t]];
+    }
+    for (int m = 0; m < M; ++m) dots[m * (n1 - n0) + (n - n0)] = hsum(acc[m][0] + acc[m][1]) + tail[m];
+  }
+}
+
+template <class V>
+void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
+             Act act, float* y, int64_t N) {
+  parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+    std::vector<float> dots(static_cast<size_t>(M * (n1 - n0)));
+    switch (M) {
+      case 1: small_m_rows<1>(x, K, values, meta, n0, n1, dots.data()); break;
+      case 2: small_m_rows<2>(x, K, values, meta, n0, n1, dots.data()); break;
+      case 3: small_m_rows<3>(x, K, values, meta, n0, n1, dots.data()); break;
+      default: small_m_rows<4>(x, K, values, meta, n0, n1, dots.data()); break;
+    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n)
+        y[m * N + n] = activate(dots[size_t(m * (n1 - n0) + n - n0)] * scales[n] + (bias ? bias[n] : 0.0f), act);
+  });
+}
+
+// Many rows: x packed as panels of kPanel rows, column-major inside a panel (xp[k][j]), so one
+// kept value (n, k) multiplies a contiguous run of kPanel x values: 1 broadcast, 3 loads, 3 FMAs.
+constexpr int64_t kPanel = 24, kGroupRows = 64, kBlockCols = 256;
+
+// acc(R rows x kPanel) += sum over kept j in [j0, j1) of w[r][j] * xp[kidx[r][j]].
+template <int R>
+SINTER_INLINE void panel_block(const float* w, const int32_t* kidx, int64_t ld, int64_t j0, int64_t j1, const float* xp, float* yb) {
+  v8f acc[R][3];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 3; ++v) acc[r][v] = load8f(yb + r * kPanel + 8 * v);
+  for (int64_t j = j0; j < j1; ++j)
+    for (int r = 0; r < R; ++r) {
+      const float wv = w[r * ld + j];
+      const float* xr = xp + kidx[r * ld + j];
+      acc[r][0] += wv * load8f(xr);
+      acc[r][1] += wv * load8f(xr + 8);
+      acc[r][2] += wv * load8f(xr + 16);
+    }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 3; ++v) store8f(yb + r * kPanel + 8 * v, acc[r][v]);
+}
+
+void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+            const float* bias, Act act, float* y, int64_t N) {
+  const int64_t P = (M + kPanel - 1) / kPanel, K2 = K / 2, K8 = K / 8;
+  std::vector<float> xp(static_cast<size_t>(P * K * kPanel));
+  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < kPanel; ++j) {
+          const int64_t m = p * kPanel + j;
+          xp[size_t((p * K + k) * kPanel + j)] = m < M ? x[m * K + k] : 0.0f;
+        }
+  });
+  const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
+  parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<float> w(static_cast<size_t>(kGroupRows * K2)), yb(static_cast<size_t>(kGroupRows * kPanel));
+    std::vector<int32_t> kidx(static_cast<size_t>(kGroupRows * K2));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t n0 = g * kGroupRows, rows = std::min(kGroupRows, N - n0);
+      for (int64_t r = 0; r < rows; ++r)  // decode the group once: f32 values, offsets into a panel
+        for (int64_t b = 0; b < K8; ++b) {
+          int off[4];
+          byte_offsets(meta[(n0 + r) * K8 + b], off);
+          for (int t = 0; t < 4; ++t) {
+            w[size_t(r * K2 + 4 * b + t)] = value_at(values, vt, (n0 + r) * K2 + 4 * b + t);
+            kidx[size_t(r * K2 + 4 * b + t)] = int32_t((8 * b + off[t]) * kPanel);
+          }
+        }
+      for (int64_t p = 0; p < P; ++p) {
+        std::fill(yb.begin(), yb.end(), 0.0f);
+        const float* xpp = xp.data() + p * K * kPanel;
+        for (int64_t kb = 0; kb < K; kb += kBlockCols) {  // kept j of columns [kb, kb + kBlockCols)
+          const int64_t j0 = kb / 2, j1 = std::min(K, kb + kBlockCols) / 2;
+          int64_t r = 0;
+          for (; r + 4 <= rows; r += 4)
+            panel_block<4>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * kPanel);
+          for (; r < rows; ++r) panel_block<1>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * kPanel);
+        }
+        for (int64_t j = 0; j < std::min(kPanel, M - p * kPanel); ++j)
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t n = n0 + r;
+            y[(p * kPanel + j) * N + n] = activate(yb[size_t(r * kPanel + j)] * scales[n] + (bias ? bias[n] : 0.0f), act);
+          }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                const float* bias, Act act, float* y, int64_t N) {
+  if (M == 0 || N == 0) return;
+  if (M > kSmallM) return panels(x, M, K, values, vt, meta, scales, bias, act, y, N);
+  switch (vt) {
+    case DType::f32: return small_m(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
+    case DType::bf16: return small_m(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
+    case DType::i8: return small_m(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
+    default: return panels(x, M, K, values, vt, meta, scales, bias, act, y, N);
+  }
+}
+
+void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
+                const double* bias, Act act, double* y, int64_t N) {
+  const int64_t K2 = K / 2, K8 = K / 8;
+  parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        double s = 0;
+        for (int64_t b = 0; b < K8; ++b) {
+          int off[4];
+          byte_offsets(meta[n * K8 + b], off);
+          for (int t = 0; t < 4; ++t) s += values[n * K2 + 4 * b + t] * x[m * K + 8 * b + off[t]];
+        }
+        y[m * N + n] = activate(s * double(scales[n]) + (bias ? bias[n] : 0.0), act);
+      }
+  });
+}
+
+template <class T> void to_dense(const void* values, DType vt, const uint8_t* meta, const float* scales, int64_t N, int64_t K, T* out) {
+  const int64_t K2 = K / 2, K8 = K / 8;
+  parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      T* row = out + n * K;
+      std::fill(row, row + K, T(0));
+      for (int64_t b = 0; b < K8; ++b) {
+        int off[4];
+        byte_offsets(meta[n * K8 + b], off);
+        for (int t = 0; t < 4; ++t) {
+          const int64_t i = n * K2 + 4 * b + t;
+          const T v = vt == DType::f64 ? T(static_cast<const double*>(values)[i]) : T(value_at(values, vt, i));
+          row[8 * b + off[t]] = v * T(scales[n]);
+        }
+      }
+    }
+  });
+}
+
+template <class T> void gather_kept(const T* dense, const uint8_t* meta, int64_t N, int64_t K, T* kept) {
+  const int64_t K2 = K / 2, K8 = K / 8;
+  parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t b = 0; b < K8; ++b) {
+        int off[4];
+        byte_offsets(meta[n * K8 + b], off);
+        for (int t = 0; t < 4; ++t) kept[n * K2 + 4 * b + t] = dense[n * K + 8 * b + off[t]];
+      }
+  });
+}
+
+template void to_dense<float>(const void*, DType, const uint8_t*, const float*, int64_t, int64_t, float*);
+template void to_dense<double>(const void*, DType, const uint8_t*, const float*, int64_t, int64_t, double*);
+template void gather_kept<float>(const float*, const uint8_t*, int64_t, int64_t, float*);
+template void gather_kept<double>(const double*, const uint8_t*, int64_t, int64_t, double*);
+
+}  // namespace sinter::sparse

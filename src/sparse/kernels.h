@@ -1,0 +1,35 @@
+#pragma once
+// The 2:4 sparse matmul kernels behind linear(x, SemiStructuredSparse): y = act(scale * (x W^T) + b).
+// Layout (include/sinter/sparse.h): values (N, K/2), meta (N, K/8) u8, scales (N) f32.
+#include <cstdint>
+#include <string>
+
+#include "sinter/dtype.h"
+
+namespace sinter::sparse {
+
+enum class Act { none, relu, silu, gelu };
+Act parse_activation(const std::string& name);  // throws naming sparse24_linear on an unknown name
+
+// x (M, K) f32 row-major; values of dtype vt (f32, bf16, i8); bias (N) or null; y (M, N) f32.
+// M <= kSmallM: one streaming pass over the weights (decode), kept columns of x gathered with
+// in-register permutes; larger M: x packed in panels of kPanel rows, K-blocked so a panel block
+// stays in L1, each group of weight rows decoded once and reused for every panel.
+constexpr int64_t kSmallM = 4;
+void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                const float* bias, Act act, float* y, int64_t N);
+// The same in f64, plainly (the reference the gradient checks differentiate); values f64.
+void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
+                const double* bias, Act act, double* y, int64_t N);
+
+// dense (N, K) = values at meta's positions times scales (T: f32 or f64 output; vt any value dtype).
+template <class T> void to_dense(const void* values, DType vt, const uint8_t* meta, const float* scales, int64_t N, int64_t K, T* out);
+// kept (N, K/2) = dense (N, K) at meta's positions.
+template <class T> void gather_kept(const T* dense, const uint8_t* meta, int64_t N, int64_t K, T* kept);
+
+// Column offsets of the four kept entries of a meta byte (two groups) within its 8 columns.
+inline void byte_offsets(uint8_t b, int off[4]) {
+  off[0] = b & 3, off[1] = (b >> 2) & 3, off[2] = 4 + ((b >> 4) & 3), off[3] = 4 + (b >> 6);
+}
+
+}  // namespace sinter::sparse

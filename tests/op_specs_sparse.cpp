@@ -1,0 +1,145 @@
+// Specs for the 2:4 sparse ops: sparse24_linear (both kernel paths: M <= 4 streaming, larger M in
+// panels; K with a tail byte; groups of 64 rows; every value dtype; the activation epilogue),
+// sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
+#include <cmath>
+
+#include "op_specs.h"
+
+namespace sinter::test {
+using namespace spec;
+namespace {
+
+// Valid meta bytes: each nibble two different column offsets, the smaller in the low bits.
+Tensor rand_meta(int64_t N, int64_t K) {
+  static const uint8_t nibbles[6] = {0 | 1 << 2, 0 | 2 << 2, 0 | 3 << 2, 1 | 2 << 2, 1 | 3 << 2, 2 | 3 << 2};
+  Tensor pick = randint(0, 6, {N, K / 8, 2});
+  Tensor m = Tensor::empty({N, K / 8}, DType::u8);
+  for (int64_t i = 0; i < N * K / 8; ++i)
+    m.data<uint8_t>()[i] = uint8_t(nibbles[pick.data<int64_t>()[2 * i]] | nibbles[pick.data<int64_t>()[2 * i + 1]] << 4);
+  return m;
+}
+Tensor rand_values(int64_t N, int64_t K, DType vt) {
+  return vt == DType::i8 ? randint(-127, 128, {N, K / 2}, DType::i8) : rn({N, K / 2}, vt);
+}
+Tensor rand_scales(int64_t N) { return add(mul(rand({N}), 1.0), 0.5); }
+
+// Dense (N, K) of the layout, in double: values times scales at meta's columns.
+std::vector<double> dense_ref(const R& values, const R& meta, const R& scales) {
+  const int64_t N = values.shape[0], K = values.shape[1] * 2;
+  std::vector<double> w(size_t(N * K), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < K / 8; ++b) {
+      const int byte = int(meta.v[size_t(n * K / 8 + b)]);
+      const int off[4] = {byte & 3, (byte >> 2) & 3, 4 + ((byte >> 4) & 3), 4 + (byte >> 6)};
+      for (int t = 0; t < 4; ++t) w[size_t(n * K + 8 * b + off[t])] = values.v[size_t(n * K / 2 + 4 * b + t)] * scales.v[size_t(n)];
+    }
+  return w;
+}
+
+double act_ref(double v, const std::string& a) {
+  if (a == "relu") return v > 0 ? v : 0;
+  if (a == "silu") return v / (1 + std::exp(-v));
+  if (a == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  return v;
+}
+
+Case linear_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::string& act = "none") {
+  const int64_t K = xs.back();
+  // int8 values come with scales near 1/127, as quantisation gives them (dequantised weights ~ 1)
+  std::vector<Tensor> in{rn(xs, xt), rand_values(N, K, vt), rand_meta(N, K), vt == DType::i8 ? mul(rand_scales(N), 1.0 / 127) : rand_scales(N)};
+  if (bias) in.push_back(rn({N}, xt));
+  return {in, {{"activation", act}}};
+}
+
+}  // namespace
+
+void add_sparse_specs(std::map<std::string, Spec>& m) {
+  Spec li;
+  li.cases = [] {
+    return std::vector<Case>{
+        linear_case({1, 64}, 7, DType::f32, DType::f32, true),            // decode row
+        linear_case({3, 24}, 70, DType::f32, DType::f32, false),          // a chunk and a tail byte; 64-row groups
+        linear_case({2, 2, 40}, 9, DType::bf16, DType::f32, true),        // (B, T, K) input
+        linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
+        linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // panels from M = 5
+        linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // two panels, two K blocks
+        linear_case({26, 48}, 6, DType::bf16, DType::bf16, true),         // bf16 activations
+        linear_case({1, 32}, 3, DType::i8, DType::bf16, false),
+        linear_case({0, 16}, 4, DType::f32, DType::f32, true),            // no rows
+        linear_case({3, 16}, 4, DType::f64, DType::f64, true)};           // the f64 reference path
+  };
+  li.ref = [](const std::vector<R>& in, const Attrs& a) {
+    const R& x = in[0];
+    const int64_t N = in[1].shape[0], K = in[1].shape[1] * 2, M = K ? int64_t(x.v.size()) / K : 0;
+    const std::vector<double> w = dense_ref(in[1], in[2], in[3]);
+    Shape os = x.shape;
+    os.back() = N;
+    R y{os, std::vector<double>(size_t(M * N)), x.dtype};
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = in.size() == 5 ? in[4].v[size_t(n)] : 0.0;
+        for (int64_t k = 0; k < K; ++k) s += x.v[size_t(i * K + k)] * w[size_t(n * K + k)];
+        y.v[size_t(i * N + n)] = act_ref(s, a.str("activation"));
+      }
+    return std::vector<R>{y};
+  };
+  li.bad = [] {
+    Case wrong_k = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
+    wrong_k.in[0] = rn({2, 24});
+    Case wrong_meta = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
+    wrong_meta.in[2] = wrong_meta.in[2].to(DType::i32);
+    Case wrong_bias = linear_case({2, 16}, 3, DType::f32, DType::f32, true);
+    wrong_bias.in[4] = rn({4});
+    Case wrong_act = linear_case({2, 16}, 3, DType::f32, DType::f32, false, "tanh");
+    Case mixed = linear_case({2, 16}, 3, DType::f32, DType::f64, false);
+    Case odd_k{{rn({2, 12}), rn({3, 6}), Tensor::empty({3, 1}, DType::u8), rand_scales(3)}, {{"activation", std::string("none")}}};
+    return std::vector<Case>{wrong_k, wrong_meta, wrong_bias, wrong_act, mixed, odd_k};
+  };
+  li.grad_cases = [] {  // f64 x, values and bias; meta and the f32 scales are constants
+    return std::vector<Case>{linear_case({2, 16}, 3, DType::f64, DType::f64, true), linear_case({1, 2, 8}, 2, DType::f64, DType::f64, false)};
+  };
+  m["sparse24_linear"] = li;
+
+  Spec td;
+  td.cases = [] {
+    std::vector<Case> c;
+    for (DType vt : {DType::f32, DType::bf16, DType::i8, DType::f64})
+      c.push_back({{rand_values(5, 24, vt), rand_meta(5, 24), rand_scales(5)}, {}});
+    return c;
+  };
+  td.ref = [](const std::vector<R>& in, const Attrs&) {
+    const int64_t N = in[0].shape[0], K = in[0].shape[1] * 2;
+    const DType dt = in[0].dtype == DType::i8 ? DType::f32 : in[0].dtype;
+    return std::vector<R>{R{{N, K}, dense_ref(in[0], in[1], in[2]), dt}};
+  };
+  td.bad = [] {
+    return std::vector<Case>{{{rn({5, 12}), rand_meta(5, 16), rand_scales(5)}, {}},
+                             {{rn({5, 8}), rand_meta(5, 16), rand_scales(4)}, {}},
+                             {{ints({5, 8}, 0, 3), rand_meta(5, 16), rand_scales(5)}, {}}};
+  };
+  td.grad_cases = [] { return std::vector<Case>{{{rn({3, 8}, DType::f64), rand_meta(3, 16), rand_scales(3)}, {}}}; };
+  m["sparse24_to_dense"] = td;
+
+  Spec ga;
+  ga.cases = [] {
+    return std::vector<Case>{{{rn({6, 32}), rand_meta(6, 32)}, {}}, {{rn({2, 8}, DType::f64), rand_meta(2, 8)}, {}}};
+  };
+  ga.ref = [](const std::vector<R>& in, const Attrs&) {
+    const int64_t N = in[0].shape[0], K = in[0].shape[1];
+    R out{{N, K / 2}, std::vector<double>(size_t(N * K / 2)), in[0].dtype};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < K / 8; ++b) {
+        const int byte = int(in[1].v[size_t(n * K / 8 + b)]);
+        const int off[4] = {byte & 3, (byte >> 2) & 3, 4 + ((byte >> 4) & 3), 4 + (byte >> 6)};
+        for (int t = 0; t < 4; ++t) out.v[size_t(n * K / 2 + 4 * b + t)] = in[0].v[size_t(n * K + 8 * b + off[t])];
+      }
+    return std::vector<R>{out};
+  };
+  ga.bad = [] {
+    return std::vector<Case>{{{rn({6, 32}), rand_meta(6, 16)}, {}}, {{rn({6, 32}, DType::bf16), rand_meta(6, 32)}, {}}};
+  };
+  ga.grad_cases = [] { return std::vector<Case>{{{rn({2, 16}, DType::f64), rand_meta(2, 16)}, {}}}; };
+  m["sparse24_gather"] = ga;
+}
+
+}  // namespace sinter::test

@@ -1,0 +1,100 @@
+// 2:4 sparse weights through the public API: packing and its errors, pruning, linear against the
+// dense linear of the same pruned weights (every value dtype, odd M on both kernel paths, bias or
+// not, fused activations), and gradients against the dense computation.
+#include "test_util.h"
+
+namespace sinter {
+namespace {
+
+Tensor pruned(int64_t N, int64_t K) { return prune_2_4(randn({N, K})); }
+
+TEST(Sparse24, PackAndUnpack) {
+  manual_seed(1);
+  Tensor w = pruned(6, 40);
+  SemiStructuredSparse s = to_sparse_semi_structured(w);
+  EXPECT_EQ(s.values.shape(), (Shape{6, 20}));
+  EXPECT_EQ(s.meta.shape(), (Shape{6, 5}));
+  EXPECT_TRUE(test::all_close(s.to_dense(), w, 0, 0));  // f32: exact
+  EXPECT_EQ(s.nbytes(), 6 * 20 * 4 + 6 * 5 + 6 * 4);
+  // bf16 values round; int8 values are within half a quantisation step of each row's scale
+  EXPECT_TRUE(test::all_close(to_sparse_semi_structured(w, DType::bf16).to_dense(), w, 1e-2, 1e-2));
+  SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8);
+  Tensor err = max(abs(q.to_dense() - w), 1).values;
+  for (int64_t n = 0; n < 6; ++n) EXPECT_LE(err.data<float>()[n], 0.5001 * q.scales.data<float>()[n]);
+  // a row with a zero group and a group with one nonzero still packs (zeros kept)
+  Tensor z = zeros({1, 8});
+  z.data<float>()[6] = 3.0f;
+  EXPECT_TRUE(test::all_close(to_sparse_semi_structured(z).to_dense(), z, 0, 0));
+}
+
+TEST(Sparse24, RejectsWhatIsNotTwoFour) {
+  Tensor w = zeros({3, 16});
+  w.data<float>()[2 * 16 + 9] = w.data<float>()[2 * 16 + 10] = w.data<float>()[2 * 16 + 11] = 1.0f;
+  try {
+    to_sparse_semi_structured(w);
+    FAIL() << "accepted three nonzeros in a group";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 2, columns 8..11 hold 3 nonzeros"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(test::throws_naming("to_sparse_semi_structured", [] { to_sparse_semi_structured(zeros({3, 12})); }));
+  EXPECT_TRUE(test::throws_naming("prune_2_4", [] { prune_2_4(zeros({3, 6})); }));
+}
+
+TEST(Sparse24, PruneKeepsTheTwoLargestOfEachFour) {
+  Tensor w = tensor<float>({0.1f, -3.0f, 2.0f, 0.5f, 1.0f, 1.0f, 1.0f, -1.0f}).reshape({1, 8});
+  EXPECT_TRUE(test::all_close(prune_2_4(w), std::vector<double>{0, -3, 2, 0, 1, 1, 0, 0}, 0, 0));
+  manual_seed(2);
+  Tensor r = randn({16, 64});
+  Tensor p = prune_2_4(r);
+  EXPECT_EQ(sum(ne(p, zeros({}))).item_double(), 16 * 64 / 2);
+  EXPECT_TRUE(test::all_close(prune_2_4(p), p, 0, 0));  // idempotent
+}
+
+TEST(Sparse24, LinearEqualsDenseLinearOfThePrunedWeight) {
+  manual_seed(3);
+  for (int64_t K : {int64_t(8), int64_t(40), int64_t(264)})
+    for (DType vt : {DType::f32, DType::bf16, DType::i8})
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 33, 130}) {
+        SCOPED_TRACE("K=" + std::to_string(K) + " " + dtype_name(vt) + " M=" + std::to_string(M));
+        const int64_t N = 67;
+        SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), vt);
+        // the dense linear of the same (dequantised) weight, in f64: both sides round only their f32 sums
+        Tensor wd = s.to_dense().to(DType::f64), x = randn({M, K}), b = randn({N});
+        EXPECT_TRUE(test::all_close(linear(x, s, b), linear(x.to(DType::f64), wd, b.to(DType::f64)).to(DType::f32), 1e-5, 3e-5));
+        EXPECT_TRUE(test::all_close(linear(x, s), linear(x.to(DType::f64), wd).to(DType::f32), 1e-5, 3e-5));
+      }
+}
+
+TEST(Sparse24, FusedActivationsAndBf16Activations) {
+  manual_seed(4);
+  SemiStructuredSparse s = to_sparse_semi_structured(pruned(20, 48));
+  Tensor x = randn({7, 48}), b = randn({20});
+  EXPECT_TRUE(test::all_close(linear(x, s, b, "relu"), relu(linear(x, s, b)), 1e-6, 1e-6));
+  EXPECT_TRUE(test::all_close(linear(x, s, b, "silu"), silu(linear(x, s, b)), 1e-5, 1e-5));
+  EXPECT_TRUE(test::all_close(linear(x, s, b, "gelu"), gelu(linear(x, s, b)), 1e-5, 1e-5));
+  EXPECT_TRUE(test::throws_naming("sparse24_linear", [&] { linear(x, s, b, "tanh"); }));
+  Tensor yb = linear(x.to(DType::bf16), s, b.to(DType::bf16));
+  EXPECT_EQ(yb.dtype(), DType::bf16);
+  EXPECT_TRUE(test::all_close(yb.to(DType::f32), linear(x.to(DType::bf16).to(DType::f32), s, b.to(DType::bf16).to(DType::f32)), 1e-2, 1e-2));
+  EXPECT_TRUE(test::throws_naming("sparse24_linear", [&] { linear(randn({2, 40}), s); }));
+}
+
+TEST(Sparse24, GradientsMatchTheDenseComputationOnTheKeptEntries) {
+  manual_seed(5);
+  Tensor w = pruned(12, 32);
+  SemiStructuredSparse s = to_sparse_semi_structured(w);
+  s.values.requires_grad_();
+  Tensor x = randn({9, 32}).requires_grad_(), b = randn({12}).requires_grad_();
+  Tensor g = randn({9, 12});
+  auto gs = autograd::grad({sum(linear(x, s, b, "silu") * g)}, {x, s.values, b});
+  Tensor wd = w.detach().requires_grad_(), xd = x.detach().requires_grad_(), bd = b.detach().requires_grad_();
+  auto gd = autograd::grad({sum(silu(linear(xd, wd, bd)) * g)}, {xd, wd, bd});
+  EXPECT_TRUE(test::all_close(gs[0], gd[0], 1e-5, 1e-5));
+  EXPECT_TRUE(test::all_close(gs[2], gd[2], 1e-5, 1e-5));
+  // the values' gradient is the dense weight gradient at the kept positions
+  SemiStructuredSparse grad_as_sparse{gs[1], s.meta, s.scales};
+  EXPECT_TRUE(test::all_close(grad_as_sparse.to_dense(), gd[1] * ne(w, zeros({})).to(DType::f32), 1e-5, 1e-5));
+}
+
+}  // namespace
+}  // namespace sinter
