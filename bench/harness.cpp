@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +29,7 @@ const std::vector<SuiteInfo>& suites() {
       {"train", "training step of the default model (f32, and bf16 autocast)", suite_train},
       {"generate", "generation with the KV cache at batch 1 (f32 and bf16)", suite_generate},
       {"attention", "scaled-dot-product attention: flash against math", suite_attention},
+      {"sparse", "2:4 sparse linear against oneDNN's dense matmul on the same weights", suite_sparse},
   };
   return s;
 }
@@ -165,12 +168,22 @@ double copy_bandwidth_gbs(Timing* copy_of_64mib) {
 
 double fma_peak_gflops() {
   // Twelve independent chains of register-wide FMAs per thread: enough to hide the FMA latency.
+  // The chains start from different values (identical chains would be merged by the compiler into
+  // one, latency-bound chain: an earlier version of this function reported 1.6x the real peak)
+  // and use the FMA instruction itself, which is what the kernels' inner loops issue.
 #ifdef __AVX512F__
   constexpr int bytes = 64;
+  typedef float vec __attribute__((vector_size(bytes)));
+  auto fma = [](vec x, vec a, vec b) { return (vec)_mm512_fmadd_ps((__m512)x, (__m512)a, (__m512)b); };
+#elif defined(__FMA__)
+  constexpr int bytes = 32;
+  typedef float vec __attribute__((vector_size(bytes)));
+  auto fma = [](vec x, vec a, vec b) { return (vec)_mm256_fmadd_ps((__m256)x, (__m256)a, (__m256)b); };
 #else
   constexpr int bytes = 32;
-#endif
   typedef float vec __attribute__((vector_size(bytes)));
+  auto fma = [](vec x, vec a, vec b) { return x * a + b; };
+#endif
   constexpr int lanes = bytes / 4, chains = 12;
   const int64_t iters = 4'000'000;
   auto kernel = [&] {
@@ -178,10 +191,13 @@ double fma_peak_gflops() {
       for (int64_t t = lo; t < hi; ++t) {
         vec a, b;
         for (int i = 0; i < lanes; ++i) a[i] = 1.0f - 1e-7f * float(i), b[i] = 1e-7f;
-        vec c0 = b, c1 = b, c2 = b, c3 = b, c4 = b, c5 = b, c6 = b, c7 = b, c8 = b, c9 = b, c10 = b, c11 = b;
+        vec c[chains];
+        for (int k = 0; k < chains; ++k) c[k] = b * float(k + 1 + t);
+        vec c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3], c4 = c[4], c5 = c[5], c6 = c[6], c7 = c[7], c8 = c[8], c9 = c[9],
+            c10 = c[10], c11 = c[11];
         for (int64_t i = 0; i < iters; ++i) {
-          c0 = c0 * a + b, c1 = c1 * a + b, c2 = c2 * a + b, c3 = c3 * a + b, c4 = c4 * a + b, c5 = c5 * a + b;
-          c6 = c6 * a + b, c7 = c7 * a + b, c8 = c8 * a + b, c9 = c9 * a + b, c10 = c10 * a + b, c11 = c11 * a + b;
+          c0 = fma(c0, a, b), c1 = fma(c1, a, b), c2 = fma(c2, a, b), c3 = fma(c3, a, b), c4 = fma(c4, a, b), c5 = fma(c5, a, b);
+          c6 = fma(c6, a, b), c7 = fma(c7, a, b), c8 = fma(c8, a, b), c9 = fma(c9, a, b), c10 = fma(c10, a, b), c11 = fma(c11, a, b);
         }
         const vec sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;
         float sink = sum[0];

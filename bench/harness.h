@@ -125,6 +125,7 @@ void suite_linear(const Options& o, Report& r);
 void suite_train(const Options& o, Report& r);
 void suite_generate(const Options& o, Report& r);
 void suite_attention(const Options& o, Report& r);
+void suite_sparse(const Options& o, Report& r);
 
 // Shared measurement helpers.
 double copy_bandwidth_gbs(Timing* copy_of_64mib = nullptr);  // 2-thread parallel memcpy, bytes read+written

@@ -5,41 +5,10 @@
 #include <sinter/sinter.h>
 
 #include "cpu/cpu.h"
+#include "dnnl_peer.h"
 #include "harness.h"
 
 namespace sinter::bench {
-namespace {
-
-struct RawMatmul {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{eng};
-  dnnl::matmul prim;
-  dnnl::memory src, wei, dst;
-  RawMatmul(const Tensor& x, const Tensor& w, const Tensor& y, bool prepack) {
-    using tag = dnnl::memory::format_tag;
-    const auto dt = x.dtype() == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-    const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-    dnnl::memory::desc src_md({M, K}, dt, tag::ab), plain_w({K, N}, dt, tag::ba), dst_md({M, N}, dt, tag::ab);
-    dnnl::memory::desc w_md = prepack ? dnnl::memory::desc({K, N}, dt, tag::any) : plain_w;
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, dst_md), eng);
-    prim = dnnl::matmul(pd);
-    src = dnnl::memory(src_md, eng, x.data_ptr());
-    dst = dnnl::memory(dst_md, eng, y.data_ptr());
-    dnnl::memory plain(plain_w, eng, w.data_ptr());
-    wei = plain;
-    if (prepack && pd.weights_desc() != plain_w) {
-      wei = dnnl::memory(pd.weights_desc(), eng);
-      dnnl::reorder(plain, wei).execute(stream, plain, wei);
-      stream.wait();
-    }
-  }
-  void run() {
-    prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
-    stream.wait();
-  }
-};
-
-}  // namespace
 
 void suite_linear(const Options& o, Report& r) {
   NoGradGuard no_grad;

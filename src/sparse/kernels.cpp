@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -160,73 +162,106 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
   });
 }
 
-// Many rows: x packed as panels of kPanel rows, column-major inside a panel (xp[k][j]), so one
-// kept value (n, k) multiplies a contiguous run of kPanel x values: 1 broadcast, 3 loads, 3 FMAs.
-constexpr int64_t kPanel = 24, kGroupRows = 64, kBlockCols = 256;
+// Many rows: x packed as panels of `pw` rows, column-major inside a panel (xp[k][j]), so one kept
+// value (n, k) multiplies a contiguous run of pw x values: one broadcast, pw/8 loads and FMAs.
+// pw = 96 (12 registers of accumulators for one weight row: 1.2 loads per FMA) when M fills it,
+// else 24 (4 weight rows x 3 registers). Columns are blocked so a panel block stays in L1.
+constexpr int64_t kGroupRows = 64;
 
-// acc(R rows x kPanel) += sum over kept j in [j0, j1) of w[r][j] * xp[kidx[r][j]].
-template <int R>
+// acc(R rows x NV registers) += sum over kept j in [j0, j1) of w[r][j] * xp[kidx[r][j] ...].
+template <int R, int NV>
 SINTER_INLINE void panel_block(const float* w, const int32_t* kidx, int64_t ld, int64_t j0, int64_t j1, const float* xp, float* yb) {
-  v8f acc[R][3];
+  constexpr int64_t pw = 8 * NV;
+  v8f acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 3; ++v) acc[r][v] = load8f(yb + r * kPanel + 8 * v);
+    for (int v = 0; v < NV; ++v) acc[r][v] = load8f(yb + r * pw + 8 * v);
   for (int64_t j = j0; j < j1; ++j)
     for (int r = 0; r < R; ++r) {
       const float wv = w[r * ld + j];
       const float* xr = xp + kidx[r * ld + j];
-      acc[r][0] += wv * load8f(xr);
-      acc[r][1] += wv * load8f(xr + 8);
-      acc[r][2] += wv * load8f(xr + 16);
+      for (int v = 0; v < NV; ++v) acc[r][v] += wv * load8f(xr + 8 * v);
     }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 3; ++v) store8f(yb + r * kPanel + 8 * v, acc[r][v]);
+    for (int v = 0; v < NV; ++v) store8f(yb + r * pw + 8 * v, acc[r][v]);
 }
 
-void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
-            const float* bias, Act act, float* y, int64_t N) {
-  const int64_t P = (M + kPanel - 1) / kPanel, K2 = K / 2, K8 = K / 8;
-  std::vector<float> xp(static_cast<size_t>(P * K * kPanel));
+// Weight rows [n0, n0 + rows) decoded: f32 values and offsets (column * pw) into a panel.
+template <class V>
+void decode_rows(const V* values, const uint8_t* meta, int64_t n0, int64_t rows, int64_t K, int64_t pw, float* w, int32_t* kidx) {
+  const int64_t K2 = K / 2, K8 = K / 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const V* v = values + (n0 + r) * K2;
+    const uint8_t* mt = meta + (n0 + r) * K8;
+    for (int64_t b = 0; b < K8; ++b) {
+      int off[4];
+      byte_offsets(mt[b], off);
+      for (int t = 0; t < 4; ++t) {
+        w[r * K2 + 4 * b + t] = float(v[4 * b + t]);
+        kidx[r * K2 + 4 * b + t] = int32_t((8 * b + off[t]) * pw);
+      }
+    }
+  }
+}
+
+template <int NV, int R>
+void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+              const float* bias, Act act, float* y, int64_t N) {
+  constexpr int64_t pw = 8 * NV;
+  constexpr int64_t kc = NV > 3 ? 48 : 192;  // columns per block: pw * kc * 4 bytes = 18 KiB
+  constexpr int64_t kSubRows = 16;
+  const int64_t P = (M + pw - 1) / pw, K2 = K / 2;
+  // 64-byte aligned, so no 8-float load straddles a cache line.
+  std::unique_ptr<float, decltype(&std::free)> xp_mem(static_cast<float*>(std::aligned_alloc(64, size_t((P * K * pw * 4 + 63) / 64 * 64))),
+                                                      &std::free);
+  float* xp = xp_mem.get();
   parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < kPanel; ++j) {
-          const int64_t m = p * kPanel + j;
-          xp[size_t((p * K + k) * kPanel + j)] = m < M ? x[m * K + k] : 0.0f;
+        for (int64_t j = 0; j < pw; ++j) {
+          const int64_t m = p * pw + j;
+          xp[(p * K + k) * pw + j] = m < M ? x[m * K + k] : 0.0f;
         }
   });
   const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
   parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<float> w(static_cast<size_t>(kGroupRows * K2)), yb(static_cast<size_t>(kGroupRows * kPanel));
+    std::vector<float> w(static_cast<size_t>(kGroupRows * K2)), yb(static_cast<size_t>(kGroupRows * pw));
     std::vector<int32_t> kidx(static_cast<size_t>(kGroupRows * K2));
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n0 = g * kGroupRows, rows = std::min(kGroupRows, N - n0);
-      for (int64_t r = 0; r < rows; ++r)  // decode the group once: f32 values, offsets into a panel
-        for (int64_t b = 0; b < K8; ++b) {
-          int off[4];
-          byte_offsets(meta[(n0 + r) * K8 + b], off);
-          for (int t = 0; t < 4; ++t) {
-            w[size_t(r * K2 + 4 * b + t)] = value_at(values, vt, (n0 + r) * K2 + 4 * b + t);
-            kidx[size_t(r * K2 + 4 * b + t)] = int32_t((8 * b + off[t]) * kPanel);
-          }
-        }
+      switch (vt) {  // decode the group once, reuse it for every panel
+        case DType::f32: decode_rows(static_cast<const float*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
+        case DType::bf16: decode_rows(static_cast<const bf16*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
+        case DType::f64: decode_rows(static_cast<const double*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
+        default: decode_rows(static_cast<const int8_t*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
+      }
       for (int64_t p = 0; p < P; ++p) {
         std::fill(yb.begin(), yb.end(), 0.0f);
-        const float* xpp = xp.data() + p * K * kPanel;
-        for (int64_t kb = 0; kb < K; kb += kBlockCols) {  // kept j of columns [kb, kb + kBlockCols)
-          const int64_t j0 = kb / 2, j1 = std::min(K, kb + kBlockCols) / 2;
-          int64_t r = 0;
-          for (; r + 4 <= rows; r += 4)
-            panel_block<4>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * kPanel);
-          for (; r < rows; ++r) panel_block<1>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * kPanel);
+        const float* xpp = xp + p * K * pw;
+        // Sub-groups of kSubRows rows: their partial sums, the weights of a column block and the
+        // panel block (pw x kc) fit in L1 together.
+        for (int64_t s0 = 0; s0 < rows; s0 += kSubRows) {
+          const int64_t s1 = std::min(rows, s0 + kSubRows);
+          for (int64_t kb = 0; kb < K; kb += kc) {  // kept j of columns [kb, kb + kc)
+            const int64_t j0 = kb / 2, j1 = std::min(K, kb + kc) / 2;
+            int64_t r = s0;
+            for (; r + R <= s1; r += R) panel_block<R, NV>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * pw);
+            for (; r < s1; ++r) panel_block<1, NV>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * pw);
+          }
         }
-        for (int64_t j = 0; j < std::min(kPanel, M - p * kPanel); ++j)
+        for (int64_t j = 0; j < std::min(pw, M - p * pw); ++j)
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t n = n0 + r;
-            y[(p * kPanel + j) * N + n] = activate(yb[size_t(r * kPanel + j)] * scales[n] + (bias ? bias[n] : 0.0f), act);
+            y[(p * pw + j) * N + n] = activate(yb[size_t(r * pw + j)] * scales[n] + (bias ? bias[n] : 0.0f), act);
           }
       }
     }
   });
+}
+
+void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+            const float* bias, Act act, float* y, int64_t N) {
+  if (M >= 96) panels_w<12, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
+  else panels_w<3, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
 }
 
 }  // namespace

@@ -1,0 +1,62 @@
+// 2:4 sparse linear against oneDNN's dense matmul on the same (pruned) weights, prepacked as
+// oneDNN likes them, timed alternately in one run. f32, int8 and bf16 values; decode sizes
+// (M = 1, 16: memory-bound, 2:4 halves the bytes) and compute-bound sizes (M = 128 ... 2048).
+#include <dnnl.hpp>
+#include <sinter/sinter.h>
+
+#include "cpu/cpu.h"
+#include "dnnl_peer.h"
+#include "harness.h"
+
+namespace sinter::bench {
+
+void suite_sparse(const Options& o, Report& r) {
+  NoGradGuard no_grad;
+  manual_seed(0);
+  const double peak = fma_peak_gflops(), copy_gbs = copy_bandwidth_gbs();
+  char head[160];
+  std::snprintf(head, sizeof head, "fp32 FMA peak measured in this run: %.0f GFLOP/s; copy bandwidth %.1f GB/s", peak, copy_gbs);
+  r.line(head);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = o.quick ? std::vector<std::pair<int64_t, int64_t>>{{4096, 4096}}
+                                                                  : std::vector<std::pair<int64_t, int64_t>>{{4096, 4096}, {4096, 11008}, {11008, 4096}};
+  struct Plan { const char* name; DType vt; std::vector<int64_t> ms; };
+  const std::vector<Plan> plans = o.quick ? std::vector<Plan>{{"f32", DType::f32, {1, 128}}, {"int8", DType::i8, {1}}}
+                                          : std::vector<Plan>{{"f32", DType::f32, {1, 16, 128, 512, 2048}},
+                                                              {"int8", DType::i8, {1, 16}},
+                                                              {"bf16", DType::bf16, {1, 128}}};
+  for (auto [K, N] : shapes) {
+    Tensor w = prune_2_4(randn({N, K}) * 0.02);
+    for (const Plan& p : plans) {
+      const SemiStructuredSparse s = to_sparse_semi_structured(w, p.vt);
+      // The dense peer: the same weights in the dtype oneDNN can run (f32 for int8 values: oneDNN
+      // 2.6 has no weight-only int8; f32 for bf16 where the CPU has no bf16 matmul).
+      const bool bf16_dense = p.vt == DType::bf16 && cpu::dnnl_has_bf16();
+      const DType dense_dt = bf16_dense ? DType::bf16 : DType::f32;
+      Tensor wd = s.to_dense().to(dense_dt);
+      for (int64_t M : p.ms) {
+        const DType xt = p.vt == DType::bf16 ? DType::bf16 : DType::f32;
+        Tensor x = randn({M, K}).to(xt), xd = x.to(dense_dt), y = Tensor::empty({M, N}, dense_dt);
+        RawMatmul dense(xd, wd, y, true);
+        const int reps = M >= 512 ? 5 : 15;
+        auto [ours, peer] = time_pair([&] { (void)linear(x, s); }, [&] { dense.run(); }, 1, reps, M >= 512 ? 0.0 : 0.6);
+        char note[200];
+        const double dense_mb = double(N * K * (dense_dt == DType::f32 ? 4 : 2)) / 1e6, sparse_mb = double(s.nbytes()) / 1e6;
+        if (M <= 16)
+          std::snprintf(note, sizeof note, "weights %.1f MB vs dense %.1f MB; sparse reads %.1f GB/s (copy %.1f)", sparse_mb, dense_mb,
+                        sparse_mb / 1e3 / (ours.best_ms * 1e-3), copy_gbs);
+        else
+          std::snprintf(note, sizeof note, "dense-equivalent %.0f GFLOP/s = %.0f%% of fp32 peak; dense %.0f%%",
+                        2.0 * M * N * K / (ours.best_ms * 1e-3) / 1e9, 100 * 2.0 * M * N * K / (ours.best_ms * 1e-3) / 1e9 / peak,
+                        100 * 2.0 * M * N * K / (peer.best_ms * 1e-3) / 1e9 / peak);
+        std::string peer_name = std::string("oneDNN dense ") + (dense_dt == DType::f32 ? "f32" : "bf16") + ", prepacked";
+        std::string n = note;
+        if (p.vt == DType::i8) n += "; no int8-weight dense kernel in oneDNN 2.6: against f32";
+        if (p.vt == DType::bf16 && !bf16_dense) n += "; no bf16 matmul on this CPU: against f32";
+        r.add(std::string(p.name) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N), ours,
+              peer_name, peer, n);
+      }
+    }
+  }
+}
+
+}  // namespace sinter::bench
