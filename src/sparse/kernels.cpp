@@ -60,14 +60,24 @@ SINTER_INLINE void store8f(float* p, v8f v) { std::memcpy(p, &v, 32); }
 template <class V> SINTER_INLINE v8f load_values(const V* p);
 template <> SINTER_INLINE v8f load_values<float>(const float* p) { return load8f(p); }
 template <> SINTER_INLINE v8f load_values<bf16>(const bf16* p) {
+#if defined(__AVX2__)
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return (v8f)_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);  // the bf16 bits are the high half of an f32
+#else
   v8s s;
   std::memcpy(&s, p, 16);
-  return (v8f)(__builtin_convertvector((v8s)s, v8i) << 16);  // the bf16 bits are the high half of an f32
+  return (v8f)(__builtin_convertvector(s, v8i) << 16);
+#endif
 }
 template <> SINTER_INLINE v8f load_values<int8_t>(const int8_t* p) {
+#if defined(__AVX2__)
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+#else
   v8c c;
   std::memcpy(&c, p, 8);
   return __builtin_convertvector(__builtin_convertvector(c, v8i), v8f);
+#endif
 }
 
 // For a meta byte: lanes 0-3 the byte's four kept columns (0..7), lanes 4-7 the same plus 8.
@@ -113,27 +123,29 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
     const V* w = values + n * K2;
     const uint8_t* mt = meta + n * K8;
     __builtin_prefetch(mt + 4 * K8, 0, 0);  // meta: a line per row, four rows ahead
-    v8f acc[M][2] = {};
+    v8f acc0[M], acc1[M];  // two chains per row of x: the FMA latency is hidden
+    for (int m = 0; m < M; ++m) acc0[m] = v8f{}, acc1[m] = v8f{};
+    auto idx_of = [&](int64_t c) {
+      v8i i0, i1;
+      std::memcpy(&i0, pt.idx[mt[2 * c]], 32);
+      std::memcpy(&i1, pt.idx[mt[2 * c + 1]], 32);
+      return __builtin_shuffle(i0, i1, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
+    };
     int64_t c = 0;
     for (; c + 2 <= chunks; c += 2) {
       __builtin_prefetch(reinterpret_cast<const char*>(w + 8 * c) + 1024, 0, 0);  // values: 1 KiB ahead
-      for (int u = 0; u < 2; ++u) {
-        v8i i0, i1;
-        std::memcpy(&i0, pt.idx[mt[2 * (c + u)]], 32);
-        std::memcpy(&i1, pt.idx[mt[2 * (c + u) + 1]], 32);
-        const v8i idx = __builtin_shuffle(i0, i1, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
-        const v8f wv = load_values(w + 8 * (c + u));
-        for (int m = 0; m < M; ++m) acc[m][u] += wv * gather16(x + m * K + 16 * (c + u), idx);
+      const v8i ia = idx_of(c), ib = idx_of(c + 1);
+      const v8f wa = load_values(w + 8 * c), wb = load_values(w + 8 * c + 8);
+      for (int m = 0; m < M; ++m) {
+        acc0[m] += wa * gather16(x + m * K + 16 * c, ia);
+        acc1[m] += wb * gather16(x + m * K + 16 * c + 16, ib);
       }
     }
     float tail[M] = {};
     for (; c < chunks; ++c) {
-      v8i i0, i1;
-      std::memcpy(&i0, pt.idx[mt[2 * c]], 32);
-      std::memcpy(&i1, pt.idx[mt[2 * c + 1]], 32);
-      const v8i idx = __builtin_shuffle(i0, i1, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
-      const v8f wv = load_values(w + 8 * c);
-      for (int m = 0; m < M; ++m) acc[m][0] += wv * gather16(x + m * K + 16 * c, idx);
+      const v8i ia = idx_of(c);
+      const v8f wa = load_values(w + 8 * c);
+      for (int m = 0; m < M; ++m) acc0[m] += wa * gather16(x + m * K + 16 * c, ia);
     }
     if (K % 16) {  // one last meta byte: four kept values over 8 columns
       int off[4];
@@ -141,7 +153,7 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
       for (int t = 0; t < 4; ++t)
         for (int m = 0; m < M; ++m) tail[m] += float(w[K2 - 4 + t]) * x[m * K + K - 8 + off[t]];
     }
-    for (int m = 0; m < M; ++m) dots[m * (n1 - n0) + (n - n0)] = hsum(acc[m][0] + acc[m][1]) + tail[m];
+    for (int m = 0; m < M; ++m) dots[m * (n1 - n0) + (n - n0)] = hsum(acc0[m] + acc1[m]) + tail[m];
   }
 }
 
@@ -162,54 +174,63 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
   });
 }
 
-// Many rows: x packed as panels of `pw` rows, column-major inside a panel (xp[k][j]), so one kept
+// Many rows: x packed as panels of pw rows, column-major inside a panel (xp[k][j]), so one kept
 // value (n, k) multiplies a contiguous run of pw x values: one broadcast, pw/8 loads and FMAs.
-// pw = 96 (12 registers of accumulators for one weight row: 1.2 loads per FMA) when M fills it,
-// else 24 (4 weight rows x 3 registers). Columns are blocked so a panel block stays in L1.
-constexpr int64_t kGroupRows = 64;
+// pw = 64 or 96 (8 or 12 registers of accumulators for one weight row) when M fills it, else 24
+// (4 weight rows x 3 registers). Columns are blocked (kc) so a panel block stays in L1; each
+// group of weight rows is decoded once, block-major, into records of (kc/2 values as f32, their
+// offsets into the panel), so the inner loop reads one contiguous stream.
+constexpr int64_t kGroupRows = 64, kSubRows = 16;
 
-// acc(R rows x NV registers) += sum over kept j in [j0, j1) of w[r][j] * xp[kidx[r][j] ...].
+// acc(R rows x NV registers) += sum over j < J of w[r][j] * xp[k[r][j] ...]; row r's record at
+// rec + r * 2J: J values, then J offsets.
 template <int R, int NV>
-SINTER_INLINE void panel_block(const float* w, const int32_t* kidx, int64_t ld, int64_t j0, int64_t j1, const float* xp, float* yb) {
+SINTER_INLINE void panel_block(const float* rec, int64_t J, const float* xp, float* yb) {
   constexpr int64_t pw = 8 * NV;
   v8f acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = load8f(yb + r * pw + 8 * v);
-  for (int64_t j = j0; j < j1; ++j)
+  const int32_t* k = reinterpret_cast<const int32_t*>(rec);
+  for (int64_t j = 0; j < J; ++j)
     for (int r = 0; r < R; ++r) {
-      const float wv = w[r * ld + j];
-      const float* xr = xp + kidx[r * ld + j];
+      const float wv = rec[r * 2 * J + j];
+      const float* xr = xp + k[r * 2 * J + J + j];
       for (int v = 0; v < NV; ++v) acc[r][v] += wv * load8f(xr + 8 * v);
     }
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) store8f(yb + r * pw + 8 * v, acc[r][v]);
 }
 
-// Weight rows [n0, n0 + rows) decoded: f32 values and offsets (column * pw) into a panel.
+// Rows [n0, n0 + rows) decoded into records: block b, row r at dec + (b * rows + r) * 2J; a block
+// past K's end is padded with zero values at offset 0.
 template <class V>
-void decode_rows(const V* values, const uint8_t* meta, int64_t n0, int64_t rows, int64_t K, int64_t pw, float* w, int32_t* kidx) {
-  const int64_t K2 = K / 2, K8 = K / 8;
-  for (int64_t r = 0; r < rows; ++r) {
-    const V* v = values + (n0 + r) * K2;
-    const uint8_t* mt = meta + (n0 + r) * K8;
-    for (int64_t b = 0; b < K8; ++b) {
-      int off[4];
-      byte_offsets(mt[b], off);
-      for (int t = 0; t < 4; ++t) {
-        w[r * K2 + 4 * b + t] = float(v[4 * b + t]);
-        kidx[r * K2 + 4 * b + t] = int32_t((8 * b + off[t]) * pw);
+void decode_rows(const V* values, const uint8_t* meta, int64_t n0, int64_t rows, int64_t K, int64_t pw, int64_t kc, float* dec) {
+  const int64_t K2 = K / 2, K8 = K / 8, J = kc / 2, blocks = (K + kc - 1) / kc;
+  for (int64_t bl = 0; bl < blocks; ++bl)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* w = dec + (bl * rows + r) * 2 * J;
+      int32_t* k = reinterpret_cast<int32_t*>(w + J);
+      const V* v = values + (n0 + r) * K2;
+      const uint8_t* mt = meta + (n0 + r) * K8;
+      for (int64_t jb = 0; jb < J / 4; ++jb) {  // four kept values per meta byte
+        const int64_t byte = bl * kc / 8 + jb;
+        if (byte >= K8) {
+          for (int t = 0; t < 4; ++t) w[4 * jb + t] = 0.0f, k[4 * jb + t] = 0;
+          continue;
+        }
+        int off[4];
+        byte_offsets(mt[byte], off);
+        for (int t = 0; t < 4; ++t) w[4 * jb + t] = float(v[4 * byte + t]), k[4 * jb + t] = int32_t((8 * byte + off[t]) * pw);
       }
     }
-  }
 }
 
 template <int NV, int R>
 void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
               const float* bias, Act act, float* y, int64_t N) {
-  constexpr int64_t pw = 8 * NV;
-  constexpr int64_t kc = NV > 3 ? 48 : 192;  // columns per block: pw * kc * 4 bytes = 18 KiB
-  constexpr int64_t kSubRows = 16;
-  const int64_t P = (M + pw - 1) / pw, K2 = K / 2;
+  constexpr int64_t pw = 8 * NV, kc = NV == 3 ? 192 : NV == 8 ? 72 : 48;  // pw * kc * 4 bytes <= 18 KiB
+  constexpr int64_t J = kc / 2;
+  const int64_t P = (M + pw - 1) / pw, blocks = (K + kc - 1) / kc;
   // 64-byte aligned, so no 8-float load straddles a cache line.
   std::unique_ptr<float, decltype(&std::free)> xp_mem(static_cast<float*>(std::aligned_alloc(64, size_t((P * K * pw * 4 + 63) / 64 * 64))),
                                                       &std::free);
@@ -224,28 +245,26 @@ void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt
   });
   const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
   parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<float> w(static_cast<size_t>(kGroupRows * K2)), yb(static_cast<size_t>(kGroupRows * pw));
-    std::vector<int32_t> kidx(static_cast<size_t>(kGroupRows * K2));
+    std::vector<float> dec(static_cast<size_t>(blocks * kGroupRows * 2 * J)), yb(static_cast<size_t>(kGroupRows * pw));
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t n0 = g * kGroupRows, rows = std::min(kGroupRows, N - n0);
       switch (vt) {  // decode the group once, reuse it for every panel
-        case DType::f32: decode_rows(static_cast<const float*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
-        case DType::bf16: decode_rows(static_cast<const bf16*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
-        case DType::f64: decode_rows(static_cast<const double*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
-        default: decode_rows(static_cast<const int8_t*>(values), meta, n0, rows, K, pw, w.data(), kidx.data()); break;
+        case DType::f32: decode_rows(static_cast<const float*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
+        case DType::bf16: decode_rows(static_cast<const bf16*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
+        case DType::f64: decode_rows(static_cast<const double*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
+        default: decode_rows(static_cast<const int8_t*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
       }
       for (int64_t p = 0; p < P; ++p) {
         std::fill(yb.begin(), yb.end(), 0.0f);
         const float* xpp = xp + p * K * pw;
-        // Sub-groups of kSubRows rows: their partial sums, the weights of a column block and the
-        // panel block (pw x kc) fit in L1 together.
+        // Sub-groups of rows: their partial sums, a block's records and the panel block fit in L1.
         for (int64_t s0 = 0; s0 < rows; s0 += kSubRows) {
           const int64_t s1 = std::min(rows, s0 + kSubRows);
-          for (int64_t kb = 0; kb < K; kb += kc) {  // kept j of columns [kb, kb + kc)
-            const int64_t j0 = kb / 2, j1 = std::min(K, kb + kc) / 2;
+          for (int64_t bl = 0; bl < blocks; ++bl) {
+            const float* rec = dec.data() + bl * rows * 2 * J;
             int64_t r = s0;
-            for (; r + R <= s1; r += R) panel_block<R, NV>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * pw);
-            for (; r < s1; ++r) panel_block<1, NV>(w.data() + r * K2, kidx.data() + r * K2, K2, j0, j1, xpp, yb.data() + r * pw);
+            for (; r + R <= s1; r += R) panel_block<R, NV>(rec + r * 2 * J, J, xpp, yb.data() + r * pw);
+            for (; r < s1; ++r) panel_block<1, NV>(rec + r * 2 * J, J, xpp, yb.data() + r * pw);
           }
         }
         for (int64_t j = 0; j < std::min(pw, M - p * pw); ++j)
@@ -260,8 +279,12 @@ void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt
 
 void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
             const float* bias, Act act, float* y, int64_t N) {
-  if (M >= 96) panels_w<12, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
-  else panels_w<3, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
+  // Panel width by cost: panels needed x (registers per kept value + ~2.5 for its broadcast,
+  // offset load and loop), with 4 rows at a time (and more padding) below 64.
+  auto cost = [&](int64_t nv) { return double((M + 8 * nv - 1) / (8 * nv)) * (double(nv) + 2.5); };
+  if (M < 48) return panels_w<3, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
+  if (cost(8) <= cost(12)) return panels_w<8, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
+  return panels_w<12, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
 }
 
 }  // namespace
