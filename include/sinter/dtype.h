@@ -37,6 +37,7 @@ struct f16 {
 };
 
 const char* dtype_name(DType t);                // "f32", "bf16", ...
+DType dtype_from_name(std::string_view name);   // the inverse; a ValueError names an unknown one
 const char* dtype_safetensors_name(DType t);    // "F32", "BF16", ...
 bool dtype_from_safetensors_name(std::string_view s, DType* out);
 int64_t dtype_size(DType t);

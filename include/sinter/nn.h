@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sinter/ops.h"
+#include "sinter/sparse.h"
 
 namespace sinter {
 
@@ -55,6 +56,7 @@ class Module {
  protected:
   Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
   Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor value);
+  void unregister(const std::string& name);  // drops a parameter or buffer (its slot is untouched)
   template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);
     return m;
@@ -70,8 +72,13 @@ class Module {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) const { return sparse.defined() ? linear(x, sparse, bias) : linear(x, weight, bias); }
+  // Prunes the weight to 2:4 (magnitude, per group of four inputs) and keeps it packed: the state
+  // dict then holds weight_values (a parameter when float: fine-tuning keeps the pattern),
+  // weight_meta and weight_scales (buffers) instead of weight.
+  void sparsify(DType values_dtype = DType::f32);
   Tensor weight, bias;
+  SemiStructuredSparse sparse;  // defined after sparsify()
 };
 
 class Embedding : public Module {
@@ -140,6 +147,8 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // LLaMA/Mistral "sliding_window": each token attends to its last N (0: all)
   bool tie_word_embeddings = true;
   double dropout = 0.0;
+  std::string sparsity;             // "" (dense) or "2:4": the blocks' Linear layers are 2:4 sparse
+  std::string sparse_values = "f32";  // their values: f32, bf16 or i8
 
   bool llama() const { return model_type == "llama"; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
@@ -184,6 +193,9 @@ class GPT : public Module {
   const ModelConfig& config() const { return cfg_; }
   // Initializes weights as GPT-2 does: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
   void init_weights(uint64_t seed);
+  // Prunes every Linear of the transformer blocks to 2:4 (embeddings and the head stay dense).
+  void sparsify(DType values_dtype = DType::f32);
+  std::vector<std::shared_ptr<Linear>> block_linears() const;
 
   std::shared_ptr<Embedding> tok_emb, pos_emb;
   std::vector<std::shared_ptr<TransformerBlock>> blocks;

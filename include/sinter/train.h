@@ -39,6 +39,26 @@ struct Result {
 // Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.
 Result run(const Options& opts);
 
+// Prune -> fine-tune -> save: every Linear of the transformer blocks of a trained checkpoint is
+// pruned to 2:4, optionally fine-tuned with the pattern held (only the kept values train), and
+// saved as a sparse checkpoint (model.safetensors + config.json with "sparsity": "2:4").
+struct SparsifyOptions {
+  std::string checkpoint = "out/tiny";
+  std::string out_dir = "out/tiny-2x4";
+  std::string data_path;          // empty: the fortunes corpus (what the default model trained on)
+  int64_t finetune_steps = 200;   // 0: prune only
+  int64_t batch = 16, seq_len = 128, val_batches = 8;
+  double lr = 1e-3;
+  std::string values = "f32";     // f32, bf16 or i8 (quantised after fine-tuning, per-row scales)
+  uint64_t seed = 1337;
+  bool quiet = false;
+};
+struct SparsifyResult {
+  double dense_val = 0, pruned_val = 0, finetuned_val = 0, saved_val = 0;  // validation loss, nats/byte
+  int64_t dense_bytes = 0, sparse_bytes = 0;  // the blocks' Linear weights, as stored
+};
+SparsifyResult sparsify(const SparsifyOptions& opts);
+
 // Checkpoints
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json);

@@ -115,4 +115,10 @@ DType promote_types(DType a, DType b) {
   return rank(a) >= rank(b) ? a : b;
 }
 
+DType dtype_from_name(std::string_view name) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (name == dtype_name(DType(i))) return DType(i);
+  SINTER_THROW(ValueError, "[dtype] unknown dtype '", std::string(name), "'");
+}
+
 }  // namespace sinter

@@ -15,13 +15,14 @@ using json = nlohmann::json;
 
 const std::set<std::string> kGptKeys{"model_type", "vocab_size", "n_positions", "n_embd", "n_inner", "n_layer", "n_head",
                                      "layer_norm_epsilon", "tie_word_embeddings", "resid_pdrop", "architectures",
-                                     "activation_function", "torch_dtype", "bos_token_id", "eos_token_id"};
+                                     "activation_function", "torch_dtype", "bos_token_id", "eos_token_id",
+                                     "sparsity", "sparse_values"};
 const std::set<std::string> kLlamaKeys{"model_type", "vocab_size", "max_position_embeddings", "hidden_size",
                                        "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                        "num_key_value_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
                                        "sliding_window",
                                        "attention_dropout", "architectures", "hidden_act", "torch_dtype",
-                                       "bos_token_id", "eos_token_id"};
+                                       "bos_token_id", "eos_token_id", "sparsity", "sparse_values"};
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
@@ -75,6 +76,13 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.dropout = get_num("resid_pdrop", 0.0);
     c.tie_word_embeddings = j.value("tie_word_embeddings", true);
   }
+  if (j.contains("sparsity")) {  // Sinter's own keys: a 2:4 checkpoint (sinter sparsify)
+    SINTER_CHECK_T(IOError, j["sparsity"].is_string() && j["sparsity"] == "2:4", "[", source, "] sparsity must be \"2:4\"");
+    c.sparsity = "2:4";
+    c.sparse_values = j.value("sparse_values", std::string("f32"));
+    SINTER_CHECK_T(IOError, c.sparse_values == "f32" || c.sparse_values == "bf16" || c.sparse_values == "i8", "[", source,
+                   "] sparse_values must be f32, bf16 or i8, got '", c.sparse_values, "'");
+  }
   c.validate(source);
   return c;
 }
@@ -125,6 +133,7 @@ std::string ModelConfig::to_json() const {
     j["layer_norm_epsilon"] = norm_eps;
     j["resid_pdrop"] = dropout;
   }
+  if (!sparsity.empty()) j["sparsity"] = sparsity, j["sparse_values"] = sparse_values;
   return j.dump(2) + "\n";
 }
 
@@ -224,6 +233,27 @@ GPT::GPT(const ModelConfig& c) : cfg_(c) {
     rope_cos_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, false);
     rope_sin_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, true);
   }
+  if (c.sparsity == "2:4") {  // the packed layout a sparse checkpoint loads into
+    cfg_.sparsity.clear();
+    sparsify(dtype_from_name(c.sparse_values));
+  }
+}
+
+std::vector<std::shared_ptr<Linear>> GPT::block_linears() const {
+  std::vector<std::shared_ptr<Linear>> out;
+  for (const auto& b : blocks) {
+    for (const auto& l : {b->attn->q_proj, b->attn->k_proj, b->attn->v_proj, b->attn->o_proj}) out.push_back(l);
+    if (auto g = std::dynamic_pointer_cast<GeluMLP>(b->mlp)) out.push_back(g->fc), out.push_back(g->proj);
+    if (auto s = std::dynamic_pointer_cast<SwiGLU>(b->mlp)) out.push_back(s->gate), out.push_back(s->up), out.push_back(s->down);
+  }
+  return out;
+}
+
+void GPT::sparsify(DType values_dtype) {
+  SINTER_CHECK(cfg_.sparsity.empty(), "[sparsify] the model is already 2:4 sparse");
+  for (auto& l : block_linears()) l->sparsify(values_dtype);
+  cfg_.sparsity = "2:4";
+  cfg_.sparse_values = dtype_name(values_dtype);
 }
 
 void GPT::init_weights(uint64_t seed) {

@@ -21,6 +21,23 @@ Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor va
   return slot;
 }
 
+void Module::unregister(const std::string& name) {
+  for (auto* list : {&params_, &buffers_})
+    std::erase_if(*list, [&](const auto& p) { return p.first == name; });
+}
+
+void Linear::sparsify(DType values_dtype) {
+  SINTER_CHECK(!sparse.defined(), "[Linear::sparsify] the layer is already sparse");
+  NoGradGuard no_grad;
+  sparse = to_sparse_semi_structured(prune_2_4(weight.detach()), values_dtype);
+  unregister("weight");
+  weight = Tensor();
+  if (is_floating(values_dtype)) register_parameter("weight_values", sparse.values, sparse.values);
+  else register_buffer("weight_values", sparse.values, sparse.values);
+  register_buffer("weight_meta", sparse.meta, sparse.meta);
+  register_buffer("weight_scales", sparse.scales, sparse.scales);
+}
+
 void Module::collect(const std::string& prefix, bool params, std::vector<std::pair<std::string, Tensor*>>& out) {
   for (auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
   for (auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);

@@ -25,7 +25,7 @@ std::pair<int64_t, int64_t> check_weight(const char* op, const TensorMeta& value
   SINTER_CHECK_SHAPE(K % 8 == 0 && meta.shape[0] == N && meta.shape[1] * 8 == K && scales.shape[0] == N, "[", op,
                      "] inconsistent 2:4 weight: values", values.shape, " meta", meta.shape, " scales", scales.shape,
                      " (want values (N, K/2), meta (N, K/8), scales (N), K a multiple of 8)");
-  SINTER_CHECK_DTYPE(meta.dtype == DType::u8 && scales.dtype == DType::f32, "[", op, "] meta must be u8 and scales f32, got ",
+  SINTER_CHECK_DTYPE(meta.dtype == DType::u8 && is_floating(scales.dtype), "[", op, "] meta must be u8 and scales floating, got ",
                      meta.dtype, " and ", scales.dtype);
   SINTER_CHECK_DTYPE(values.dtype == DType::f32 || values.dtype == DType::bf16 || values.dtype == DType::i8 ||
                          values.dtype == DType::f64,

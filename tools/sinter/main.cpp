@@ -146,6 +146,16 @@ int main(int argc, char** argv) {
   gen->add_flag("--no-cache", no_cache, "recompute the whole context each step (slow; for comparison)");
   gen->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
+  train::SparsifyOptions so;
+  auto* sp = app.add_subcommand("sparsify", "prune a checkpoint's Linear layers to 2:4, fine-tune with the pattern held, save it sparse");
+  sp->add_option("checkpoint", so.checkpoint, "a trained (dense) checkpoint folder")->required();
+  sp->add_option("--out", so.out_dir, "folder for the sparse checkpoint");
+  sp->add_option("--finetune-steps", so.finetune_steps, "fine-tuning steps after pruning (0: none)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  sp->add_option("--values", so.values, "stored values: f32, bf16 or i8 (per-row scales)")->check(CLI::IsMember({"f32", "bf16", "i8"}));
+  sp->add_option("--lr", so.lr, "fine-tuning learning rate")->check(CLI::Range(1e-9, 10.0));
+  sp->add_option("--data", so.data_path, "text file (default: the fortunes corpus)");
+  sp->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
+
   auto* info = app.add_subcommand("info", "show a checkpoint's config, parameter count and tensors");
   info->add_option("checkpoint", dir, "checkpoint folder")->required();
 
@@ -153,7 +163,7 @@ int main(int argc, char** argv) {
   auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
   std::vector<std::string> suite_names;
   for (auto& s : bench::suites()) suite_names.push_back(s.name);
-  be->add_option("suite", bo.suite, "ops, linear, train, generate or attention")->required()->check(CLI::IsMember(suite_names));
+  be->add_option("suite", bo.suite, "ops, linear, train, generate, attention or sparse")->required()->check(CLI::IsMember(suite_names));
   be->add_flag("--quick", bo.quick, "fewer cases and repetitions");
   be->add_option("--json", bo.json, "write the rows as JSON: case, ours_ms, peer, peer_ms, ratio (= peer / ours)");
   be->add_option("--update", bo.update, "rewrite this suite's section of a markdown file (BENCHMARKS.md)");
@@ -176,6 +186,14 @@ int main(int argc, char** argv) {
     }
     if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32);
     if (*info) return run_info(dir);
+    if (*sp) {
+      const auto r = train::sparsify(so);
+      std::printf("validation loss (nats/byte): dense %.4f | pruned 2:4 %.4f | fine-tuned %.4f | saved (%s values) %.4f\n"
+                  "Linear weights: dense %.2f MB -> 2:4 %.2f MB (%.0f%%); sparse checkpoint in %s\n",
+                  r.dense_val, r.pruned_val, r.finetuned_val, so.values.c_str(), r.saved_val, r.dense_bytes / 1e6,
+                  r.sparse_bytes / 1e6, 100.0 * double(r.sparse_bytes) / double(std::max<int64_t>(r.dense_bytes, 1)), so.out_dir.c_str());
+      return 0;
+    }
     if (*be) {
       for (int i = 0; i < argc; ++i) bo.command_line += (i ? " " : "") + std::string(i ? argv[i] : "sinter");
       return bench::run(bo);
