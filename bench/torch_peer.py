@@ -213,7 +213,26 @@ def suite_attention(a, rows):
             rows.append(dict(case=f"decode GQA 16:4 D=128 Lkv={L}", best_ms=best, median_ms=med))
 
 
-SUITES = dict(ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention)
+def suite_sparse(a, rows):
+    # PyTorch has no CPU 2:4 kernel (torch.sparse.to_sparse_semi_structured is CUDA-only): the
+    # peer is the dense linear on the same pruned weights, what a PyTorch user runs on a CPU.
+    shapes = [(4096, 4096)] if a.quick else [(4096, 4096), (4096, 11008), (11008, 4096)]
+    plans = [("f32", torch.float32, [1, 128]), ("int8", torch.float32, [1])] if a.quick else \
+        [("f32", torch.float32, [1, 16, 128, 512, 2048]), ("int8", torch.float32, [1, 16]), ("bf16", torch.bfloat16, [1, 128])]
+    with torch.no_grad():
+        for K, N in shapes:
+            w = torch.randn(N, K) * 0.02
+            w = w * (w.abs().reshape(N, K // 4, 4).argsort(-1).argsort(-1) >= 2).reshape(N, K)  # 2:4 by magnitude
+            for name, dt, ms in plans:
+                wd = w.to(dt)
+                for M in ms:
+                    x = torch.randn(M, K).to(dt)
+                    best, med = time_it(lambda: F.linear(x, wd), reps=5 if M >= 512 else 15)
+                    rows.append(dict(case=f"{name} M={M} K={K} N={N}", best_ms=best, median_ms=med))
+
+
+SUITES = dict(ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
+              sparse=suite_sparse)
 
 
 def main():

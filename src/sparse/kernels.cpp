@@ -161,20 +161,29 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
 template <class V>
 void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
              Act act, float* y, int64_t N) {
-  parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-    std::vector<float> dots(static_cast<size_t>(M * (n1 - n0)));
-    switch (M) {
-      case 1: small_m_rows<1>(x, K, values, meta, n0, n1, dots.data()); break;
-      case 2: small_m_rows<2>(x, K, values, meta, n0, n1, dots.data()); break;
-      case 3: small_m_rows<3>(x, K, values, meta, n0, n1, dots.data()); break;
-      default: small_m_rows<4>(x, K, values, meta, n0, n1, dots.data()); break;
+  // Up to four rows of x per pass over a block of weight rows; with more rows the block (at most
+  // ~256 KiB of values) is passed again from L2, so memory still sees each weight byte once.
+  const int64_t K2 = K / 2, row_bytes = K2 * int64_t(sizeof(V)) + K / 8;
+  const int64_t block = M <= 4 ? 64 : std::max<int64_t>(8, (int64_t(256) << 10) / row_bytes);
+  parallel_for(0, N, std::min<int64_t>(block, 64), [&](int64_t lo, int64_t hi) {
+    std::vector<float> dots(static_cast<size_t>(4 * block));
+    for (int64_t n0 = lo; n0 < hi; n0 += block) {
+      const int64_t n1 = std::min(hi, n0 + block), nb = n1 - n0;
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        const float* xm = x + m0 * K;
+        switch (std::min<int64_t>(4, M - m0)) {
+          case 1: small_m_rows<1>(xm, K, values, meta, n0, n1, dots.data()); break;
+          case 2: small_m_rows<2>(xm, K, values, meta, n0, n1, dots.data()); break;
+          case 3: small_m_rows<3>(xm, K, values, meta, n0, n1, dots.data()); break;
+          default: small_m_rows<4>(xm, K, values, meta, n0, n1, dots.data()); break;
+        }
+        for (int64_t m = m0; m < std::min(M, m0 + 4); ++m)
+          for (int64_t n = n0; n < n1; ++n)
+            y[m * N + n] = activate(dots[size_t((m - m0) * nb + n - n0)] * scales[n] + (bias ? bias[n] : 0.0f), act);
+      }
     }
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = n0; n < n1; ++n)
-        y[m * N + n] = activate(dots[size_t(m * (n1 - n0) + n - n0)] * scales[n] + (bias ? bias[n] : 0.0f), act);
   });
 }
-
 // Many rows: x packed as panels of pw rows, column-major inside a panel (xp[k][j]), so one kept
 // value (n, k) multiplies a contiguous run of pw x values: one broadcast, pw/8 loads and FMAs.
 // pw = 64 or 96 (8 or 12 registers of accumulators for one weight row) when M fills it, else 24
