@@ -46,6 +46,16 @@ TEST(Readme, ExampleRunsAsWritten) {
   lm_loss.backward();
   opt.step();
 
+  Tensor q = randn({1, 8, 64, 32}), kv = randn({1, 2, 64, 32});      // 8 query heads share 2 KV heads
+  Tensor att = scaled_dot_product_attention(q, kv, kv, {}, 0.0, /*is_causal=*/true, {}, /*enable_gqa=*/true);
+  SDPAChoice why = sdpa_choose(q, kv, {}, 0.0);                    // why.backend, why.reason
+
+  SemiStructuredSparse sw = to_sparse_semi_structured(prune_2_4(randn({16, 8})));
+  Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
+
+  EXPECT_EQ(att.shape(), Shape({1, 8, 64, 32}));
+  EXPECT_EQ(why.backend, SDPABackend::flash);
+  EXPECT_TRUE(test::all_close(ys, gelu(linear(x, sw.to_dense(), b)), 1e-5, 1e-5));
   EXPECT_EQ(opt.steps(), 1);
   EXPECT_NEAR(lm_loss.item<float>(), std::log(256.0), 0.5);
   EXPECT_EQ(y.shape(), Shape({4, 16}));

@@ -238,7 +238,7 @@ void decode_rows(const V* values, const uint8_t* meta, int64_t n0, int64_t rows,
 template <int NV, int R>
 void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
               const float* bias, Act act, float* y, int64_t N) {
-  constexpr int64_t pw = 8 * NV, kc = NV == 3 ? 192 : NV == 8 ? 72 : 48;  // pw * kc * 4 bytes <= 18 KiB
+  constexpr int64_t pw = 8 * NV, kc = NV == 2 ? 256 : NV == 3 ? 192 : NV == 8 ? 72 : 48;  // pw * kc * 4 bytes <= 18 KiB
   constexpr int64_t J = kc / 2;
   const int64_t P = (M + pw - 1) / pw, blocks = (K + kc - 1) / kc;
   // 64-byte aligned, so no 8-float load straddles a cache line.
@@ -292,6 +292,7 @@ void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, 
   // Panel width by cost: panels needed x (registers per kept value + ~2.5 for its broadcast,
   // offset load and loop), with 4 rows at a time (and more padding) below 64.
   auto cost = [&](int64_t nv) { return double((M + 8 * nv - 1) / (8 * nv)) * (double(nv) + 2.5); };
+  if (M <= 16) return panels_w<2, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
   if (M < 48) return panels_w<3, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
   if (cost(8) <= cost(12)) return panels_w<8, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
   return panels_w<12, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
