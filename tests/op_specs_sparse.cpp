@@ -21,7 +21,7 @@ Tensor rand_meta(int64_t N, int64_t K) {
 Tensor rand_values(int64_t N, int64_t K, DType vt) {
   return vt == DType::i8 ? randint(-127, 128, {N, K / 2}, DType::i8) : rn({N, K / 2}, vt);
 }
-Tensor rand_scales(int64_t N) { return add(mul(rand({N}), 1.0), 0.5); }
+Tensor rand_scales(int64_t N) { return add(rand({N}), 0.5); }
 
 // Dense (N, K) of the layout, in double: values times scales at meta's columns.
 std::vector<double> dense_ref(const R& values, const R& meta, const R& scales) {

@@ -22,6 +22,13 @@
 
 namespace sinter {
 namespace detail {
+
+void check_attention_mask(const Shape& m, const Shape& full, const char* op) {
+  bool ok = m.size() <= 4;
+  for (size_t i = 0; ok && i < m.size(); ++i) ok = m[m.size() - 1 - i] == full[3 - i] || m[m.size() - 1 - i] == 1;
+  SINTER_CHECK_SHAPE(ok, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
+}
+
 namespace {
 
 constexpr int64_t kBr = 32, kBc = 64;  // query rows x key columns per tile
@@ -69,13 +76,7 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a) {
 // The optional additive mask (input `at`): checked against the geometry, its broadcast strides kept.
 void check_mask(std::span<const TensorMeta> in, size_t at, const Geometry& g, const char* op) {
   if (in.size() <= at) return;
-  const Shape& m = in[at].shape;
-  const Shape full{g.B, g.Hq, g.Lq, g.Lkv};
-  SINTER_CHECK_SHAPE(m.size() <= 4, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
-  for (size_t i = 0; i < m.size(); ++i) {
-    const int64_t s = m[m.size() - 1 - i], f = full[3 - i];
-    SINTER_CHECK_SHAPE(s == f || s == 1, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
-  }
+  check_attention_mask(in[at].shape, {g.B, g.Hq, g.Lq, g.Lkv}, op);
   SINTER_CHECK_DTYPE(is_floating(in[at].dtype), "[", op, "] the mask must be additive (floating), got ", in[at].dtype);
 }
 // The mask in the compute dtype, broadcast to (B, Hq, Lq, Lkv); its strides go to g.ms.

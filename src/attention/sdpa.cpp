@@ -10,7 +10,8 @@
 namespace sinter {
 
 namespace detail {
-bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);  // attention/flash.cpp
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);               // attention/flash.cpp
+void check_attention_mask(const Shape& mask, const Shape& full, const char* op);  // attention/flash.cpp
 }
 
 SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p, SDPABackend requested) {
@@ -47,13 +48,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   SINTER_CHECK(sliding_window >= 0 && (sliding_window == 0 || is_causal), "[sdpa] a sliding window (", sliding_window,
                ") needs is_causal and a positive size");
   SINTER_CHECK(dropout_p >= 0 && dropout_p < 1, "[sdpa] dropout_p must be in [0, 1), got ", dropout_p);
-  if (attn_mask.defined()) {
-    const Shape& m = attn_mask.shape();
-    bool ok = m.size() <= 4;
-    const Shape full{B, Hq, Lq, Lkv};
-    for (size_t i = 0; ok && i < m.size(); ++i) ok = m[m.size() - 1 - i] == full[3 - i] || m[m.size() - 1 - i] == 1;
-    SINTER_CHECK_SHAPE(ok, "[sdpa] attn_mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
-  }
+  if (attn_mask.defined()) detail::check_attention_mask(attn_mask.shape(), {B, Hq, Lq, Lkv}, "sdpa");
   const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
   if (sdpa_choose(q, k, attn_mask, dropout_p, backend).backend == SDPABackend::flash) {
     static const OpDef& flash = get_op("sdpa_flash");  // K/V heads shared by query heads, never copied

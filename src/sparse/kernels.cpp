@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -16,6 +14,7 @@
 #include "core/parallel.h"
 #include "ops/scalar_fns.h"
 #include "sinter/error.h"
+#include "sinter/tensor.h"
 
 namespace sinter::sparse {
 
@@ -241,10 +240,9 @@ void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt
   constexpr int64_t pw = 8 * NV, kc = NV == 2 ? 256 : NV == 3 ? 192 : NV == 8 ? 72 : 48;  // pw * kc * 4 bytes <= 18 KiB
   constexpr int64_t J = kc / 2;
   const int64_t P = (M + pw - 1) / pw, blocks = (K + kc - 1) / kc;
-  // 64-byte aligned, so no 8-float load straddles a cache line.
-  std::unique_ptr<float, decltype(&std::free)> xp_mem(static_cast<float*>(std::aligned_alloc(64, size_t((P * K * pw * 4 + 63) / 64 * 64))),
-                                                      &std::free);
-  float* xp = xp_mem.get();
+  // From the caching allocator: 64-byte aligned, so no 8-float load straddles a cache line.
+  Tensor xp_buf = Tensor::empty({P * K * pw}, DType::f32);
+  float* xp = xp_buf.data<float>();
   parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t k = 0; k < K; ++k)

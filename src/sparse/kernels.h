@@ -13,8 +13,9 @@ Act parse_activation(const std::string& name);  // throws naming sparse24_linear
 
 // x (M, K) f32 row-major; values of dtype vt (f32, bf16, i8); bias (N) or null; y (M, N) f32.
 // M <= kSmallM: one streaming pass over the weights (decode), kept columns of x gathered with
-// in-register permutes, four rows of x per pass over an L2-sized block of weight rows; larger M: x packed in panels of kPanel rows, K-blocked so a panel block
-// stays in L1, each group of weight rows decoded once and reused for every panel.
+// in-register permutes, four rows of x per pass over an L2-sized block of weight rows; larger M: x
+// packed in panels of 16 to 96 rows, K-blocked so a panel block stays in L1, each group of weight
+// rows decoded once and reused for every panel.
 constexpr int64_t kSmallM = 8;
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N);

@@ -162,7 +162,7 @@ void register_sparse_ops() {
 }  // namespace detail
 
 int64_t SemiStructuredSparse::nbytes() const {
-  return values.numel() * values.element_size() + meta.numel() + (scales.defined() ? scales.numel() * 4 : 0);
+  return values.numel() * values.element_size() + meta.numel() + (scales.defined() ? scales.numel() * scales.element_size() : 0);
 }
 
 Tensor SemiStructuredSparse::to_dense() const {
