@@ -422,6 +422,9 @@ TEST(SparseWorkflow, PruneFineTuneSaveAndGenerate) {
     EXPECT_NEAR(r.saved_val, r.finetuned_val, values == "f32" ? 1e-6 : 0.02);  // int8: quantised once
     EXPECT_LT(r.sparse_bytes, r.dense_bytes * (values == "f32" ? 0.6 : 0.2));
     auto model = train::load_model(s.out_dir);
+    // what was written is what was evaluated
+    EXPECT_NEAR(train::evaluate(*model, data::ByteDataset::from_file(o.data_path), s.batch, s.seq_len, s.val_batches, s.seed),
+                r.saved_val, 1e-6);
     EXPECT_EQ(model->config().sparsity, "2:4");
     for (auto& l : model->block_linears()) {
       ASSERT_TRUE(l->sparse.defined());
