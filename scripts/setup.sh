@@ -11,6 +11,7 @@ packages=(
   libcli11-dev           # the sinter command line
   clang libclang-rt-14-dev libfuzzer-14-dev   # libFuzzer target for the safetensors parser
   libomp-dev
+  libopenmpi-dev openmpi-bin   # the distributed backend (process groups) and mpirun for multi-rank tests
   fortunes               # the default training corpus
 )
 

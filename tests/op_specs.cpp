@@ -268,6 +268,7 @@ void add_more_specs(std::map<std::string, Spec>& m);
 // Defined in op_specs_backward.cpp: the fused backward ops (needs the forward specs first).
 void add_backward_specs(std::map<std::string, Spec>& m);
 void add_sparse_specs(std::map<std::string, Spec>& m);
+void add_dist_specs(std::map<std::string, Spec>& m);
 
 const std::map<std::string, Spec>& op_specs() {
   static const std::map<std::string, Spec> specs = [] {
@@ -474,6 +475,7 @@ const std::map<std::string, Spec>& op_specs() {
     add_more_specs(m);
     add_backward_specs(m);
     add_sparse_specs(m);
+    add_dist_specs(m);
     return m;
   }();
   return specs;

@@ -3,6 +3,7 @@
 #include "sinter/dtype.h"
 #include "sinter/error.h"
 #include "sinter/data.h"
+#include "sinter/dist.h"
 #include "sinter/io.h"
 #include "sinter/nn.h"
 #include "sinter/optim.h"

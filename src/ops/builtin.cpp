@@ -1,5 +1,9 @@
 // The built-in op table, registered once on first use (explicitly, so no op is lost to static
 // initialisation order or to the linker dropping an object file).
+namespace sinter::dist {
+void register_dist_ops();
+}
+
 namespace sinter::detail {
 
 void register_elementwise_ops();
@@ -20,6 +24,7 @@ void register_builtin_ops() {
   register_index_ops();
   register_flash_ops();
   register_sparse_ops();
+  dist::register_dist_ops();
 }
 
 }  // namespace sinter::detail

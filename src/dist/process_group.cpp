@@ -1,0 +1,157 @@
+// Work handles with deadlines, the single-process group, and the runtime that picks a backend.
+#include <csignal>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+#include "core/parallel.h"
+#include "dist/backend.h"
+#include "sinter/dist.h"
+
+namespace sinter::dist {
+
+namespace {
+std::mutex g_mu;
+std::vector<ProcessGroup*> g_groups;  // by id; null once destroyed
+std::shared_ptr<ProcessGroup> g_world;
+bool g_mpi = false;
+
+// What this rank is waiting on, for the message when the launcher terminates it (a peer died).
+// What this rank is waiting on, or last finished, for the message when the launcher ends it:
+// a rank killed while waiting names the collective; one killed outside any says how long it had
+// been away (the stalled rank, when a peer's deadline ended the job).
+char g_waiting[256] = "";
+char g_last[256] = "";
+timespec g_last_time{};
+int g_rank = 0;
+
+void on_sigterm(int) {
+  char buf[700];
+  int n;
+  if (g_waiting[0]) {
+    n = std::snprintf(buf, sizeof buf, "[dist] rank %d: terminated while waiting in %s (another rank died or aborted)\n",
+                      g_rank, g_waiting);
+  } else if (g_last[0]) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    n = std::snprintf(buf, sizeof buf, "[dist] rank %d: terminated outside any collective, %.1f s after its last one (%s)\n",
+                      g_rank, double(now.tv_sec - g_last_time.tv_sec) + 1e-9 * double(now.tv_nsec - g_last_time.tv_nsec), g_last);
+  } else {
+    n = std::snprintf(buf, sizeof buf, "[dist] rank %d: terminated before its first collective\n", g_rank);
+  }
+  if (n > 0) (void)!write(2, buf, size_t(std::min<int>(n, int(sizeof buf) - 1)));
+  _exit(143);
+}
+
+std::chrono::milliseconds default_timeout() {
+  if (const char* s = std::getenv("SINTER_DIST_TIMEOUT")) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && v > 0) return std::chrono::milliseconds(int64_t(v * 1000));
+  }
+  return std::chrono::seconds(60);
+}
+
+// Nothing to exchange: every collective is a copy (or nothing) and completes at once.
+class SingleGroup final : public ProcessGroup {
+ public:
+  explicit SingleGroup(std::string name) : ProcessGroup(0, 1, std::move(name)) {}
+  Work all_reduce(Tensor&, ReduceOp) override { return {}; }
+  Work all_gather(const Tensor& in, Tensor& out, const std::vector<int64_t>&) override { return copy(in, out); }
+  Work reduce_scatter(const Tensor& in, Tensor& out, const std::vector<int64_t>&, ReduceOp) override { return copy(in, out); }
+  Work broadcast(Tensor&, int) override { return {}; }
+  Work all_to_all(const Tensor& in, Tensor& out) override { return copy(in, out); }
+  Work barrier() override { return {}; }
+  std::shared_ptr<ProcessGroup> split(int, int, const std::string& name) override { return std::make_shared<SingleGroup>(name); }
+
+ private:
+  static Work copy(const Tensor& in, Tensor& out) {
+    if (!in.same(out) && in.numel() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), size_t(in.numel() * in.element_size()));
+    return {};
+  }
+};
+}  // namespace
+
+Work::Work(std::function<bool()> test, std::function<void()> finish, std::string what, int rank,
+           std::chrono::steady_clock::time_point deadline)
+    : test_(std::move(test)), finish_(std::move(finish)), what_(std::move(what)), rank_(rank), deadline_(deadline) {}
+
+void Work::wait() {
+  if (!test_) return;
+  std::snprintf(g_waiting, sizeof g_waiting, "%s", what_.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  // Spin briefly (fast collectives), then yield, then sleep: ranks may outnumber cores.
+  for (int64_t polls = 0; !test_(); ++polls) {
+    if (polls < 200) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline_) {
+      const double waited = std::chrono::duration<double>(now - start).count();
+      char msg[512];
+      std::snprintf(msg, sizeof msg, "[dist] rank %d: %s missed its deadline (waited %.1f s; a peer rank is stalled or gone). Ending the job.",
+                    rank_, what_.c_str(), waited);
+      abort_job(msg, 2);
+    }
+    if (polls < 2000) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  std::memcpy(g_last, g_waiting, sizeof g_last);
+  clock_gettime(CLOCK_MONOTONIC, &g_last_time);
+  g_waiting[0] = 0;
+  test_ = nullptr;
+  if (finish_) finish_(), finish_ = nullptr;
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, std::string name)
+    : rank_(rank), size_(size), name_(std::move(name)), timeout_(default_timeout()) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  id_ = int64_t(g_groups.size());
+  g_groups.push_back(this);
+}
+
+ProcessGroup::~ProcessGroup() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_groups[size_t(id_)] = nullptr;
+}
+
+ProcessGroup& group_by_id(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  SINTER_CHECK_T(DistError, id >= 0 && id < int64_t(g_groups.size()) && g_groups[size_t(id)], "[dist] process group ", id,
+                 " does not exist (destroyed, or from another process)");
+  return *g_groups[size_t(id)];
+}
+
+void init() {
+  if (g_world) return;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    g_world = detail::make_mpi_world();
+    g_mpi = true;
+    g_rank = g_world->rank();
+    std::signal(SIGTERM, on_sigterm);
+    // Ranks share the machine: split its cores between them unless the user chose.
+    if (!std::getenv("OMP_NUM_THREADS")) {
+      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      const int per_node = local ? std::max(1, std::atoi(local)) : 1;
+      set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) / per_node));
+    }
+  } else {
+    g_world = std::make_shared<SingleGroup>("world");
+  }
+}
+
+bool is_mpi() { return init(), g_mpi; }
+std::shared_ptr<ProcessGroup> world() { return init(), g_world; }
+int rank() { return world()->rank(); }
+int world_size() { return world()->size(); }
+
+void abort_job(const std::string& message, int code) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  if (g_mpi) detail::mpi_abort(code);
+  std::_Exit(code);
+}
+
+}  // namespace sinter::dist
