@@ -2,9 +2,14 @@
 // time. Every rank runs every test; each checks its own results against what a single process
 // computes from the same seeds, and a failure on any rank fails the job.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
 
 #include "sinter/dist.h"
 #include "sinter/sinter.h"
+#include "sinter/train.h"
 #include "test_util.h"
 
 using namespace sinter;
@@ -196,6 +201,104 @@ TEST(DTensor, FromLocalFindsTheGlobalShapeOfUnevenShards) {
   // Pieces that do not follow the rule are refused, naming the rank and what was expected.
   EXPECT_THROW(DTensor::from_local(zeros({rank() == 0 ? 0 : 2, 2}), mesh, {Placement::Shard(0)}), DistError);
   EXPECT_THROW(DTensor(zeros({3, 2}), mesh, {Placement::Shard(0)}, Shape{3 * n + 5, 2}), DistError);
+}
+
+// ---- 2-D parallel training against one process ----
+
+std::string job_dir() {  // one folder per job, named by rank 0's pid
+  static std::string dir = [] {
+    Tensor pid = broadcast(full({1}, double(::getpid()), DType::i64), *world(), 0);
+    std::string d = (std::filesystem::temp_directory_path() / ("sinter_dist_" + std::to_string(pid.item<int64_t>()))).string();
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+train::Options parity_options(const std::string& out) {
+  train::Options o;
+  // Batch 12 splits over dp = 2, 3 and 4.
+  o.steps = 20, o.batch = 12, o.out_dir = out, o.quiet = true, o.val_every = 1000, o.val_batches = 1, o.save_every = 1000;
+  return o;
+}
+
+// The single-process run, once per job: rank 0 trains, everyone reads its losses and checkpoint.
+const std::vector<double>& reference_losses() {
+  static std::vector<double> losses = [] {
+    const std::string out = job_dir() + "/reference";
+    Tensor l = zeros({20}, DType::f64);
+    if (rank() == 0) {
+      train::Result r = train::run(parity_options(out));
+      for (size_t i = 0; i < r.losses.size(); ++i) l.data<double>()[i] = r.losses[i];
+    }
+    l = broadcast(l, *world(), 0);  // its deadline covers rank 0's 20 steps
+    return l.to_vector<double>();
+  }();
+  return losses;
+}
+
+// Bytes one rank sends in a training step of the default GPT-2 model, by the ring convention of
+// Traffic. t = tp, d = dp, N = (B / d) T rows, A = N C 4 bytes of activations; P_local = the
+// parameters a tp rank holds. TP: an all_reduce of A after the embedding, after o_proj and mlp.proj
+// of every block (forward), at the shared input of q/k/v and of fc and at the head's input
+// (backward): 4 L + 2; plus three of N floats in loss_parallel. FSDP: every parameter all-gathered
+// once and its gradient reduce-scattered once. Plus the gradient norm (8 bytes over the world) and
+// the reported loss (8 bytes over dp).
+double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64_t t, int64_t d) {
+  auto ar = [](int64_t n, double bytes) { return n > 1 ? 2.0 * double(n - 1) / double(n) * bytes : 0.0; };
+  const double C = double(c.hidden_size), F = double(c.intermediate_size), V = double(c.vocab_size),
+               P = double(c.max_position_embeddings), L = double(c.num_hidden_layers);
+  const double N = double(B / d) * double(T), A = N * C * 4;
+  const double sharded = V * C + L * (4 * C * C + 3 * C + 2 * C * F + F);  // split over tp
+  const double replicated = P * C + L * (4 * C + 2 * C) + 2 * C;           // norms, pos_emb, row-parallel biases
+  const double p_local = sharded / double(t) + replicated;
+  const double tp_bytes = ar(t, A) * (4 * L + 2) + ar(t, N * 4) * 3;
+  const double fsdp_bytes = d > 1 ? 2.0 * double(d - 1) / double(d) * p_local * 4 : 0.0;
+  return tp_bytes + fsdp_bytes + ar(t * d, 8) + ar(d, 8);
+}
+
+TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
+  const int n = world_size();
+  std::vector<std::pair<int64_t, int64_t>> layouts;  // (tp, dp)
+  if (4 % n == 0) layouts.push_back({n, 1});         // the default model's 4 heads split over tp
+  layouts.push_back({1, n});
+  if (n == 4) layouts.push_back({2, 2});
+  const std::vector<double>& ref = reference_losses();
+  for (auto [tp, dp] : layouts) {
+    SCOPED_TRACE("tp=" + std::to_string(tp) + " dp=" + std::to_string(dp));
+    const std::string out = job_dir() + "/tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
+    train::Options o = parity_options(out);
+    o.tp = tp, o.dp = dp;
+    train::Result r = train::run(o);
+    ASSERT_EQ(r.losses.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_NEAR(r.losses[i], ref[i], 1e-5 * std::abs(ref[i])) << "step " << i + 1;
+    // The same final weights: rank 0 wrote the gathered model; compare it with the reference's.
+    world()->barrier().wait();
+    auto got = io::load_safetensors(out + "/model.safetensors").tensors;
+    auto want = io::load_safetensors(job_dir() + "/reference/model.safetensors").tensors;
+    ASSERT_EQ(got.size(), want.size());
+    // Error measure: max |got - want| / max(max |want|, 1): relative for weights at unit scale,
+    // absolute for small ones (k_proj's bias has a zero gradient in exact arithmetic, so AdamW
+    // turns rounding noise into its updates: ~1e-6 either way).
+    double worst = 0;
+    std::string worst_name;
+    for (auto& [name, w] : want) {
+      ASSERT_TRUE(got.count(name)) << name;
+      const double err = max(abs(got[name] - w)).item_double() / std::max(max(abs(w)).item_double(), 1.0);
+      if (err > worst) worst = err, worst_name = name;
+    }
+    EXPECT_LE(worst, 1e-5) << worst_name;
+    // Bytes per step, against the formula (the README states it).
+    const double expect = analytic_step_bytes(nn::ModelConfig::preset("tiny"), o.batch, o.seq_len, tp, dp);
+    for (size_t i = 0; i < r.step_bytes.size(); ++i)
+      EXPECT_NEAR(double(r.step_bytes[i]), expect, 0.01 * expect) << "step " << i + 1;
+    if (rank() == 0)
+      std::printf("  tp=%lld dp=%lld: final loss %.6f (one process %.6f), weights within %.1e (%s), %lld bytes/step sent by "
+                  "rank 0 (formula %.0f)\n",
+                  (long long)tp, (long long)dp, r.losses.back(), ref.back(), worst, worst_name.c_str(),
+                  (long long)r.step_bytes.back(), expect);
+  }
 }
 
 // On ranks other than 0: failures only, each line prefixed with the rank.

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "sinter/nn.h"
 #include "sinter/tensor.h"
 
 namespace sinter::dist {
@@ -91,6 +93,7 @@ std::shared_ptr<ProcessGroup> world();           // init()s on first use
 int rank();                                      // of the world
 int world_size();
 ProcessGroup& group_by_id(int64_t id);           // what collective ops use to find their group
+Traffic total_traffic();                          // this rank's traffic summed over every live group
 // Ends the whole job (every rank) with `message` on stderr: MPI_Abort under mpirun, exit otherwise.
 [[noreturn]] void abort_job(const std::string& message, int code = 1);
 
@@ -110,6 +113,11 @@ class DeviceMesh {
   ProcessGroup& group(int64_t d) const { return *groups_.at(size_t(d)); }
   // The 1-D mesh along one named dimension (sharing its communicator).
   DeviceMesh operator[](const std::string& name) const;
+  // The named dimensions in the given order (sharing their communicators): {"tp", "dp"} of a
+  // {"dp", "tp"} mesh describes a tensor split by tp first and each piece by dp (FSDP over TP).
+  DeviceMesh select(const std::vector<std::string>& names) const;
+  // This mesh's dimensions followed by `inner`'s (dimensions of one larger mesh, names distinct).
+  DeviceMesh join(const DeviceMesh& inner) const;
   std::string to_string() const;                   // "DeviceMesh(dp=2, tp=2)"
 
  private:
@@ -187,5 +195,45 @@ Tensor shard(const Tensor& x, ProcessGroup& g, int64_t dim);
 
 // Sizes of every rank's shard along a dimension of `length` split over `parts`.
 std::vector<int64_t> shard_sizes(int64_t length, int64_t parts);
+
+// ---- Tensor parallelism and FSDP over nn modules ----
+
+// Megatron-style layer splits. Colwise: a Linear's output features (weight rows, bias) split over
+// the group; its replicated input enters through copy_to_group and its output stays sharded on
+// the last dim. Rowwise: a Linear's input features split; its sharded input gives partial sums
+// that an all_reduce completes (bias added once, after). On an Embedding, Rowwise splits the
+// vocabulary: each rank looks up the ids it holds and an all_reduce sums the rows.
+enum class TPStyle { colwise, rowwise };
+// Module names (dotted, '*' matches one part: "blocks.*.attn.q_proj") and their styles.
+using ParallelizePlan = std::vector<std::pair<std::string, TPStyle>>;
+// Shards the matched layers' parameters over `tp` (a 1-D mesh) and installs their styles. Every
+// rank must hold the same full parameters when this runs (the same seed or checkpoint).
+void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan);
+// The plan for Sinter's GPT/LLaMA models: q/k/v and fc/gate/up colwise, o_proj and proj/down
+// rowwise, the token embedding vocabulary-parallel with the head's logits left sharded and the
+// loss computed by loss_parallel (never the full logits). Heads must divide by tp.
+void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp);
+
+// Cross-entropy of logits sharded over the vocabulary (B..., V/tp on each rank, rank r holding
+// [vocab_start, vocab_start + V_local)): max, sum of exponentials and the target's logit are
+// all-reduced; the full logits never exist on one rank. Mean over targets, like cross_entropy.
+Tensor loss_parallel(const Tensor& local_logits, const Tensor& targets, ProcessGroup& tp, int64_t vocab_start);
+
+// FSDP: the module's parameters (those not already in a sub-unit) become shards along dim 0 over
+// `dp`; its forward all-gathers them first (the gathered copies are dropped by the module after
+// its forward; autograd keeps what the backward needs) and the backward reduce-scatters the
+// gradients (averaged over dp: each rank's loss is the mean over its slice of the batch). The
+// optimizer, built after this, sees and keeps state only for the shards.
+void fully_shard(nn::Module& module, const DeviceMesh& dp);
+// Every transformer block a unit, then the rest of the model as the root unit.
+void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp);
+
+// How a parameter of a parallelised model is laid out, to gather it (checkpoints) or to count it
+// once (gradient norms). Null for a parameter no parallelism touched (replicated everywhere).
+std::optional<DTensor> parameter_layout(const Tensor& param);
+// The whole parameter on every rank (collective over its layout's mesh); `param` itself if plain.
+Tensor full_parameter(const Tensor& param);
+// Gradient clipping over a parallelised model: the global norm counts every element once.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace sinter::dist

@@ -1,6 +1,7 @@
 #pragma once
 // nn: modules with named parameters, buffers and children; the layers of a transformer; GPT-2-
 // and LLaMA-style language models built from a Hugging Face-style JSON config.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +33,24 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace nn {
 
+class Module;
+
+// Set by the distributed layer (dist::parallelize_module, dist::fully_shard). A layer with a
+// parallel style runs the style's forward over its local shards instead of its own; `project` is
+// the tied output head (x times the embedding's transpose) of a vocabulary-parallel embedding.
+struct ParallelStyle {
+  virtual ~ParallelStyle() = default;
+  virtual Tensor forward(const Module& m, const Tensor& x) const = 0;
+  virtual Tensor project(const Module& m, const Tensor& x) const;
+};
+// Brackets a module's forward: FSDP gathers the module's parameter shards before and frees the
+// gathered copies after.
+struct ForwardHook {
+  virtual ~ForwardHook() = default;
+  virtual void before(Module& m) = 0;
+  virtual void after(Module& m) = 0;
+};
+
 class Module {
  public:
   Module() = default;
@@ -52,6 +71,11 @@ class Module {
   bool is_training() const { return training_; }
   void to(DType dtype);  // floating parameters and buffers
   void zero_grad();
+  // This module and every descendant by dotted name ("" for this one, "blocks.0.attn", ...).
+  std::vector<std::pair<std::string, Module*>> named_modules();
+
+  std::shared_ptr<const ParallelStyle> parallel_style;
+  std::shared_ptr<ForwardHook> forward_hook;
 
  protected:
   Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
@@ -72,7 +96,10 @@ class Module {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true);
-  Tensor forward(const Tensor& x) const { return sparse.defined() ? linear(x, sparse, bias) : linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) const {
+    if (parallel_style) return parallel_style->forward(*this, x);
+    return sparse.defined() ? linear(x, sparse, bias) : linear(x, weight, bias);
+  }
   // Prunes the weight to 2:4 (magnitude, per group of four inputs) and keeps it packed: the state
   // dict then holds weight_values (a parameter when float: fine-tuning keeps the pattern),
   // weight_meta and weight_scales (buffers) instead of weight.
@@ -84,7 +111,7 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim);
-  Tensor forward(const Tensor& idx) const { return embedding(weight, idx); }
+  Tensor forward(const Tensor& idx) const { return parallel_style ? parallel_style->forward(*this, idx) : embedding(weight, idx); }
   Tensor weight;
 };
 
@@ -201,6 +228,11 @@ class GPT : public Module {
   std::vector<std::shared_ptr<TransformerBlock>> blocks;
   std::shared_ptr<Module> norm_f;
   std::shared_ptr<Linear> lm_head;  // null when tied to tok_emb
+  // The output projection (lm_head, or the tied embedding's transpose).
+  Tensor head(const Tensor& x) const;
+  // Set by tensor parallelism when the logits stay sharded over the vocabulary: the loss that
+  // training uses instead of cross_entropy (dist::loss_parallel).
+  std::function<Tensor(const Tensor& logits, const Tensor& targets)> parallel_loss;
 
  private:
   ModelConfig cfg_;

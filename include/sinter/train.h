@@ -28,12 +28,17 @@ struct Options {
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
   bool quiet = false;
   std::string dtype = "f32";  // "bf16": linear layers compute in bf16 (autocast), master weights stay f32
+  // 2-D parallel training under mpirun (tp x dp ranks): tensor parallel over tp, FSDP over dp, the
+  // batch split over dp. 1 x 1: one process. Rank 0 prints and writes the (gathered) checkpoint.
+  int64_t tp = 1, dp = 1;
   std::string to_json() const;
 };
 
 struct Result {
   int64_t step = 0;
   double train_loss = 0, val_loss = 0, tokens_per_s = 0;
+  std::vector<double> losses;       // the training loss of every step this run took
+  std::vector<int64_t> step_bytes;  // parallel runs: bytes this rank sent in each step (validation excluded)
 };
 
 // Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.

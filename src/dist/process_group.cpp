@@ -124,6 +124,14 @@ ProcessGroup& group_by_id(int64_t id) {
   return *g_groups[size_t(id)];
 }
 
+Traffic total_traffic() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Traffic t;
+  for (ProcessGroup* g : g_groups)
+    if (g) t.bytes += g->traffic().bytes, t.calls += g->traffic().calls;
+  return t;
+}
+
 void init() {
   if (g_world) return;
   if (std::getenv("OMPI_COMM_WORLD_SIZE")) {

@@ -168,9 +168,9 @@ CausalSelfAttention::CausalSelfAttention(const ModelConfig& c)
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto heads = [&](const Tensor& t, int64_t h) { return t.reshape({B, T, h, head_dim}).transpose(1, 2); };
-  Tensor q = heads(q_proj->forward(x), n_head), k = heads(k_proj->forward(x), n_kv_head),
-         v = heads(v_proj->forward(x), n_kv_head);
+  // -1 heads: under tensor parallelism each rank holds n_head / tp of them.
+  auto heads = [&](const Tensor& t) { return t.reshape({B, T, -1, head_dim}).transpose(1, 2); };
+  Tensor q = heads(q_proj->forward(x)), k = heads(k_proj->forward(x)), v = heads(v_proj->forward(x));
   const int64_t pos0 = cache ? cache->length : 0;
   if (rope) {
     Tensor c = rope_cos.narrow(0, pos0, T), s = rope_sin.narrow(0, pos0, T);
@@ -191,7 +191,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, con
   // Causal aligns bottom-right, so a one-token decode step sees the whole cache (or its window).
   Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1 || window > 0, {}, n_kv_head != n_head,
                                           SDPABackend::automatic, window);
-  return o_proj->forward(y.transpose(1, 2).reshape({B, T, n_head * head_dim}));
+  return o_proj->forward(y.transpose(1, 2).reshape({B, T, -1}));
 }
 
 TransformerBlock::TransformerBlock(const ModelConfig& c) : llama(c.llama()), p_drop(c.dropout) {
@@ -212,7 +212,26 @@ Tensor TransformerBlock::norm(const std::shared_ptr<Module>& n, const Tensor& x)
   return llama ? static_cast<RMSNorm&>(*n).forward(x) : static_cast<LayerNorm&>(*n).forward(x);
 }
 
+namespace {
+// Runs a module's forward hook around its forward (after() also when the forward throws).
+class HookScope {
+ public:
+  explicit HookScope(Module& m) : m_(m) {
+    if (m_.forward_hook) m_.forward_hook->before(m_);
+  }
+  ~HookScope() {
+    if (m_.forward_hook) m_.forward_hook->after(m_);
+  }
+  HookScope(const HookScope&) = delete;
+  HookScope& operator=(const HookScope&) = delete;
+
+ private:
+  Module& m_;
+};
+}  // namespace
+
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
+  HookScope hooks(*this);
   // Residual dropout (GPT-2's resid_pdrop, LLaMA's attention_dropout), only while training.
   Tensor h = x + dropout(attn->forward(norm(norm1, x), rope_cos, rope_sin, cache), p_drop, is_training());
   Tensor m = norm(norm2, h);
@@ -290,11 +309,17 @@ Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
   SINTER_CHECK(pos0 + T <= cfg_.max_position_embeddings, "[gpt] sequence of ", pos0 + T, " tokens exceeds the model's ",
                cfg_.max_position_embeddings, " positions");
   SINTER_CHECK(!caches || int64_t(caches->size()) == cfg_.num_hidden_layers, "[gpt] need one KV cache per layer");
+  HookScope hooks(*this);
   Tensor x = tok_emb->forward(idx);
   if (pos_emb) x = x + pos_emb->weight.narrow(0, pos0, T);
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, rope_cos_, rope_sin_, caches ? &(*caches)[i] : nullptr);
   x = cfg_.llama() ? static_cast<RMSNorm&>(*norm_f).forward(x) : static_cast<LayerNorm&>(*norm_f).forward(x);
-  return lm_head ? lm_head->forward(x) : linear(x, tok_emb->weight);
+  return head(x);
+}
+
+Tensor GPT::head(const Tensor& x) const {
+  if (lm_head) return lm_head->forward(x);
+  return tok_emb->parallel_style ? tok_emb->parallel_style->project(*tok_emb, x) : linear(x, tok_emb->weight);
 }
 
 }  // namespace sinter::nn

@@ -21,6 +21,17 @@ Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor va
   return slot;
 }
 
+Tensor ParallelStyle::project(const Module&, const Tensor&) const {
+  SINTER_THROW(ValueError, "[parallel] this parallel style has no tied output projection");
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [name, child] : children_)
+    for (auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
 void Module::unregister(const std::string& name) {
   for (auto* list : {&params_, &buffers_})
     std::erase_if(*list, [&](const auto& p) { return p.first == name; });

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "sinter/autograd.h"
+#include "sinter/dist.h"
 #include "sinter/io.h"
 #include "sinter/optim.h"
 #include "sinter/random.h"
@@ -26,7 +27,7 @@ namespace fs = std::filesystem;
 std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
-         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}};
+         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}};
   return j.dump();
 }
 
@@ -43,7 +44,24 @@ std::string read_file(const std::string& path) {
 
 Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
   Tensor logits = model.forward(x);
+  if (model.parallel_loss) return model.parallel_loss(logits, y);  // logits sharded over the vocabulary
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+}
+
+// The whole model and optimizer state of a parallel run (collective: every rank calls it).
+std::pair<std::map<std::string, Tensor>, std::map<std::string, Tensor>> gather_state(nn::GPT& model,
+                                                                                      const optim::Optimizer& opt) {
+  std::map<std::string, Tensor> sd, os;
+  std::map<std::string, Tensor> params;
+  for (auto& [name, p] : model.named_parameters()) params[name] = *p, sd[name] = dist::full_parameter(*p);
+  for (auto& [name, b] : model.named_buffers()) sd[name] = *b;
+  for (auto& [key, t] : opt.state_dict()) {
+    const size_t dot = key.find('.');
+    auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
+    std::optional<dist::DTensor> layout = it == params.end() ? std::nullopt : dist::parameter_layout(it->second);
+    os[key] = layout ? dist::DTensor(t, layout->mesh(), layout->placements(), layout->shape()).full_tensor() : t;
+  }
+  return {sd, os};
 }
 
 // Rows: step, train_loss, val_loss (NaN when not measured), tokens/s.
@@ -95,13 +113,18 @@ static void make_dirs(const std::string& dir) {
   SINTER_CHECK_T(IOError, !ec, "[", dir, "] cannot create the folder: ", ec.message());
 }
 
+static void save_checkpoint_dicts(const std::string& dir, const nn::ModelConfig& cfg, const std::map<std::string, Tensor>& model_sd,
+                                  const std::map<std::string, Tensor>& optimizer_state, const std::string& train_state_json) {
+  make_dirs(dir);
+  io::save_safetensors(dir + "/model.safetensors", model_sd, {{"format", "sinter"}});
+  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
+  io::atomic_write(dir + "/config.json", cfg.to_json());
+  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");  // last: it marks the checkpoint complete
+}
+
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json) {
-  make_dirs(dir);
-  io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "sinter"}});
-  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
-  io::atomic_write(dir + "/config.json", model.config().to_json());
-  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");  // last: it marks the checkpoint complete
+  save_checkpoint_dicts(dir, model.config(), model.state_dict(), optimizer_state, train_state_json);
 }
 
 std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
@@ -140,6 +163,17 @@ Result run(const Options& o) {
                "[train] learning rates, warmup, grad_clip, val_every and val_batches must be positive");
   const data::ByteDataset data = o.data_path.empty() ? data::ByteDataset::fortunes() : data::ByteDataset::from_file(o.data_path);
   data.check_window(o.seq_len);
+  const bool parallel = o.tp * o.dp > 1;
+  if (parallel) {
+    SINTER_CHECK(o.tp >= 1 && o.dp >= 1, "[train] tp and dp must be >= 1, got ", o.tp, " and ", o.dp);
+    SINTER_CHECK_T(DistError, o.tp * o.dp == dist::world_size(), "[train] tp=", o.tp, " x dp=", o.dp, " needs ", o.tp * o.dp,
+                   " ranks, but the job has ", dist::world_size(), " (run: mpirun -np ", o.tp * o.dp, " sinter train --tp ", o.tp,
+                   " --dp ", o.dp, ")");
+    SINTER_CHECK(!o.resume, "[train] resuming a parallel run is not supported yet");
+    SINTER_CHECK(o.batch % o.dp == 0, "[train] batch ", o.batch, " does not split over dp=", o.dp);
+  }
+  const bool main_rank = !parallel || dist::rank() == 0;  // prints and writes files
+  const bool quiet = o.quiet || !main_rank;
 
   std::unique_ptr<nn::GPT> model;
   int64_t start = 0;
@@ -171,14 +205,25 @@ Result run(const Options& o) {
   SINTER_CHECK(o.dtype == "f32" || o.dtype == "bf16", "[train] dtype must be f32 or bf16, got '", o.dtype, "'");
   const DType compute = o.dtype == "bf16" ? DType::bf16 : DType::f32;
 
+  // Every rank built the same full model from the same seed; now each keeps its pieces.
+  std::optional<dist::DeviceMesh> mesh;
+  const int64_t n_params = model->num_parameters();
+  if (parallel) {
+    mesh = dist::DeviceMesh({{"dp", o.dp}, {"tp", o.tp}});
+    if (o.tp > 1) dist::parallelize_gpt(*model, (*mesh)["tp"]);
+    if (o.dp > 1) dist::fully_shard_gpt(*model, (*mesh)["dp"]);
+  }
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(io::load_safetensors(o.out_dir + "/optimizer.safetensors").tensors);
 
   SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
-  make_dirs(o.out_dir);
-  if (!o.quiet)
+  if (main_rank) make_dirs(o.out_dir);
+  if (!quiet && parallel)
+    std::printf("train: %lld ranks as %s: tensor parallel over tp, FSDP over dp, %lld sequences per dp rank\n",
+                (long long)(o.tp * o.dp), mesh->to_string().c_str(), (long long)(o.batch / o.dp));
+  if (!quiet)
     std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
-                cfg.model_type.c_str(), double(model->num_parameters()) / 1e6,
+                cfg.model_type.c_str(), double(n_params) / 1e6,
                 o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32", data.name().c_str(),
                 (long long)data.train_bytes(), (long long)data.val_bytes(), (long long)o.steps, (long long)o.batch,
                 (long long)o.seq_len, resuming ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
@@ -191,12 +236,22 @@ Result run(const Options& o) {
   double tok_s = 0;
   auto checkpoint = [&](int64_t step) {
     json st{{"step", step}, {"options", json::parse(o.to_json())}};
-    save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump());
-    write_log(o.out_dir, rows);
+    if (parallel) {  // gathered to whole tensors on every rank; rank 0 writes a plain checkpoint
+      auto [sd, os] = gather_state(*model, opt);
+      if (main_rank) save_checkpoint_dicts(o.out_dir, model->config(), sd, os, st.dump());
+    } else {
+      save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump());
+    }
+    if (main_rank) write_log(o.out_dir, rows);
   };
   for (int64_t step = start; step < o.steps; ++step) {
     opt.lr = optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr);
+    const int64_t bytes0 = parallel ? dist::total_traffic().bytes : 0;
     auto [x, y] = data.batch(true, o.batch, o.seq_len, o.seed, uint64_t(step));
+    if (o.dp > 1) {  // this dp rank's rows of the global batch
+      const int64_t b = o.batch / o.dp;
+      x = x.narrow(0, mesh->coordinate(0) * b, b).contiguous(), y = y.narrow(0, mesh->coordinate(0) * b, b).contiguous();
+    }
     manual_seed(o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(step + 1)));  // dropout masks: a function of the step
     Tensor loss;
     {
@@ -205,9 +260,13 @@ Result run(const Options& o) {
     }
     opt.zero_grad();
     loss.backward();
-    optim::clip_grad_norm(model->parameters(), o.grad_clip);
+    if (parallel) dist::clip_grad_norm(model->parameters(), o.grad_clip);
+    else optim::clip_grad_norm(model->parameters(), o.grad_clip);
     opt.step();
     res.train_loss = loss.item_double();
+    if (o.dp > 1) res.train_loss = dist::all_reduce(full({1}, res.train_loss, DType::f64), mesh->group(0), dist::ReduceOp::avg).item<double>();
+    res.losses.push_back(res.train_loss);
+    if (parallel) res.step_bytes.push_back(dist::total_traffic().bytes - bytes0);
     window_tokens += o.batch * o.seq_len;
     const int64_t done = step + 1;
     const bool val_now = done % o.val_every == 0 || done == o.steps;
@@ -222,7 +281,7 @@ Result run(const Options& o) {
         val = res.val_loss = evaluate(*model, data, o.batch, o.seq_len, o.val_batches, o.seed);
       }
       rows.push_back({double(done), res.train_loss, val, tok_s});
-      if (!o.quiet) {
+      if (!quiet) {
         const double eta = double(o.steps - done) * double(o.batch * o.seq_len) / std::max(tok_s, 1e-9);
         std::printf("%sstep %5lld/%lld  loss %.4f  %s%.0f tok/s  elapsed %s  ETA %s%s", tty ? "\r" : "",
                     (long long)done, (long long)o.steps, res.train_loss,
@@ -231,7 +290,7 @@ Result run(const Options& o) {
                     (tty && !val_now) ? "   " : "\n");
         std::fflush(stdout);
       }
-      if (val_now) write_log(o.out_dir, rows);
+      if (val_now && main_rank) write_log(o.out_dir, rows);
     }
     res.step = done;
     res.tokens_per_s = tok_s;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <sinter/sinter.h>
+#include <sinter/dist.h>
 #include <sinter/train.h>
 #include <sstream>
 
@@ -128,6 +129,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out");
   tr->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
+  int64_t tp = 1, dp = 0;
+  tr->add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  tr->add_option("--dp", dp, "FSDP ranks (under mpirun; default: the ranks left after --tp)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
 
   std::string dir = "out/tiny", prompt = "The ";
   int64_t max_new = 200;
@@ -175,11 +179,22 @@ int main(int argc, char** argv) {
   be->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
   CLI11_PARSE(app, argc, argv);
+  // An error on one rank of an mpirun job ends every rank at once (the others would wait in their
+  // next collective until its deadline).
+  auto fail = [](const char* what) {
+    if (dist::is_mpi() && dist::world_size() > 1) dist::abort_job("error on rank " + std::to_string(dist::rank()) + ": " + what, 2);
+    std::fprintf(stderr, "error: %s\n", what);
+    return 2;
+  };
   try {
+    dist::init();  // before threads: ranks sharing a machine split its cores
     if (threads > 0) set_num_threads(threads);
     if (*demo) return run_demo(steps, hidden, seed, out);
     if (*tr) {
+      to.tp = tp;
+      to.dp = dp > 0 ? dp : std::max<int64_t>(1, dist::world_size() / tp);
       auto r = train::run(to);
+      if (dist::rank() != 0) return 0;
       std::printf("done: step %lld, train loss %.4f, validation loss %.4f nats/byte; checkpoint in %s\n",
                   (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
       return 0;
@@ -199,11 +214,9 @@ int main(int argc, char** argv) {
       return bench::run(bo);
     }
   } catch (const sinter::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return fail(e.what());
   } catch (const std::exception& e) {  // e.g. a filesystem error from the standard library
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return fail(e.what());
   }
   return 0;
 }

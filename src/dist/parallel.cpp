@@ -1,0 +1,300 @@
+// Tensor parallelism (Megatron-style Linear / Embedding splits, vocabulary-parallel loss) and FSDP
+// (dim-0 parameter shards gathered around each unit's forward, gradients reduce-scattered), both
+// on the collective ops, so the backward is ordinary autograd. Every parameter they touch gets a
+// layout (a DTensor description) used to gather it for checkpoints and to count it once in norms.
+#include <cmath>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "sinter/autograd.h"
+#include "sinter/dist.h"
+
+namespace sinter::dist {
+
+namespace {
+
+struct Layout {
+  std::weak_ptr<TensorImpl> impl;
+  DeviceMesh mesh;
+  Placements placements;
+  Shape global;
+  bool fsdp = false;
+};
+std::mutex g_mu;
+std::unordered_map<const TensorImpl*, Layout> g_layouts;
+
+void set_layout(const Tensor& p, Layout l) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::erase_if(g_layouts, [](const auto& kv) { return kv.second.impl.expired(); });
+  l.impl = p.impl_ptr();
+  g_layouts[p.impl_ptr().get()] = std::move(l);
+}
+
+std::optional<Layout> get_layout(const Tensor& p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_layouts.find(p.impl_ptr().get());
+  if (it == g_layouts.end() || it->second.impl.lock() != p.impl_ptr()) return std::nullopt;
+  return it->second;
+}
+
+// A fresh leaf holding this rank's piece of `full` along `dim` (split over `parts`).
+Tensor piece(const Tensor& full, int64_t dim, int64_t parts, int64_t index) {
+  NoGradGuard g;
+  const auto [start, len] = shard_range(full.size(dim), parts, index);
+  Tensor t = full.detach().narrow(dim, start, len).clone();
+  t.requires_grad_(full.requires_grad());
+  return t;
+}
+
+bool matches(const std::string& pattern, const std::string& name) {
+  size_t i = 0, j = 0;
+  while (i < pattern.size() && j < name.size()) {
+    if (pattern[i] == '*') {
+      while (j < name.size() && name[j] != '.') ++j;
+      ++i;
+    } else if (pattern[i++] != name[j++]) {
+      return false;
+    }
+  }
+  return i == pattern.size() && j == name.size();
+}
+
+// The replicated input of colwise layers enters through copy_to_group, whose backward sums the
+// ranks' gradients. Layers fed the same tensor (q, k and v; gate and up) share one copy, so their
+// gradients are summed locally first and reduced once, as a fused qkv projection would be.
+// Without a gradient to route the copy is the identity and is skipped.
+Tensor enter_group(const Tensor& x, ProcessGroup& g) {
+  if (!grad_enabled() || !x.requires_grad()) return x;
+  thread_local std::weak_ptr<TensorImpl> last_in;
+  thread_local Tensor last_out;
+  thread_local int64_t last_group = -1;
+  if (last_in.lock() == x.impl_ptr() && last_group == g.id()) return last_out;
+  last_in = x.impl_ptr(), last_group = g.id();
+  return last_out = copy_to_group(x, g);
+}
+
+class Colwise final : public nn::ParallelStyle {
+ public:
+  explicit Colwise(ProcessGroup& g) : g_(g) {}
+  Tensor forward(const nn::Module& m, const Tensor& x) const override {
+    auto& l = static_cast<const nn::Linear&>(m);
+    return linear(enter_group(x, g_), l.weight, l.bias);
+  }
+
+ private:
+  ProcessGroup& g_;
+};
+
+class Rowwise final : public nn::ParallelStyle {
+ public:
+  explicit Rowwise(ProcessGroup& g) : g_(g) {}
+  Tensor forward(const nn::Module& m, const Tensor& x) const override {
+    auto& l = static_cast<const nn::Linear&>(m);
+    Tensor y = all_reduce(linear(x, l.weight), g_);
+    return l.bias.defined() ? y + l.bias : y;
+  }
+
+ private:
+  ProcessGroup& g_;
+};
+
+// Rows [start, start + len) of the vocabulary live here: ids elsewhere look up zeros, and the sum
+// over the group is the full lookup.
+class VocabParallelEmbedding final : public nn::ParallelStyle {
+ public:
+  VocabParallelEmbedding(ProcessGroup& g, int64_t start, int64_t len) : g_(g), start_(start), len_(len) {}
+  Tensor forward(const nn::Module& m, const Tensor& ids) const override {
+    auto& e = static_cast<const nn::Embedding&>(m);
+    Tensor local = ids - full({}, double(start_), ids.dtype());
+    Tensor valid = ge(local, full({}, 0.0, ids.dtype())).to(e.weight.dtype()) * lt(local, full({}, double(len_), ids.dtype())).to(e.weight.dtype());
+    Tensor idx = clamp(local, 0.0, double(std::max<int64_t>(len_ - 1, 0)));
+    return all_reduce(embedding(e.weight, idx) * valid.unsqueeze(-1), g_);
+  }
+  Tensor project(const nn::Module& m, const Tensor& x) const override {
+    return linear(enter_group(x, g_), static_cast<const nn::Embedding&>(m).weight);
+  }
+
+ private:
+  ProcessGroup& g_;
+  int64_t start_, len_;
+};
+
+void shard_param(Tensor& slot, const DeviceMesh& tp, int64_t dim) {
+  const int64_t n = tp.size(0), r = tp.coordinate(0);
+  Shape global = slot.shape();
+  slot = piece(slot, dim, n, r);
+  set_layout(slot, {{}, tp, {Placement::Shard(dim)}, global});
+}
+
+// FSDP: the unit's parameters live as dim-0 shards in their slots between forwards; the forward
+// swaps in gathered copies whose backward reduce-scatters (averages) the gradients into the shards.
+class FSDPUnit final : public nn::ForwardHook {
+ public:
+  struct Param {
+    Tensor* slot;
+    Tensor shard;
+    std::vector<int64_t> sizes;
+  };
+  FSDPUnit(ProcessGroup& g, std::vector<Param> params) : g_(g), params_(std::move(params)) {}
+  void before(nn::Module&) override {
+    for (auto& p : params_) *p.slot = all_gather(p.shard, g_, 0, p.sizes, /*grad_partial=*/true, ReduceOp::avg);
+  }
+  void after(nn::Module&) override {
+    for (auto& p : params_) *p.slot = p.shard;
+  }
+
+ private:
+  ProcessGroup& g_;
+  std::vector<Param> params_;
+};
+
+}  // namespace
+
+void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan) {
+  SINTER_CHECK_T(DistError, tp.ndim() == 1, "[parallelize_module] takes a 1-D mesh, got ", tp.to_string());
+  ProcessGroup& g = tp.group(0);
+  std::unordered_set<const TensorImpl*> sharded;
+  for (auto& [name, m] : root.named_modules()) {
+    for (auto& [pattern, style] : plan) {
+      if (!matches(pattern, name)) continue;
+      SINTER_CHECK_T(DistError, !m->parallel_style, "[parallelize_module] '", name, "' is already parallel");
+      if (auto* l = dynamic_cast<nn::Linear*>(m)) {
+        SINTER_CHECK_T(DistError, !l->sparse.defined(), "[parallelize_module] '", name, "' is 2:4 sparse; tensor parallelism takes dense layers");
+        if (style == TPStyle::colwise) {
+          shard_param(l->weight, tp, 0);
+          if (l->bias.defined()) shard_param(l->bias, tp, 0), sharded.insert(l->bias.impl_ptr().get());
+          l->parallel_style = std::make_shared<Colwise>(g);
+        } else {
+          shard_param(l->weight, tp, 1);
+          l->parallel_style = std::make_shared<Rowwise>(g);
+        }
+        sharded.insert(l->weight.impl_ptr().get());
+      } else if (auto* e = dynamic_cast<nn::Embedding*>(m)) {
+        SINTER_CHECK_T(DistError, style == TPStyle::rowwise, "[parallelize_module] embedding '", name,
+                       "' splits its vocabulary (rowwise), not colwise");
+        const auto [start, len] = shard_range(e->weight.size(0), g.size(), g.rank());
+        shard_param(e->weight, tp, 0);
+        sharded.insert(e->weight.impl_ptr().get());
+        e->parallel_style = std::make_shared<VocabParallelEmbedding>(g, start, len);
+      } else {
+        SINTER_THROW(DistError, "[parallelize_module] '", name, "' is neither a Linear nor an Embedding");
+      }
+    }
+  }
+  // Everything else is replicated over the group: one copy per tp rank.
+  for (auto& [name, p] : root.named_parameters())
+    if (!sharded.count(p->impl_ptr().get())) set_layout(*p, {{}, tp, {Placement::Replicate()}, p->shape()});
+}
+
+void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp) {
+  const auto& c = model.config();
+  const int64_t n = tp.size(0);
+  SINTER_CHECK_T(DistError, c.num_attention_heads % n == 0 && c.num_key_value_heads % n == 0, "[parallelize_gpt] ",
+                 c.num_attention_heads, " query and ", c.num_key_value_heads, " key/value heads do not split over tp=", n);
+  SINTER_CHECK_T(DistError, c.intermediate_size % n == 0 && c.vocab_size % n == 0, "[parallelize_gpt] intermediate size ",
+                 c.intermediate_size, " and vocabulary ", c.vocab_size, " must divide by tp=", n);
+  ParallelizePlan plan = {{"blocks.*.attn.q_proj", TPStyle::colwise}, {"blocks.*.attn.k_proj", TPStyle::colwise},
+                          {"blocks.*.attn.v_proj", TPStyle::colwise}, {"blocks.*.attn.o_proj", TPStyle::rowwise},
+                          {"blocks.*.mlp.fc", TPStyle::colwise},      {"blocks.*.mlp.proj", TPStyle::rowwise},
+                          {"blocks.*.mlp.gate", TPStyle::colwise},    {"blocks.*.mlp.up", TPStyle::colwise},
+                          {"blocks.*.mlp.down", TPStyle::rowwise},    {"tok_emb", TPStyle::rowwise}};
+  if (model.lm_head) plan.push_back({"lm_head", TPStyle::colwise});
+  parallelize_module(model, tp, plan);
+  ProcessGroup* g = &tp.group(0);
+  const int64_t start = shard_range(c.vocab_size, n, tp.coordinate(0)).first;
+  model.parallel_loss = [g, start](const Tensor& logits, const Tensor& targets) {
+    return loss_parallel(logits, targets, *g, start);
+  };
+}
+
+Tensor loss_parallel(const Tensor& local_logits, const Tensor& targets, ProcessGroup& tp, int64_t vocab_start) {
+  const int64_t V = local_logits.size(-1);
+  SINTER_CHECK_SHAPE(local_logits.numel() / std::max<int64_t>(V, 1) == targets.numel(), "[loss_parallel] logits ",
+                     local_logits.shape(), " and targets ", targets.shape(), " differ in the number of rows");
+  Tensor z = local_logits.reshape({-1, V});
+  Tensor t = targets.reshape({-1});
+  Tensor m;
+  {
+    NoGradGuard g;  // a shift for stability: the loss does not depend on it
+    m = all_reduce(max(z.detach(), 1, true).values, tp, ReduceOp::max);
+  }
+  z = z - m;
+  Tensor lse = log(all_reduce(sum(exp(z), {1}), tp));
+  Tensor local = t - full({}, double(vocab_start), t.dtype());
+  Tensor valid = ge(local, full({}, 0.0, t.dtype())).to(z.dtype()) * lt(local, full({}, double(V), t.dtype())).to(z.dtype());
+  Tensor picked = gather(z, 1, clamp(local, 0.0, double(V - 1)).unsqueeze(1)).squeeze(1) * valid;
+  return mean(lse - all_reduce(picked, tp));
+}
+
+void fully_shard(nn::Module& module, const DeviceMesh& dp) {
+  SINTER_CHECK_T(DistError, dp.ndim() == 1, "[fully_shard] takes a 1-D mesh, got ", dp.to_string());
+  SINTER_CHECK_T(DistError, !module.forward_hook, "[fully_shard] the module is already a unit");
+  const int64_t n = dp.size(0), r = dp.coordinate(0);
+  std::vector<FSDPUnit::Param> params;
+  for (auto& [name, slot] : module.named_parameters()) {
+    std::optional<Layout> prev = get_layout(*slot);
+    if (prev && prev->fsdp) continue;  // already in a sub-unit
+    SINTER_CHECK_T(DistError, slot->dim() > 0, "[fully_shard] parameter '", name, "' is a scalar; dim 0 cannot be split");
+    Layout l;
+    l.fsdp = true;
+    if (prev) {  // a tensor-parallel piece, now split again along dim 0: tp outer, dp inner
+      l.mesh = prev->mesh.join(dp);
+      l.placements = prev->placements;
+      l.placements.push_back(Placement::Shard(0));
+      l.global = prev->global;
+    } else {
+      l.mesh = dp, l.placements = {Placement::Shard(0)}, l.global = slot->shape();
+    }
+    std::vector<int64_t> sizes = shard_sizes(slot->size(0), n);
+    *slot = piece(*slot, 0, n, r);
+    set_layout(*slot, l);
+    params.push_back({slot, *slot, std::move(sizes)});
+  }
+  module.forward_hook = std::make_shared<FSDPUnit>(dp.group(0), std::move(params));
+}
+
+void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp) {
+  for (auto& b : model.blocks) fully_shard(*b, dp);
+  fully_shard(model, dp);
+}
+
+std::optional<DTensor> parameter_layout(const Tensor& param) {
+  std::optional<Layout> l = get_layout(param);
+  if (!l) return std::nullopt;
+  return DTensor(param, l->mesh, l->placements, l->global);
+}
+
+Tensor full_parameter(const Tensor& param) {
+  std::optional<DTensor> d = parameter_layout(param);
+  if (!d) return param;
+  NoGradGuard g;
+  return DTensor(param.detach(), d->mesh(), d->placements(), d->shape()).full_tensor();
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard g;
+  const int64_t world_n = world_size();
+  double total = 0;
+  for (auto& p : params) {
+    if (!p.grad().defined()) continue;
+    // How many ranks hold this same piece: the ranks outside its mesh, times its replicated dims.
+    int64_t copies = world_n;
+    if (std::optional<Layout> l = get_layout(p)) {
+      copies = world_n / l->mesh.size();
+      for (int64_t d = 0; d < l->mesh.ndim(); ++d)
+        if (l->placements[size_t(d)].is_replicate()) copies *= l->mesh.size(d);
+    }
+    Tensor gd = p.grad().to(DType::f64);
+    total += sum(gd * gd).item<double>() / double(copies);
+  }
+  const double norm = std::sqrt(all_reduce(full({1}, total, DType::f64), *world()).item<double>());
+  if (norm > max_norm && norm > 0) {
+    const double s = max_norm / (norm + 1e-6);
+    for (auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(s);
+  }
+  return norm;
+}
+
+}  // namespace sinter::dist
