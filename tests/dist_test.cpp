@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 
 #include "sinter/dist.h"
 #include "sinter/sinter.h"
@@ -205,12 +208,13 @@ TEST(DTensor, FromLocalFindsTheGlobalShapeOfUnevenShards) {
 
 // ---- 2-D parallel training against one process ----
 
+std::string g_job_dir;  // removed at exit
 std::string job_dir() {  // one folder per job, named by rank 0's pid
   static std::string dir = [] {
     Tensor pid = broadcast(full({1}, double(::getpid()), DType::i64), *world(), 0);
     std::string d = (std::filesystem::temp_directory_path() / ("sinter_dist_" + std::to_string(pid.item<int64_t>()))).string();
     std::filesystem::create_directories(d);
-    return d;
+    return g_job_dir = d;
   }();
   return dir;
 }
@@ -275,7 +279,7 @@ TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
       EXPECT_NEAR(r.losses[i], ref[i], 1e-5 * std::abs(ref[i])) << "step " << i + 1;
     // The same final weights: rank 0 wrote the gathered model; compare it with the reference's.
     world()->barrier().wait();
-    auto got = io::load_safetensors(out + "/model.safetensors").tensors;
+    auto got = load_sharded(out, "model");  // every rank's pieces, reassembled
     auto want = io::load_safetensors(job_dir() + "/reference/model.safetensors").tensors;
     ASSERT_EQ(got.size(), want.size());
     // Error measure: max |got - want| / max(max |want|, 1): relative for weights at unit scale,
@@ -301,6 +305,122 @@ TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
   }
 }
 
+// ---- Resharding checkpoints: ctest runs SaveOn2x2 (4 ranks), then LoadOn1x2 (2 ranks) and
+// LoadOnOneProcess (no mpirun) on the folder SINTER_CKPT_DIR names. ----
+
+std::string ckpt_dir() {
+  const char* d = std::getenv("SINTER_CKPT_DIR");
+  return d ? d : "";
+}
+
+train::Options ckpt_options(const std::string& out) {
+  train::Options o;
+  o.steps = 6, o.batch = 12, o.out_dir = out, o.quiet = true, o.val_every = 1000, o.val_batches = 1, o.save_every = 1000;
+  return o;
+}
+
+Tensor probe_batch() {
+  manual_seed(31);
+  return randint(0, 256, {3, 40});
+}
+
+// A copy of the saved checkpoint to resume in (each loader trains on from step 4 in its own folder).
+std::string copy_of_saved(const std::string& name) {
+  const std::string to = ckpt_dir() + "/" + name;
+  if (rank() == 0) {
+    std::filesystem::remove_all(to);
+    std::filesystem::copy(ckpt_dir() + "/saved", to, std::filesystem::copy_options::recursive);
+  }
+  world()->barrier().wait();
+  return to;
+}
+
+TEST(Checkpoint, SaveOn2x2) {
+  ASSERT_EQ(world_size(), 4) << "run under mpirun -np 4";
+  ASSERT_FALSE(ckpt_dir().empty()) << "set SINTER_CKPT_DIR";
+  const std::string saved = ckpt_dir() + "/saved";
+  if (rank() == 0) std::filesystem::remove_all(ckpt_dir()), std::filesystem::create_directories(ckpt_dir());
+  world()->barrier().wait();
+  train::Options o = ckpt_options(saved);
+  o.tp = 2, o.dp = 2, o.stop_after = 4;  // interrupted at step 4: sharded model + optimizer on disk
+  train::run(o);
+  ASSERT_TRUE(dist::has_sharded(saved, "model"));
+  if (rank() == 0) {
+    // What the loaders must reproduce: the whole weights, the logits of a probe batch, and the
+    // losses of steps 5 and 6 of the uninterrupted run.
+    auto model = train::load_model(saved);
+    model->eval();
+    Tensor logits;
+    {
+      NoGradGuard g;
+      logits = model->forward(probe_batch());
+    }
+    train::Result ref = train::run(ckpt_options(ckpt_dir() + "/uninterrupted"));
+    io::save_safetensors(ckpt_dir() + "/expect.safetensors",
+                         {{"logits", logits}, {"losses", tensor<double>(ref.losses)}});
+  }
+  world()->barrier().wait();
+}
+
+void check_loaded_and_resumed(const std::string& resumed_dir, const std::function<train::Result(const std::string&)>& resume) {
+  auto expect = io::load_safetensors(ckpt_dir() + "/expect.safetensors").tensors;
+  // Resume at step 4 on this layout: steps 5 and 6 match the uninterrupted run.
+  train::Result r = resume(resumed_dir);
+  ASSERT_EQ(r.losses.size(), 2u);
+  const std::vector<double> want = expect["losses"].to_vector<double>();
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(r.losses[i], want[4 + i], 1e-5 * want[4 + i]) << "step " << 5 + i;
+}
+
+TEST(Checkpoint, LoadOn1x2) {
+  ASSERT_EQ(world_size(), 2) << "run under mpirun -np 2";
+  const std::string saved = ckpt_dir() + "/saved";
+  auto expect = io::load_safetensors(ckpt_dir() + "/expect.safetensors").tensors;
+  // The 2x2 pieces resharded onto dp=2: FSDP shards of the whole (untouched by tp) weights.
+  DeviceMesh mesh({{"dp", 2}, {"tp", 1}});
+  std::ifstream cf(saved + "/config.json");
+  std::stringstream ss;
+  ss << cf.rdbuf();
+  nn::GPT model(nn::ModelConfig::from_json(ss.str(), "config.json"));
+  fully_shard_gpt(model, mesh["dp"]);
+  std::map<std::string, DTensor> pieces;
+  for (auto& [name, p] : model.named_parameters()) pieces.emplace(name, *parameter_layout(*p));
+  load_sharded_into(saved, "model", pieces);
+  auto whole = load_sharded(saved, "model");
+  for (auto& [name, p] : model.named_parameters())
+    EXPECT_TRUE(same(full_parameter(*p), whole[name], 0.0)) << name << " differs from the saved tensor";
+  model.eval();
+  Tensor logits;
+  {
+    NoGradGuard g;
+    logits = model.forward(probe_batch());
+  }
+  EXPECT_TRUE(same(logits, expect["logits"], 1e-6));
+  check_loaded_and_resumed(copy_of_saved("resumed_1x2"), [](const std::string& dir) {
+    train::Options o = ckpt_options(dir);
+    o.dp = 2, o.resume = true;
+    return train::run(o);
+  });
+}
+
+TEST(Checkpoint, LoadOnOneProcess) {
+  ASSERT_EQ(world_size(), 1) << "run without mpirun";
+  const std::string saved = ckpt_dir() + "/saved";
+  auto expect = io::load_safetensors(ckpt_dir() + "/expect.safetensors").tensors;
+  auto model = train::load_model(saved);
+  model->eval();
+  Tensor logits;
+  {
+    NoGradGuard g;
+    logits = model->forward(probe_batch());
+  }
+  EXPECT_TRUE(same(logits, expect["logits"], 0.0));
+  check_loaded_and_resumed(copy_of_saved("resumed_1"), [](const std::string& dir) {
+    train::Options o = ckpt_options(dir);
+    o.resume = true;
+    return train::run(o);
+  });
+}
+
 // On ranks other than 0: failures only, each line prefixed with the rank.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
@@ -319,6 +439,8 @@ int main(int argc, char** argv) {
     listeners.Append(new FailurePrinter);
   }
   const int rc = RUN_ALL_TESTS();
+  world()->barrier().wait();
+  if (rank() == 0 && !g_job_dir.empty()) std::filesystem::remove_all(g_job_dir);
   const int64_t worst = all_reduce(full({1}, double(rc), DType::i64), *world(), ReduceOp::max).item<int64_t>();
   if (rc != 0) std::fprintf(stderr, "rank %d: tests failed\n", rank());
   return worst != 0 ? 1 : 0;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -235,5 +236,20 @@ std::optional<DTensor> parameter_layout(const Tensor& param);
 Tensor full_parameter(const Tensor& param);
 // Gradient clipping over a parallelised model: the global norm counts every element once.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// ---- Sharded checkpoints ----
+// <dir>/<stem>-GEN.shard-RRRRR-of-WWWWW.safetensors per rank (the pieces it owns: one copy of each
+// replicated piece) and <dir>/<stem>.index.json (global shape, dtype, and where every piece lives),
+// written by rank 0 last and atomically: an interrupted save leaves the previous checkpoint whole.
+// `replicated`: plain tensors, the same on every rank (rank 0 writes them). Collective.
+void save_sharded(const std::string& dir, const std::string& stem, const std::map<std::string, DTensor>& tensors,
+                  const std::map<std::string, Tensor>& replicated = {});
+bool has_sharded(const std::string& dir, const std::string& stem);
+// Whole tensors, from however many ranks wrote them (no communication: one process can read it).
+std::map<std::string, Tensor> load_sharded(const std::string& dir, const std::string& stem);
+// This rank's pieces only, for any layout (resharding): each target's local tensor is filled in
+// place from the overlapping saved pieces; `whole` tensors are filled entirely.
+void load_sharded_into(const std::string& dir, const std::string& stem, const std::map<std::string, DTensor>& targets,
+                       const std::map<std::string, Tensor>& whole = {});
 
 }  // namespace sinter::dist

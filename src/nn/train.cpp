@@ -48,20 +48,53 @@ Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
 }
 
-// The whole model and optimizer state of a parallel run (collective: every rank calls it).
-std::pair<std::map<std::string, Tensor>, std::map<std::string, Tensor>> gather_state(nn::GPT& model,
-                                                                                      const optim::Optimizer& opt) {
-  std::map<std::string, Tensor> sd, os;
-  std::map<std::string, Tensor> params;
-  for (auto& [name, p] : model.named_parameters()) params[name] = *p, sd[name] = dist::full_parameter(*p);
-  for (auto& [name, b] : model.named_buffers()) sd[name] = *b;
-  for (auto& [key, t] : opt.state_dict()) {
+// A parallel run's parameters as DTensors (their layouts), and the same for the optimizer state,
+// which has each parameter's layout ("exp_avg.<name>"); entries without one are plain.
+std::map<std::string, dist::DTensor> parameter_pieces(nn::GPT& model) {
+  std::map<std::string, dist::DTensor> out;
+  for (auto& [name, p] : model.named_parameters())
+    if (auto l = dist::parameter_layout(*p)) out.emplace(name, *l);
+  return out;
+}
+void split_state(nn::GPT& model, const std::map<std::string, Tensor>& state, std::map<std::string, dist::DTensor>& pieces,
+                 std::map<std::string, Tensor>& plain) {
+  std::map<std::string, dist::DTensor> params = parameter_pieces(model);
+  for (auto& [key, t] : state) {
     const size_t dot = key.find('.');
     auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
-    std::optional<dist::DTensor> layout = it == params.end() ? std::nullopt : dist::parameter_layout(it->second);
-    os[key] = layout ? dist::DTensor(t, layout->mesh(), layout->placements(), layout->shape()).full_tensor() : t;
+    if (it != params.end()) pieces.emplace(key, dist::DTensor(t, it->second.mesh(), it->second.placements(), it->second.shape()));
+    else plain[key] = t;
   }
-  return {sd, os};
+}
+
+bool sharded_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return dist::has_sharded(dir, "model") && !fs::exists(dir + "/model.safetensors", ec);
+}
+
+// The optimizer state of a checkpoint in either format, as this run's pieces.
+std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::GPT& model) {
+  std::error_code ec;
+  if (!fs::exists(dir + "/optimizer.safetensors", ec) && dist::has_sharded(dir, "optimizer")) {
+    // Targets shaped like this run's pieces: exp_avg / exp_avg_sq of every parameter, and the step.
+    std::map<std::string, Tensor> state;
+    for (auto& [name, p] : model.named_parameters())
+      state["exp_avg." + name] = zeros_like(p->detach()), state["exp_avg_sq." + name] = zeros_like(p->detach());
+    state["step"] = zeros({}, DType::i64);
+    std::map<std::string, dist::DTensor> pieces;
+    std::map<std::string, Tensor> plain;
+    split_state(model, state, pieces, plain);
+    dist::load_sharded_into(dir, "optimizer", pieces, plain);
+    return state;
+  }
+  std::map<std::string, Tensor> full = io::load_safetensors(dir + "/optimizer.safetensors").tensors;
+  const std::map<std::string, dist::DTensor> params = parameter_pieces(model);
+  for (auto& [key, t] : full) {  // whole tensors: keep this run's piece of each
+    const size_t dot = key.find('.');
+    auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
+    if (it != params.end()) t = dist::distribute_tensor(t, it->second.mesh(), it->second.placements()).to_local();
+  }
+  return full;
 }
 
 // Rows: step, train_loss, val_loss (NaN when not measured), tokens/s.
@@ -125,6 +158,27 @@ static void save_checkpoint_dicts(const std::string& dir, const nn::ModelConfig&
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json) {
   save_checkpoint_dicts(dir, model.config(), model.state_dict(), optimizer_state, train_state_json);
+  std::error_code ec;  // a sharded checkpoint from an earlier parallel run is now stale
+  fs::remove(dir + "/model.index.json", ec);
+  fs::remove(dir + "/optimizer.index.json", ec);
+}
+
+static void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim::Optimizer& opt,
+                                    const std::string& train_state_json, bool main_rank) {
+  std::map<std::string, dist::DTensor> params = parameter_pieces(model), states;
+  std::map<std::string, Tensor> plain_params, plain_states;
+  for (auto& [name, p] : model.named_parameters())
+    if (!params.count(name)) plain_params[name] = *p;
+  for (auto& [name, b] : model.named_buffers()) plain_params[name] = *b;
+  split_state(model, opt.state_dict(), states, plain_states);
+  dist::save_sharded(dir, "model", params, plain_params);
+  dist::save_sharded(dir, "optimizer", states, plain_states);
+  if (!main_rank) return;
+  std::error_code ec;  // a whole-tensor checkpoint from an earlier run is now stale
+  fs::remove(dir + "/model.safetensors", ec);
+  fs::remove(dir + "/optimizer.safetensors", ec);
+  io::atomic_write(dir + "/config.json", model.config().to_json());
+  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");  // last: it marks the checkpoint complete
 }
 
 std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
@@ -134,9 +188,9 @@ std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
   auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
   auto model = std::make_unique<nn::GPT>(cfg);
   const std::string weights = dir + "/model.safetensors";
-  auto st = io::load_safetensors(weights);
+  std::map<std::string, Tensor> sd = sharded_checkpoint(dir) ? dist::load_sharded(dir, "model") : io::load_safetensors(weights).tensors;
   try {
-    model->load_state_dict(st.tensors);
+    model->load_state_dict(sd);
   } catch (const Error& e) {
     SINTER_THROW(IOError, "[", weights, "] ", e.what());
   }
@@ -169,7 +223,6 @@ Result run(const Options& o) {
     SINTER_CHECK_T(DistError, o.tp * o.dp == dist::world_size(), "[train] tp=", o.tp, " x dp=", o.dp, " needs ", o.tp * o.dp,
                    " ranks, but the job has ", dist::world_size(), " (run: mpirun -np ", o.tp * o.dp, " sinter train --tp ", o.tp,
                    " --dp ", o.dp, ")");
-    SINTER_CHECK(!o.resume, "[train] resuming a parallel run is not supported yet");
     SINTER_CHECK(o.batch % o.dp == 0, "[train] batch ", o.batch, " does not split over dp=", o.dp);
   }
   const bool main_rank = !parallel || dist::rank() == 0;  // prints and writes files
@@ -181,8 +234,15 @@ Result run(const Options& o) {
   const std::string state_path = o.out_dir + "/train_state.json";
   std::error_code ec;
   const bool resuming = o.resume && fs::exists(state_path, ec);
-  if (resuming) {
+  // A sharded checkpoint resumed in parallel is read piece by piece after the model is split (below).
+  const bool sharded_resume = resuming && parallel && sharded_checkpoint(o.out_dir);
+  if (sharded_resume) {
+    const std::string cfg_path = o.out_dir + "/config.json";
+    model = std::make_unique<nn::GPT>(nn::ModelConfig::from_json(read_file(cfg_path), cfg_path));
+  } else if (resuming) {
     model = load_model(o.out_dir);
+  }
+  if (resuming) {
     json st;
     try {
       st = json::parse(read_file(state_path));
@@ -213,8 +273,9 @@ Result run(const Options& o) {
     if (o.tp > 1) dist::parallelize_gpt(*model, (*mesh)["tp"]);
     if (o.dp > 1) dist::fully_shard_gpt(*model, (*mesh)["dp"]);
   }
+  if (sharded_resume) dist::load_sharded_into(o.out_dir, "model", parameter_pieces(*model));
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
-  if (resuming) opt.load_state_dict(io::load_safetensors(o.out_dir + "/optimizer.safetensors").tensors);
+  if (resuming) opt.load_state_dict(load_optimizer_state(o.out_dir, *model));
 
   SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
   if (main_rank) make_dirs(o.out_dir);
@@ -236,9 +297,8 @@ Result run(const Options& o) {
   double tok_s = 0;
   auto checkpoint = [&](int64_t step) {
     json st{{"step", step}, {"options", json::parse(o.to_json())}};
-    if (parallel) {  // gathered to whole tensors on every rank; rank 0 writes a plain checkpoint
-      auto [sd, os] = gather_state(*model, opt);
-      if (main_rank) save_checkpoint_dicts(o.out_dir, model->config(), sd, os, st.dump());
+    if (parallel) {  // every rank writes its pieces; rank 0 the indexes, config and state (last)
+      save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank);
     } else {
       save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump());
     }
