@@ -53,6 +53,24 @@ TEST(Readme, ExampleRunsAsWritten) {
   SemiStructuredSparse sw = to_sparse_semi_structured(prune_2_4(randn({16, 8})));
   Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
 
+  // 2-D parallel: the same code alone (a 1 x 1 mesh) or under `mpirun -np 4` (dp = 2 x tp = 2)
+  const int64_t tp = dist::world_size() % 2 == 0 ? 2 : 1;
+  dist::DeviceMesh mesh({{"dp", dist::world_size() / tp}, {"tp", tp}});
+  nn::GPT pm(nn::ModelConfig::preset("tiny"));
+  pm.init_weights(1337);                                          // the same full model on every rank
+  dist::parallelize_gpt(pm, mesh["tp"]);                          // Megatron TP, vocabulary-parallel loss
+  dist::fully_shard_gpt(pm, mesh["dp"]);                          // FSDP: one unit per block, then the root
+  optim::AdamW popt(pm.named_parameters(), 4e-3);                 // steps (and keeps state for) the shards
+  Tensor ploss = pm.parallel_loss(pm.forward(inp), tgt);          // logits never gathered
+  ploss.backward();                                               // gradients reduce-scattered into the shards
+  dist::clip_grad_norm(pm.parameters(), 1.0);                     // global norm, each element counted once
+  popt.step();
+  dist::DTensor wq = *dist::parameter_layout(pm.blocks[0]->attn->q_proj->weight);  // placements, global shape
+  Tensor whole = wq.full_tensor();                                // (128, 128) on every rank
+
+  EXPECT_EQ(whole.shape(), Shape({128, 128}));
+  EXPECT_EQ(popt.steps(), 1);
+  EXPECT_NEAR(ploss.item<float>(), std::log(256.0), 0.5);
   EXPECT_EQ(att.shape(), Shape({1, 8, 64, 32}));
   EXPECT_EQ(why.backend, SDPABackend::flash);
   EXPECT_TRUE(test::all_close(ys, gelu(linear(x, sw.to_dense(), b)), 1e-5, 1e-5));
