@@ -13,6 +13,7 @@
 #include "sinter/dist.h"
 #include "sinter/sinter.h"
 #include "sinter/train.h"
+#include "core/allocator.h"
 #include "test_util.h"
 
 using namespace sinter;
@@ -246,8 +247,10 @@ const std::vector<double>& reference_losses() {
 // parameters a tp rank holds. TP: an all_reduce of A after the embedding, after o_proj and mlp.proj
 // of every block (forward), at the shared input of q/k/v and of fc and at the head's input
 // (backward): 4 L + 2; plus three of N floats in loss_parallel. FSDP: every parameter all-gathered
-// once and its gradient reduce-scattered once. Plus the gradient norm (8 bytes over the world) and
-// the reported loss (8 bytes over dp).
+// once for the forward, once more for the backward (resharded after the forward: all but the
+// LayerNorm biases, which no backward formula reads: 2 L + 1 vectors of C), and its gradient
+// reduce-scattered once. Plus the gradient norm (8 bytes over the world) and the reported loss
+// (8 bytes over dp).
 double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64_t t, int64_t d) {
   auto ar = [](int64_t n, double bytes) { return n > 1 ? 2.0 * double(n - 1) / double(n) * bytes : 0.0; };
   const double C = double(c.hidden_size), F = double(c.intermediate_size), V = double(c.vocab_size),
@@ -257,7 +260,8 @@ double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64
   const double replicated = P * C + L * (4 * C + 2 * C) + 2 * C;           // norms, pos_emb, row-parallel biases
   const double p_local = sharded / double(t) + replicated;
   const double tp_bytes = ar(t, A) * (4 * L + 2) + ar(t, N * 4) * 3;
-  const double fsdp_bytes = d > 1 ? 2.0 * double(d - 1) / double(d) * p_local * 4 : 0.0;
+  const double read_by_backward = p_local - (2 * L + 1) * C;
+  const double fsdp_bytes = d > 1 ? double(d - 1) / double(d) * (2 * p_local + read_by_backward) * 4 : 0.0;
   return tp_bytes + fsdp_bytes + ar(t * d, 8) + ar(d, 8);
 }
 
@@ -303,6 +307,40 @@ TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
                   (long long)tp, (long long)dp, r.losses.back(), ref.back(), worst, worst_name.c_str(),
                   (long long)r.step_bytes.back(), expect);
   }
+}
+
+TEST(FSDP, FreesGatheredWeightsAfterTheForwardAndGathersThemAgainForTheBackward) {
+  const int n = world_size();
+  DeviceMesh mesh({{"dp", n}});
+  const nn::ModelConfig cfg = nn::ModelConfig::preset("tiny");
+  manual_seed(8);
+  Tensor x = randint(0, 256, {2, 32}), y = randint(0, 256, {2, 32});
+  std::vector<std::map<std::string, Tensor>> grads;
+  std::vector<int64_t> held;
+  for (bool reshard : {false, true}) {
+    nn::GPT model(cfg);
+    model.init_weights(5);
+    fully_shard_gpt(model, mesh["dp"], reshard);
+    const int64_t before = cpu_live_bytes();
+    Tensor logits = model.forward(x);
+    held.push_back(cpu_live_bytes() - before);
+    if (reshard) {
+      EXPECT_EQ(fsdp_gathered_bytes(), 0);
+    }
+    cross_entropy(logits.reshape({-1, 256}), y.reshape({-1})).backward();
+    EXPECT_EQ(fsdp_gathered_bytes(), 0);
+    std::map<std::string, Tensor> g;
+    for (auto& [name, p] : model.named_parameters()) g[name] = p->grad().clone();
+    grads.push_back(g);
+  }
+  // Keeping the gathered weights costs about the whole model's bytes (the LayerNorm biases no
+  // backward reads are freed either way); resharding gives the same gradients.
+  const double model_bytes = double(nn::GPT(cfg).num_parameters() * 4);
+  EXPECT_NEAR(double(held[0] - held[1]), model_bytes, 0.05 * model_bytes);
+  if (rank() == 0)
+    std::printf("  after the forward: %.2f MB held keeping the gathered weights, %.2f MB resharded (model %.2f MB)\n",
+                double(held[0]) / 1e6, double(held[1]) / 1e6, model_bytes / 1e6);
+  for (auto& [name, g] : grads[0]) EXPECT_TRUE(same(grads[1][name], g, 0.0)) << name;
 }
 
 // ---- Resharding checkpoints: ctest runs SaveOn2x2 (4 ranks), then LoadOn1x2 (2 ranks) and

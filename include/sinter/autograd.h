@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "sinter/tensor.h"
@@ -28,6 +29,13 @@ class EnableGradGuard {
 };
 
 namespace autograd {
+
+// Saved-tensor hook (process-wide, like torch.autograd.graph.saved_tensors_hooks): for each input
+// an op saves for its backward, the hook may return a function that recreates that tensor; the
+// graph then keeps the function instead of the tensor and calls it when the backward needs it.
+// FSDP uses it to free gathered weights after the forward and gather them again in the backward.
+using SavedTensorHook = std::function<std::function<Tensor()>(const Tensor&)>;
+void set_saved_tensor_hook(SavedTensorHook hook);  // empty: none
 
 // Accumulates d(sum of outputs·grad_outputs)/d(leaf) into every leaf's .grad().
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},

@@ -221,13 +221,17 @@ void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp);
 Tensor loss_parallel(const Tensor& local_logits, const Tensor& targets, ProcessGroup& tp, int64_t vocab_start);
 
 // FSDP: the module's parameters (those not already in a sub-unit) become shards along dim 0 over
-// `dp`; its forward all-gathers them first (the gathered copies are dropped by the module after
-// its forward; autograd keeps what the backward needs) and the backward reduce-scatters the
-// gradients (averaged over dp: each rank's loss is the mean over its slice of the batch). The
-// optimizer, built after this, sees and keeps state only for the shards.
-void fully_shard(nn::Module& module, const DeviceMesh& dp);
+// `dp`; its forward all-gathers them first and the backward reduce-scatters the gradients
+// (averaged over dp: each rank's loss is the mean over its slice of the batch). With
+// reshard_after_forward the gathered copies are freed when the unit's forward ends and gathered
+// again when the backward needs them (one unit's weights alive at a time, three collectives per
+// parameter per step); without, autograd keeps them until the backward (two). The optimizer,
+// built after this, sees and keeps state only for the shards.
+void fully_shard(nn::Module& module, const DeviceMesh& dp, bool reshard_after_forward = true);
 // Every transformer block a unit, then the rest of the model as the root unit.
-void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp);
+void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp, bool reshard_after_forward = true);
+// Bytes of gathered (whole) FSDP parameters alive right now on this rank.
+int64_t fsdp_gathered_bytes();
 
 // How a parameter of a parallelised model is laid out, to gather it (checkpoints) or to count it
 // once (gradient norms). Null for a parameter no parallelism touched (replicated everywhere).

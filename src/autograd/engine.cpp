@@ -29,6 +29,15 @@ struct GradModeScope {
 
 namespace autograd {
 
+namespace {
+SavedTensorHook& saved_hook() {
+  static SavedTensorHook h;
+  return h;
+}
+}  // namespace
+
+void set_saved_tensor_hook(SavedTensorHook hook) { saved_hook() = std::move(hook); }
+
 void attach(const OpDef& op, const Attrs& attrs, std::span<const Tensor> inputs, std::span<const TensorMeta> in_meta,
             std::span<Tensor> outputs) {
   auto node = std::make_shared<Node>();
@@ -41,8 +50,15 @@ void attach(const OpDef& op, const Attrs& attrs, std::span<const Tensor> inputs,
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (i < 32 && (op.save_inputs >> i & 1u)) {
-      node->saved_inputs[i] = t;
-      node->input_versions[i] = t.version();
+      if (saved_hook() && t.defined())
+        if (std::function<Tensor()> thunk = saved_hook()(t)) {
+          node->saved_thunks.resize(inputs.size());
+          node->saved_thunks[i] = std::move(thunk);
+        }
+      if (node->saved_thunks.empty() || !node->saved_thunks[i]) {
+        node->saved_inputs[i] = t;
+        node->input_versions[i] = t.version();
+      }
     }
     if (t.requires_grad()) {
       if (t.grad_fn()) node->next[i] = Edge{t.grad_fn(), t.impl().output_nr, nullptr};
@@ -164,6 +180,8 @@ struct Run {
     SINTER_CHECK_T(AutogradError, !n->released, "[", n->op->name,
                    "] trying to run backward through the graph a second time; its saved tensors were freed "
                    "(pass retain_graph=true the first time)");
+    for (size_t i = 0; i < n->saved_thunks.size(); ++i)  // recreated now (FSDP gathers them again)
+      if (n->saved_thunks[i]) n->saved_inputs[i] = n->saved_thunks[i](), n->input_versions[i] = n->saved_inputs[i].version();
     for (size_t i = 0; i < n->saved_inputs.size(); ++i) check_version(*n, n->saved_inputs[i], n->input_versions[i], "input", i);
     for (size_t k = 0; k < n->saved_outputs.size(); ++k)
       check_version(*n, n->saved_outputs[k], n->output_versions[k], "output", k);
@@ -193,6 +211,7 @@ struct Run {
       n->released = true;
       n->saved_inputs.assign(n->saved_inputs.size(), Tensor());
       n->saved_outputs.assign(n->saved_outputs.size(), Tensor());
+      n->saved_thunks.clear();
     }
     for (size_t i = 0; i < n->next.size(); ++i) {
       Edge& e = n->next[i];

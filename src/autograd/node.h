@@ -1,6 +1,7 @@
 #pragma once
 // The backward graph: one Node per op call that needs a gradient, with edges to the nodes (or
 // leaves) that produced its inputs.
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,6 +23,7 @@ struct Node : std::enable_shared_from_this<Node> {
   const OpDef* op = nullptr;
   Attrs attrs;
   std::vector<Tensor> saved_inputs, saved_outputs;   // outputs saved detached (no cycle)
+  std::vector<std::function<Tensor()>> saved_thunks;  // inputs the saved-tensor hook took over
   std::vector<uint64_t> input_versions, output_versions;
   std::vector<TensorMeta> input_meta, output_meta;
   std::vector<Edge> next;                            // one per input

@@ -1,5 +1,6 @@
 #pragma once
 // What the backend-neutral runtime needs from the OpenMPI backend.
+#include <cstdint>
 #include <memory>
 
 #include "sinter/dist.h"
@@ -7,4 +8,7 @@
 namespace sinter::dist::detail {
 std::shared_ptr<ProcessGroup> make_mpi_world();  // MPI_Init and MPI_COMM_WORLD; finalized at exit
 [[noreturn]] void mpi_abort(int code);
+// Called by the backward of an all_gather that carries a "release_unit" attribute: FSDP drops the
+// copy it gathered again for that parameter's backward once its gradient is reduce-scattered.
+extern void (*fsdp_release)(int64_t unit, int64_t index);
 }  // namespace sinter::dist::detail

@@ -4,10 +4,13 @@
 // ("partial": reduce it).
 #include <cstring>
 
+#include "dist/backend.h"
 #include "ops/common.h"
 #include "sinter/dist.h"
 
 namespace sinter::dist {
+
+void (*detail::fsdp_release)(int64_t, int64_t) = nullptr;
 
 namespace {
 using sinter::detail::add_op;
@@ -138,6 +141,7 @@ void register_dist_ops() {
     ProcessGroup& g = group_by_id(c.attrs.i("group"));
     const Shape& sizes = c.attrs.ints("sizes");
     const int64_t d = c.attrs.i("dim");
+    if (c.attrs.has("release_unit") && detail::fsdp_release) detail::fsdp_release(c.attrs.i("release_unit"), c.attrs.i("release_index"));
     if (c.attrs.b("grad_partial"))
       return std::vector<Tensor>{reduce_scatter(c.grads[0], g, d, as_vec(sizes), parse_reduce(c.attrs.str("grad_op")))};
     return std::vector<Tensor>{c.grads[0].narrow(d, offset_of(sizes, g.rank()), sizes[size_t(g.rank())]).contiguous()};

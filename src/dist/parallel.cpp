@@ -7,8 +7,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dist/backend.h"
 #include "sinter/autograd.h"
 #include "sinter/dist.h"
+#include "sinter/op.h"
 
 namespace sinter::dist {
 
@@ -129,25 +131,123 @@ void shard_param(Tensor& slot, const DeviceMesh& tp, int64_t dim) {
 
 // FSDP: the unit's parameters live as dim-0 shards in their slots between forwards; the forward
 // swaps in gathered copies whose backward reduce-scatters (averages) the gradients into the shards.
+// With resharding (the default) nothing keeps the gathered copies after the forward: the
+// saved-tensor hook replaces every saved view of them with a function that gathers the parameter
+// again when the backward reaches it, and that copy is dropped once the gradient is scattered.
 class FSDPUnit final : public nn::ForwardHook {
  public:
   struct Param {
     Tensor* slot;
     Tensor shard;
     std::vector<int64_t> sizes;
+    Tensor again;  // gathered again for the backward, until the gradient is reduce-scattered
   };
-  FSDPUnit(ProcessGroup& g, std::vector<Param> params) : g_(g), params_(std::move(params)) {}
-  void before(nn::Module&) override {
-    for (auto& p : params_) *p.slot = all_gather(p.shard, g_, 0, p.sizes, /*grad_partial=*/true, ReduceOp::avg);
+  FSDPUnit(ProcessGroup& g, std::vector<Param> params, bool reshard);
+  ~FSDPUnit() override;
+  void before(nn::Module&) override;
+  void after(nn::Module&) override;
+  Tensor gather_again(size_t i) {
+    Param& p = params_[i];
+    if (!p.again.defined()) {
+      NoGradGuard no_grad;
+      p.again = all_gather(p.shard, g_, 0, p.sizes);
+    }
+    return p.again;
   }
-  void after(nn::Module&) override {
-    for (auto& p : params_) *p.slot = p.shard;
-  }
+  void release(size_t i) { params_[i].again = Tensor(); }
 
  private:
   ProcessGroup& g_;
   std::vector<Param> params_;
+  bool reshard_;
+  int64_t id_;
 };
+
+struct Gathered {  // a gathered parameter's storage, by address
+  std::weak_ptr<Storage> storage;
+  FSDPUnit* unit;
+  size_t index;
+};
+std::mutex g_fsdp_mu;
+std::unordered_map<int64_t, FSDPUnit*> g_units;
+std::unordered_map<const Storage*, Gathered> g_gathered;
+int64_t g_next_unit = 0;
+
+std::function<Tensor()> recreate_if_gathered(const Tensor& t) {
+  if (t.is_symbolic()) return {};
+  std::lock_guard<std::mutex> lock(g_fsdp_mu);
+  auto it = g_gathered.find(t.storage().get());
+  if (it == g_gathered.end() || it->second.storage.lock() != t.storage()) return {};
+  FSDPUnit* unit = it->second.unit;
+  const size_t i = it->second.index;
+  const Shape shape = t.shape(), strides = t.strides();
+  const int64_t offset = t.offset();
+  const DType dt = t.dtype();
+  const int64_t id = [&] {
+    for (auto& [k, u] : g_units)
+      if (u == unit) return k;
+    return int64_t(-1);
+  }();
+  return [id, i, shape, strides, offset, dt]() {
+    FSDPUnit* u = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_fsdp_mu);
+      auto f = g_units.find(id);
+      SINTER_CHECK_T(DistError, f != g_units.end(), "[fully_shard] the module was destroyed before its backward ran");
+      u = f->second;
+    }
+    Tensor full = u->gather_again(i);
+    return Tensor::from_storage(full.storage(), shape, strides, offset, dt);  // the same view of the new copy
+  };
+}
+
+void release_again(int64_t unit, int64_t index) {
+  FSDPUnit* u = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_fsdp_mu);
+    auto f = g_units.find(unit);
+    if (f == g_units.end()) return;
+    u = f->second;
+  }
+  u->release(size_t(index));
+}
+
+FSDPUnit::FSDPUnit(ProcessGroup& g, std::vector<Param> params, bool reshard) : g_(g), params_(std::move(params)), reshard_(reshard) {
+  std::lock_guard<std::mutex> lock(g_fsdp_mu);
+  id_ = g_next_unit++;
+  g_units[id_] = this;
+  if (g_units.size() == 1) {
+    autograd::set_saved_tensor_hook(recreate_if_gathered);
+    detail::fsdp_release = release_again;
+  }
+}
+
+FSDPUnit::~FSDPUnit() {
+  std::lock_guard<std::mutex> lock(g_fsdp_mu);
+  g_units.erase(id_);
+  std::erase_if(g_gathered, [this](const auto& kv) { return kv.second.unit == this; });
+  if (g_units.empty()) autograd::set_saved_tensor_hook({});
+}
+
+void FSDPUnit::before(nn::Module&) {
+  static const OpDef& gather = get_op("dist_all_gather");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    Attrs a{{"group", g_.id()}, {"dim", int64_t(0)}, {"sizes", Shape(p.sizes)}, {"grad_partial", true},
+            {"grad_op", std::string("avg")}};
+    if (reshard_) a.set("release_unit", id_), a.set("release_index", int64_t(i));
+    *p.slot = call1(gather, {p.shard}, a);
+    if (reshard_ && grad_enabled() && p.slot->storage()) {
+      std::lock_guard<std::mutex> lock(g_fsdp_mu);
+      std::erase_if(g_gathered, [](const auto& kv) { return kv.second.storage.expired(); });
+      g_gathered[p.slot->storage().get()] = {p.slot->storage(), this, i};
+    }
+  }
+}
+
+void FSDPUnit::after(nn::Module&) {
+  for (auto& p : params_) *p.slot = p.shard;
+}
 
 }  // namespace
 
@@ -227,7 +327,7 @@ Tensor loss_parallel(const Tensor& local_logits, const Tensor& targets, ProcessG
   return mean(lse - all_reduce(picked, tp));
 }
 
-void fully_shard(nn::Module& module, const DeviceMesh& dp) {
+void fully_shard(nn::Module& module, const DeviceMesh& dp, bool reshard_after_forward) {
   SINTER_CHECK_T(DistError, dp.ndim() == 1, "[fully_shard] takes a 1-D mesh, got ", dp.to_string());
   SINTER_CHECK_T(DistError, !module.forward_hook, "[fully_shard] the module is already a unit");
   const int64_t n = dp.size(0), r = dp.coordinate(0);
@@ -249,14 +349,22 @@ void fully_shard(nn::Module& module, const DeviceMesh& dp) {
     std::vector<int64_t> sizes = shard_sizes(slot->size(0), n);
     *slot = piece(*slot, 0, n, r);
     set_layout(*slot, l);
-    params.push_back({slot, *slot, std::move(sizes)});
+    params.push_back({slot, *slot, std::move(sizes), Tensor()});
   }
-  module.forward_hook = std::make_shared<FSDPUnit>(dp.group(0), std::move(params));
+  module.forward_hook = std::make_shared<FSDPUnit>(dp.group(0), std::move(params), reshard_after_forward);
 }
 
-void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp) {
-  for (auto& b : model.blocks) fully_shard(*b, dp);
-  fully_shard(model, dp);
+void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp, bool reshard_after_forward) {
+  for (auto& b : model.blocks) fully_shard(*b, dp, reshard_after_forward);
+  fully_shard(model, dp, reshard_after_forward);
+}
+
+int64_t fsdp_gathered_bytes() {
+  std::lock_guard<std::mutex> lock(g_fsdp_mu);
+  int64_t n = 0;
+  for (auto& [key, g] : g_gathered)
+    if (auto st = g.storage.lock()) n += st->nbytes;
+  return n;
 }
 
 std::optional<DTensor> parameter_layout(const Tensor& param) {
