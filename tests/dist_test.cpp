@@ -251,7 +251,12 @@ const std::vector<double>& reference_losses() {
 // LayerNorm biases, which no backward formula reads: 2 L + 1 vectors of C), and its gradient
 // reduce-scattered once. Plus the gradient norm (8 bytes over the world) and the reported loss
 // (8 bytes over dp).
-double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64_t t, int64_t d) {
+// With sequence parallelism each block's two all_reduces per direction become an all_gather and a
+// reduce_scatter (the same bytes); the embedding's all_reduce stays, the split into sequence slices
+// all-gathers its gradient, the head all-gathers its input (and reduce-scatters the gradient), and
+// the replicated parameters used on slices (LayerNorm weights and biases, row-parallel biases:
+// 6 per block, 2 for the final norm) have their gradients all-reduced.
+double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64_t t, int64_t d, bool sp = false) {
   auto ar = [](int64_t n, double bytes) { return n > 1 ? 2.0 * double(n - 1) / double(n) * bytes : 0.0; };
   const double C = double(c.hidden_size), F = double(c.intermediate_size), V = double(c.vocab_size),
                P = double(c.max_position_embeddings), L = double(c.num_hidden_layers);
@@ -259,7 +264,9 @@ double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64
   const double sharded = V * C + L * (4 * C * C + 3 * C + 2 * C * F + F);  // split over tp
   const double replicated = P * C + L * (4 * C + 2 * C) + 2 * C;           // norms, pos_emb, row-parallel biases
   const double p_local = sharded / double(t) + replicated;
-  const double tp_bytes = ar(t, A) * (4 * L + 2) + ar(t, N * 4) * 3;
+  const double gather = t > 1 ? double(t - 1) / double(t) * A : 0.0;  // one all_gather or reduce_scatter of A
+  const double tp_bytes = sp ? 8 * L * gather + ar(t, A) + 3 * gather + ar(t, N * 4) * 3 + (6 * L + 2) * ar(t, 4 * C)
+                             : ar(t, A) * (4 * L + 2) + ar(t, N * 4) * 3;
   const double read_by_backward = p_local - (2 * L + 1) * C;
   const double fsdp_bytes = d > 1 ? double(d - 1) / double(d) * (2 * p_local + read_by_backward) * 4 : 0.0;
   return tp_bytes + fsdp_bytes + ar(t * d, 8) + ar(d, 8);
@@ -267,16 +274,21 @@ double analytic_step_bytes(const nn::ModelConfig& c, int64_t B, int64_t T, int64
 
 TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
   const int n = world_size();
-  std::vector<std::pair<int64_t, int64_t>> layouts;  // (tp, dp)
-  if (4 % n == 0) layouts.push_back({n, 1});         // the default model's 4 heads split over tp
-  layouts.push_back({1, n});
-  if (n == 4) layouts.push_back({2, 2});
+  struct Layout {
+    int64_t tp, dp;
+    bool sp;
+  };
+  std::vector<Layout> layouts;
+  if (4 % n == 0) layouts.push_back({n, 1, false}), layouts.push_back({n, 1, true});  // 4 heads split over tp
+  layouts.push_back({1, n, false});
+  if (n == 4) layouts.push_back({2, 2, false}), layouts.push_back({2, 2, true});
   const std::vector<double>& ref = reference_losses();
-  for (auto [tp, dp] : layouts) {
-    SCOPED_TRACE("tp=" + std::to_string(tp) + " dp=" + std::to_string(dp));
-    const std::string out = job_dir() + "/tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
+  for (auto [tp, dp, sp] : layouts) {
+    const std::string name = "tp=" + std::to_string(tp) + (sp ? " (sp)" : "") + " dp=" + std::to_string(dp);
+    SCOPED_TRACE(name);
+    const std::string out = job_dir() + "/tp" + std::to_string(tp) + "_dp" + std::to_string(dp) + (sp ? "_sp" : "");
     train::Options o = parity_options(out);
-    o.tp = tp, o.dp = dp;
+    o.tp = tp, o.dp = dp, o.sequence_parallel = sp;
     train::Result r = train::run(o);
     ASSERT_EQ(r.losses.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i)
@@ -298,14 +310,13 @@ TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
     }
     EXPECT_LE(worst, 1e-5) << worst_name;
     // Bytes per step, against the formula (the README states it).
-    const double expect = analytic_step_bytes(nn::ModelConfig::preset("tiny"), o.batch, o.seq_len, tp, dp);
+    const double expect = analytic_step_bytes(nn::ModelConfig::preset("tiny"), o.batch, o.seq_len, tp, dp, sp);
     for (size_t i = 0; i < r.step_bytes.size(); ++i)
       EXPECT_NEAR(double(r.step_bytes[i]), expect, 0.01 * expect) << "step " << i + 1;
     if (rank() == 0)
-      std::printf("  tp=%lld dp=%lld: final loss %.6f (one process %.6f), weights within %.1e (%s), %lld bytes/step sent by "
+      std::printf("  %s: final loss %.6f (one process %.6f), weights within %.1e (%s), %lld bytes/step sent by "
                   "rank 0 (formula %.0f)\n",
-                  (long long)tp, (long long)dp, r.losses.back(), ref.back(), worst, worst_name.c_str(),
-                  (long long)r.step_bytes.back(), expect);
+                  name.c_str(), r.losses.back(), ref.back(), worst, worst_name.c_str(), (long long)r.step_bytes.back(), expect);
   }
 }
 

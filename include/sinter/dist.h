@@ -204,16 +204,22 @@ std::vector<int64_t> shard_sizes(int64_t length, int64_t parts);
 // the last dim. Rowwise: a Linear's input features split; its sharded input gives partial sums
 // that an all_reduce completes (bias added once, after). On an Embedding, Rowwise splits the
 // vocabulary: each rank looks up the ids it holds and an all_reduce sums the rows.
-enum class TPStyle { colwise, rowwise };
+// SequenceParallel (norms): the norm runs on this rank's slice of the sequence; its parameters
+// stay replicated and their gradients are summed over the group. With sequence parallelism on,
+// colwise layers all-gather their sequence-split input and rowwise layers reduce-scatter their
+// output back to slices (the same bytes as the all_reduces, activations between blocks 1/tp).
+enum class TPStyle { colwise, rowwise, sequence_parallel };
 // Module names (dotted, '*' matches one part: "blocks.*.attn.q_proj") and their styles.
 using ParallelizePlan = std::vector<std::pair<std::string, TPStyle>>;
 // Shards the matched layers' parameters over `tp` (a 1-D mesh) and installs their styles. Every
 // rank must hold the same full parameters when this runs (the same seed or checkpoint).
-void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan);
+void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan, bool sequence_parallel = false);
 // The plan for Sinter's GPT/LLaMA models: q/k/v and fc/gate/up colwise, o_proj and proj/down
 // rowwise, the token embedding vocabulary-parallel with the head's logits left sharded and the
-// loss computed by loss_parallel (never the full logits). Heads must divide by tp.
-void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp);
+// loss computed by loss_parallel (never the full logits). Heads must divide by tp. With
+// sequence_parallel the norms take SequenceParallel and the first block's input is split along
+// the sequence (PrepareModuleInput), which must divide by tp.
+void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp, bool sequence_parallel = false);
 
 // Cross-entropy of logits sharded over the vocabulary (B..., V/tp on each rank, rank r holding
 // [vocab_start, vocab_start + V_local)): max, sum of exponentials and the target's logit are

@@ -76,6 +76,9 @@ class Module {
 
   std::shared_ptr<const ParallelStyle> parallel_style;
   std::shared_ptr<ForwardHook> forward_hook;
+  // PrepareModuleInput: applied to a transformer block's input before its forward (sequence
+  // parallelism splits the residual stream along the sequence where it enters the first block).
+  std::function<Tensor(const Tensor&)> prepare_input;
 
  protected:
   Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor value);
@@ -118,7 +121,7 @@ class Embedding : public Module {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);
-  Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  Tensor forward(const Tensor& x) const { return parallel_style ? parallel_style->forward(*this, x) : layer_norm(x, weight, bias, eps); }
   Tensor weight, bias;
   double eps;
 };
@@ -126,7 +129,7 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6);
-  Tensor forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
+  Tensor forward(const Tensor& x) const { return parallel_style ? parallel_style->forward(*this, x) : rms_norm(x, weight, eps); }
   Tensor weight;
   double eps;
 };

@@ -31,6 +31,7 @@ struct Options {
   // 2-D parallel training under mpirun (tp x dp ranks): tensor parallel over tp, FSDP over dp, the
   // batch split over dp. 1 x 1: one process. Rank 0 prints and writes the (gathered) checkpoint.
   int64_t tp = 1, dp = 1;
+  bool sequence_parallel = false;  // with tp > 1: norms and the residual stream split along the sequence
   std::string to_json() const;
 };
 

@@ -238,7 +238,9 @@ void register_dist_ops() {
     group_for("dist_copy_to_group", a);
     return std::vector<TensorMeta>{in[0]};
   };
-  cp.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { out[0].copy_(in[0]); };
+  cp.view = [](std::span<const Tensor> in, const Attrs&) {  // an alias: no copy (and FSDP still sees its weight)
+    return std::vector<Tensor>{sinter::detail::raw_view(in[0], in[0].shape(), in[0].strides(), in[0].offset())};
+  };
   cp.backward = [](BackwardCtx& c) {
     return std::vector<Tensor>{all_reduce(c.grads[0], group_by_id(c.attrs.i("group")), ReduceOp::sum)};
   };

@@ -66,35 +66,69 @@ bool matches(const std::string& pattern, const std::string& name) {
 // ranks' gradients. Layers fed the same tensor (q, k and v; gate and up) share one copy, so their
 // gradients are summed locally first and reduced once, as a fused qkv projection would be.
 // Without a gradient to route the copy is the identity and is skipped.
-Tensor enter_group(const Tensor& x, ProcessGroup& g) {
-  if (!grad_enabled() || !x.requires_grad()) return x;
+// With sequence parallelism the input is this rank's slice of the sequence (dim 1): the shared
+// step is an all_gather, whose backward reduce-scatters the gradient.
+Tensor enter_group(const Tensor& x, ProcessGroup& g, bool sequence_parallel) {
+  if (!sequence_parallel && (!grad_enabled() || !x.requires_grad())) return x;
   thread_local std::weak_ptr<TensorImpl> last_in;
   thread_local Tensor last_out;
   thread_local int64_t last_group = -1;
-  if (last_in.lock() == x.impl_ptr() && last_group == g.id()) return last_out;
-  last_in = x.impl_ptr(), last_group = g.id();
-  return last_out = copy_to_group(x, g);
+  thread_local bool last_sp = false;
+  if (last_in.lock() == x.impl_ptr() && last_group == g.id() && last_sp == sequence_parallel) return last_out;
+  last_in = x.impl_ptr(), last_group = g.id(), last_sp = sequence_parallel;
+  if (!sequence_parallel) return last_out = copy_to_group(x, g);
+  return last_out = all_gather(x, g, 1, std::vector<int64_t>(size_t(g.size()), x.size(1)), /*grad_partial=*/true);
+}
+
+// A parameter replicated over the group but used on rank-specific tokens: its gradient is summed.
+Tensor replicated_param(const Tensor& p, ProcessGroup& g) {
+  return p.defined() && grad_enabled() && p.requires_grad() ? copy_to_group(p, g) : p;
 }
 
 class Colwise final : public nn::ParallelStyle {
  public:
-  explicit Colwise(ProcessGroup& g) : g_(g) {}
+  Colwise(ProcessGroup& g, bool sp) : g_(g), sp_(sp) {}
   Tensor forward(const nn::Module& m, const Tensor& x) const override {
     auto& l = static_cast<const nn::Linear&>(m);
-    return linear(enter_group(x, g_), l.weight, l.bias);
+    return linear(enter_group(x, g_, sp_), l.weight, l.bias);
   }
 
  private:
   ProcessGroup& g_;
+  bool sp_;
 };
 
+// Partial sums completed by an all_reduce, or (sequence parallel) by a reduce_scatter that leaves
+// each rank its slice of the sequence.
 class Rowwise final : public nn::ParallelStyle {
  public:
-  explicit Rowwise(ProcessGroup& g) : g_(g) {}
+  Rowwise(ProcessGroup& g, bool sp) : g_(g), sp_(sp) {}
   Tensor forward(const nn::Module& m, const Tensor& x) const override {
     auto& l = static_cast<const nn::Linear&>(m);
-    Tensor y = all_reduce(linear(x, l.weight), g_);
-    return l.bias.defined() ? y + l.bias : y;
+    Tensor y = linear(x, l.weight);
+    if (!sp_) {
+      y = all_reduce(y, g_);
+      return l.bias.defined() ? y + l.bias : y;
+    }
+    y = reduce_scatter(y, g_, 1, std::vector<int64_t>(size_t(g_.size()), y.size(1) / g_.size()));
+    return l.bias.defined() ? y + replicated_param(l.bias, g_) : y;
+  }
+
+ private:
+  ProcessGroup& g_;
+  bool sp_;
+};
+
+// SequenceParallel: a norm on this rank's slice of the sequence, its (replicated) parameters'
+// gradients summed over the group.
+class SequenceParallelNorm final : public nn::ParallelStyle {
+ public:
+  explicit SequenceParallelNorm(ProcessGroup& g) : g_(g) {}
+  Tensor forward(const nn::Module& m, const Tensor& x) const override {
+    if (auto* ln = dynamic_cast<const nn::LayerNorm*>(&m))
+      return layer_norm(x, replicated_param(ln->weight, g_), replicated_param(ln->bias, g_), ln->eps);
+    auto& rn = static_cast<const nn::RMSNorm&>(m);
+    return rms_norm(x, replicated_param(rn.weight, g_), rn.eps);
   }
 
  private:
@@ -105,7 +139,7 @@ class Rowwise final : public nn::ParallelStyle {
 // over the group is the full lookup.
 class VocabParallelEmbedding final : public nn::ParallelStyle {
  public:
-  VocabParallelEmbedding(ProcessGroup& g, int64_t start, int64_t len) : g_(g), start_(start), len_(len) {}
+  VocabParallelEmbedding(ProcessGroup& g, int64_t start, int64_t len, bool sp) : g_(g), start_(start), len_(len), sp_(sp) {}
   Tensor forward(const nn::Module& m, const Tensor& ids) const override {
     auto& e = static_cast<const nn::Embedding&>(m);
     Tensor local = ids - full({}, double(start_), ids.dtype());
@@ -114,12 +148,13 @@ class VocabParallelEmbedding final : public nn::ParallelStyle {
     return all_reduce(embedding(e.weight, idx) * valid.unsqueeze(-1), g_);
   }
   Tensor project(const nn::Module& m, const Tensor& x) const override {
-    return linear(enter_group(x, g_), static_cast<const nn::Embedding&>(m).weight);
+    return linear(enter_group(x, g_, sp_), static_cast<const nn::Embedding&>(m).weight);
   }
 
  private:
   ProcessGroup& g_;
   int64_t start_, len_;
+  bool sp_;
 };
 
 void shard_param(Tensor& slot, const DeviceMesh& tp, int64_t dim) {
@@ -251,7 +286,7 @@ void FSDPUnit::after(nn::Module&) {
 
 }  // namespace
 
-void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan) {
+void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan, bool sequence_parallel) {
   SINTER_CHECK_T(DistError, tp.ndim() == 1, "[parallelize_module] takes a 1-D mesh, got ", tp.to_string());
   ProcessGroup& g = tp.group(0);
   std::unordered_set<const TensorImpl*> sharded;
@@ -259,15 +294,17 @@ void parallelize_module(nn::Module& root, const DeviceMesh& tp, const Paralleliz
     for (auto& [pattern, style] : plan) {
       if (!matches(pattern, name)) continue;
       SINTER_CHECK_T(DistError, !m->parallel_style, "[parallelize_module] '", name, "' is already parallel");
+      SINTER_CHECK_T(DistError, style != TPStyle::sequence_parallel || dynamic_cast<nn::LayerNorm*>(m) || dynamic_cast<nn::RMSNorm*>(m),
+                     "[parallelize_module] '", name, "': SequenceParallel applies to norms");
       if (auto* l = dynamic_cast<nn::Linear*>(m)) {
         SINTER_CHECK_T(DistError, !l->sparse.defined(), "[parallelize_module] '", name, "' is 2:4 sparse; tensor parallelism takes dense layers");
         if (style == TPStyle::colwise) {
           shard_param(l->weight, tp, 0);
           if (l->bias.defined()) shard_param(l->bias, tp, 0), sharded.insert(l->bias.impl_ptr().get());
-          l->parallel_style = std::make_shared<Colwise>(g);
+          l->parallel_style = std::make_shared<Colwise>(g, sequence_parallel);
         } else {
           shard_param(l->weight, tp, 1);
-          l->parallel_style = std::make_shared<Rowwise>(g);
+          l->parallel_style = std::make_shared<Rowwise>(g, sequence_parallel);
         }
         sharded.insert(l->weight.impl_ptr().get());
       } else if (auto* e = dynamic_cast<nn::Embedding*>(m)) {
@@ -276,9 +313,13 @@ void parallelize_module(nn::Module& root, const DeviceMesh& tp, const Paralleliz
         const auto [start, len] = shard_range(e->weight.size(0), g.size(), g.rank());
         shard_param(e->weight, tp, 0);
         sharded.insert(e->weight.impl_ptr().get());
-        e->parallel_style = std::make_shared<VocabParallelEmbedding>(g, start, len);
+        e->parallel_style = std::make_shared<VocabParallelEmbedding>(g, start, len, sequence_parallel);
+      } else if (dynamic_cast<nn::LayerNorm*>(m) || dynamic_cast<nn::RMSNorm*>(m)) {
+        SINTER_CHECK_T(DistError, style == TPStyle::sequence_parallel, "[parallelize_module] norm '", name,
+                       "' takes SequenceParallel");
+        m->parallel_style = std::make_shared<SequenceParallelNorm>(g);
       } else {
-        SINTER_THROW(DistError, "[parallelize_module] '", name, "' is neither a Linear nor an Embedding");
+        SINTER_THROW(DistError, "[parallelize_module] '", name, "' is not a Linear, an Embedding or a norm");
       }
     }
   }
@@ -287,7 +328,7 @@ void parallelize_module(nn::Module& root, const DeviceMesh& tp, const Paralleliz
     if (!sharded.count(p->impl_ptr().get())) set_layout(*p, {{}, tp, {Placement::Replicate()}, p->shape()});
 }
 
-void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp) {
+void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp, bool sequence_parallel) {
   const auto& c = model.config();
   const int64_t n = tp.size(0);
   SINTER_CHECK_T(DistError, c.num_attention_heads % n == 0 && c.num_key_value_heads % n == 0, "[parallelize_gpt] ",
@@ -300,8 +341,16 @@ void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp) {
                           {"blocks.*.mlp.gate", TPStyle::colwise},    {"blocks.*.mlp.up", TPStyle::colwise},
                           {"blocks.*.mlp.down", TPStyle::rowwise},    {"tok_emb", TPStyle::rowwise}};
   if (model.lm_head) plan.push_back({"lm_head", TPStyle::colwise});
-  parallelize_module(model, tp, plan);
+  if (sequence_parallel)
+    for (const char* norm : {"blocks.*.norm1", "blocks.*.norm2", "norm_f"}) plan.push_back({norm, TPStyle::sequence_parallel});
+  parallelize_module(model, tp, plan, sequence_parallel);
   ProcessGroup* g = &tp.group(0);
+  if (sequence_parallel)  // PrepareModuleInput: the residual stream splits along the sequence at the first block
+    model.blocks.front()->prepare_input = [g](const Tensor& x) {
+      SINTER_CHECK_T(DistError, x.size(1) % g->size() == 0, "[sequence_parallel] ", x.size(1),
+                     " tokens do not split evenly over tp=", g->size());
+      return shard(x, *g, 1);
+    };
   const int64_t start = shard_range(c.vocab_size, n, tp.coordinate(0)).first;
   model.parallel_loss = [g, start](const Tensor& logits, const Tensor& targets) {
     return loss_parallel(logits, targets, *g, start);

@@ -167,10 +167,12 @@ CausalSelfAttention::CausalSelfAttention(const ModelConfig& c)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
-  const int64_t B = x.size(0), T = x.size(1);
-  // -1 heads: under tensor parallelism each rank holds n_head / tp of them.
+  // -1 heads: under tensor parallelism each rank holds n_head / tp of them. T from the projections:
+  // under sequence parallelism x holds a slice of the sequence and they see all of it.
+  Tensor qp = q_proj->forward(x);
+  const int64_t B = qp.size(0), T = qp.size(1);
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, -1, head_dim}).transpose(1, 2); };
-  Tensor q = heads(q_proj->forward(x)), k = heads(k_proj->forward(x)), v = heads(v_proj->forward(x));
+  Tensor q = heads(qp), k = heads(k_proj->forward(x)), v = heads(v_proj->forward(x));
   const int64_t pos0 = cache ? cache->length : 0;
   if (rope) {
     Tensor c = rope_cos.narrow(0, pos0, T), s = rope_sin.narrow(0, pos0, T);
@@ -230,8 +232,9 @@ class HookScope {
 };
 }  // namespace
 
-Tensor TransformerBlock::forward(const Tensor& x, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
+Tensor TransformerBlock::forward(const Tensor& x_in, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
   HookScope hooks(*this);
+  const Tensor x = prepare_input ? prepare_input(x_in) : x_in;
   // Residual dropout (GPT-2's resid_pdrop, LLaMA's attention_dropout), only while training.
   Tensor h = x + dropout(attn->forward(norm(norm1, x), rope_cos, rope_sin, cache), p_drop, is_training());
   Tensor m = norm(norm2, h);

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
-         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}};
+         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel}};
   return j.dump();
 }
 
@@ -270,7 +270,7 @@ Result run(const Options& o) {
   const int64_t n_params = model->num_parameters();
   if (parallel) {
     mesh = dist::DeviceMesh({{"dp", o.dp}, {"tp", o.tp}});
-    if (o.tp > 1) dist::parallelize_gpt(*model, (*mesh)["tp"]);
+    if (o.tp > 1) dist::parallelize_gpt(*model, (*mesh)["tp"], o.sequence_parallel);
     if (o.dp > 1) dist::fully_shard_gpt(*model, (*mesh)["dp"]);
   }
   if (sharded_resume) dist::load_sharded_into(o.out_dir, "model", parameter_pieces(*model));
@@ -280,8 +280,9 @@ Result run(const Options& o) {
   SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
   if (main_rank) make_dirs(o.out_dir);
   if (!quiet && parallel)
-    std::printf("train: %lld ranks as %s: tensor parallel over tp, FSDP over dp, %lld sequences per dp rank\n",
-                (long long)(o.tp * o.dp), mesh->to_string().c_str(), (long long)(o.batch / o.dp));
+    std::printf("train: %lld ranks as %s: tensor parallel over tp%s, FSDP over dp, %lld sequences per dp rank\n",
+                (long long)(o.tp * o.dp), mesh->to_string().c_str(), o.sequence_parallel ? " (sequence parallel)" : "",
+                (long long)(o.batch / o.dp));
   if (!quiet)
     std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
                 cfg.model_type.c_str(), double(n_params) / 1e6,
