@@ -333,13 +333,22 @@ TEST(FSDP, FreesGatheredWeightsAfterTheForwardAndGathersThemAgainForTheBackward)
     model.init_weights(5);
     fully_shard_gpt(model, mesh["dp"], reshard);
     const int64_t before = cpu_live_bytes();
+    const FSDPStats s0 = fsdp_stats();
     Tensor logits = model.forward(x);
+    // Every parameter gathered once; all but the root unit's were started by the unit before.
+    const int64_t params = int64_t(model.named_parameters().size());
+    const int64_t root_params = params - int64_t(cfg.num_hidden_layers) * int64_t(model.blocks[0]->named_parameters().size());
+    EXPECT_EQ(fsdp_stats().forward - s0.forward, params);
+    EXPECT_EQ(fsdp_stats().prefetched - s0.prefetched, params - root_params);
     held.push_back(cpu_live_bytes() - before);
     if (reshard) {
       EXPECT_EQ(fsdp_gathered_bytes(), 0);
     }
+    const FSDPStats s1 = fsdp_stats();
     cross_entropy(logits.reshape({-1, 256}), y.reshape({-1})).backward();
     EXPECT_EQ(fsdp_gathered_bytes(), 0);
+    // Resharded: gathered again once for the backward, all but the 2 L + 1 LayerNorm biases.
+    EXPECT_EQ(fsdp_stats().backward - s1.backward, reshard ? params - (2 * cfg.num_hidden_layers + 1) : 0);
     std::map<std::string, Tensor> g;
     for (auto& [name, p] : model.named_parameters()) g[name] = p->grad().clone();
     grads.push_back(g);
@@ -352,6 +361,44 @@ TEST(FSDP, FreesGatheredWeightsAfterTheForwardAndGathersThemAgainForTheBackward)
     std::printf("  after the forward: %.2f MB held keeping the gathered weights, %.2f MB resharded (model %.2f MB)\n",
                 double(held[0]) / 1e6, double(held[1]) / 1e6, model_bytes / 1e6);
   for (auto& [name, g] : grads[0]) EXPECT_TRUE(same(grads[1][name], g, 0.0)) << name;
+}
+
+// A two-layer MLP split by hand-written plan: colwise then rowwise, its input arriving split
+// along the batch (PrepareModuleInput gathers it) and its output split again (PrepareModuleOutput).
+struct TwoLayer : nn::Module {
+  TwoLayer() {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 8));
+    b = register_module("b", std::make_shared<nn::Linear>(8, 5));
+  }
+  Tensor forward(const Tensor& x) { return b->forward(relu(a->forward(x))); }
+  std::shared_ptr<nn::Linear> a, b;
+};
+
+TEST(TensorParallel, APlanOnAnyModuleWithPreparedInputsAndOutputsMatchesOneProcess) {
+  const int n = world_size();
+  DeviceMesh tp({{"tp", n}});
+  manual_seed(12);
+  Tensor x = randn({2 * n, 6}), y = randn({2 * n, 5});
+  TwoLayer ref, par;
+  std::map<std::string, Tensor> ref_params;
+  for (auto& [name, p] : ref.named_parameters()) ref_params[name] = *p;
+  {
+    NoGradGuard g;
+    for (auto& [name, p] : par.named_parameters()) p->copy_(ref_params.at(name));
+  }
+  sum(ref.forward(x) * y).backward();
+  parallelize_module(par, tp, {{"a", TPStyle::colwise}, {"b", TPStyle::rowwise}});
+  prepare_module_io(par, tp, "a", {{Placement::Shard(0)}, {Placement::Replicate()}, {}, {}});
+  prepare_module_io(par, tp, "b", {{}, {}, {Placement::Replicate()}, {Placement::Shard(0)}});
+  const auto [start, len] = shard_range(2 * n, n, rank());
+  Tensor out = par.forward(x.narrow(0, start, len).contiguous());  // this rank's rows in, its rows out
+  EXPECT_TRUE(same(out, ref.forward(x).narrow(0, start, len), 1e-5));
+  sum(out * y.narrow(0, start, len)).backward();
+  for (auto& [name, p] : par.named_parameters()) {
+    std::optional<DTensor> l = parameter_layout(*p);
+    ASSERT_TRUE(l.has_value()) << name;
+    EXPECT_TRUE(same(p->grad(), distribute_tensor(ref_params.at(name).grad(), tp, l->placements()).to_local(), 1e-5)) << name;
+  }
 }
 
 // ---- Resharding checkpoints: ctest runs SaveOn2x2 (4 ranks), then LoadOn1x2 (2 ranks) and

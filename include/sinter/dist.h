@@ -214,6 +214,15 @@ using ParallelizePlan = std::vector<std::pair<std::string, TPStyle>>;
 // Shards the matched layers' parameters over `tp` (a 1-D mesh) and installs their styles. Every
 // rank must hold the same full parameters when this runs (the same seed or checkpoint).
 void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan, bool sequence_parallel = false);
+// PrepareModuleInput / PrepareModuleOutput: a layer's input is redistributed over the tp mesh
+// before its forward and its output after (e.g. a batch-split input gathered to Replicate, or a
+// replicated output split again). Layouts describe the local tensors (shards even); empty lists
+// leave that side alone. Applies to Linear, Embedding and norm layers, over any style they have.
+struct PrepareModuleIO {
+  Placements input_layouts, desired_input_layouts, output_layouts, desired_output_layouts;
+};
+void prepare_module_io(nn::Module& root, const DeviceMesh& tp, const std::string& pattern, const PrepareModuleIO& io);
+
 // The plan for Sinter's GPT/LLaMA models: q/k/v and fc/gate/up colwise, o_proj and proj/down
 // rowwise, the token embedding vocabulary-parallel with the head's logits left sharded and the
 // loss computed by loss_parallel (never the full logits). Heads must divide by tp. With
@@ -238,6 +247,12 @@ void fully_shard(nn::Module& module, const DeviceMesh& dp, bool reshard_after_fo
 void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp, bool reshard_after_forward = true);
 // Bytes of gathered (whole) FSDP parameters alive right now on this rank.
 int64_t fsdp_gathered_bytes();
+// Parameter gathers on this rank since the start: for forwards (of which `prefetched` were started
+// by the previous unit) and again for backwards.
+struct FSDPStats {
+  int64_t forward = 0, prefetched = 0, backward = 0;
+};
+FSDPStats fsdp_stats();
 
 // How a parameter of a parallelised model is laid out, to gather it (checkpoints) or to count it
 // once (gradient norms). Null for a parameter no parallelism touched (replicated everywhere).

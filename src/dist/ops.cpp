@@ -11,6 +11,7 @@
 namespace sinter::dist {
 
 void (*detail::fsdp_release)(int64_t, int64_t) = nullptr;
+Tensor (*detail::fsdp_prefetched)(int64_t, int64_t) = nullptr;
 
 namespace {
 using sinter::detail::add_op;
@@ -126,6 +127,13 @@ void register_dist_ops() {
     ProcessGroup& g = group_by_id(a.i("group"));
     const Shape& sizes = a.ints("sizes");
     const int64_t d = wrap_dim("dist_all_gather", a.i("dim"), in[0].dim());
+    if (a.has("prefetch_unit") && detail::fsdp_prefetched) {  // FSDP started this gather earlier
+      Tensor buf = detail::fsdp_prefetched(a.i("prefetch_unit"), a.i("prefetch_index"));
+      if (buf.defined()) {
+        unpack(buf, d, sizes, out[0]);
+        return;
+      }
+    }
     Tensor x = contiguous_as(in[0], in[0].dtype());
     std::vector<int64_t> counts;
     for (int64_t len : sizes) counts.push_back(x.numel() / std::max<int64_t>(in[0].size(d), 1) * len);

@@ -25,6 +25,7 @@ struct Layout {
 };
 std::mutex g_mu;
 std::unordered_map<const TensorImpl*, Layout> g_layouts;
+FSDPStats g_stats;  // FSDP gathers on this rank
 
 void set_layout(const Tensor& p, Layout l) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -157,6 +158,42 @@ class VocabParallelEmbedding final : public nn::ParallelStyle {
   bool sp_;
 };
 
+// The layer's own computation, for a PrepareModuleIO wrapper with no parallel style inside.
+Tensor plain_forward(const nn::Module& m, const Tensor& x) {
+  if (auto* l = dynamic_cast<const nn::Linear*>(&m)) return l->sparse.defined() ? linear(x, l->sparse, l->bias) : linear(x, l->weight, l->bias);
+  if (auto* e = dynamic_cast<const nn::Embedding*>(&m)) return embedding(e->weight, x);
+  if (auto* n = dynamic_cast<const nn::LayerNorm*>(&m)) return layer_norm(x, n->weight, n->bias, n->eps);
+  if (auto* r = dynamic_cast<const nn::RMSNorm*>(&m)) return rms_norm(x, r->weight, r->eps);
+  SINTER_THROW(DistError, "[prepare_module_io] takes Linear, Embedding, LayerNorm or RMSNorm layers");
+}
+
+Tensor redistribute_local(const Tensor& x, const DeviceMesh& mesh, const Placements& from, const Placements& to) {
+  if (from.empty() || from == to) return x;
+  Shape global = x.shape();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i].is_shard()) global[size_t(from[i].dim)] *= mesh.size(int64_t(i));
+  return DTensor(x, mesh, from, global).redistribute(to).to_local();
+}
+
+class PrepareIO final : public nn::ParallelStyle {
+ public:
+  PrepareIO(std::shared_ptr<const nn::ParallelStyle> inner, DeviceMesh mesh, PrepareModuleIO io)
+      : inner_(std::move(inner)), mesh_(std::move(mesh)), io_(std::move(io)) {}
+  Tensor forward(const nn::Module& m, const Tensor& x) const override {
+    const Tensor in = redistribute_local(x, mesh_, io_.input_layouts, io_.desired_input_layouts);
+    const Tensor y = inner_ ? inner_->forward(m, in) : plain_forward(m, in);
+    return redistribute_local(y, mesh_, io_.output_layouts, io_.desired_output_layouts);
+  }
+  Tensor project(const nn::Module& m, const Tensor& x) const override {
+    return inner_ ? inner_->project(m, x) : nn::ParallelStyle::project(m, x);
+  }
+
+ private:
+  std::shared_ptr<const nn::ParallelStyle> inner_;
+  DeviceMesh mesh_;
+  PrepareModuleIO io_;
+};
+
 void shard_param(Tensor& slot, const DeviceMesh& tp, int64_t dim) {
   const int64_t n = tp.size(0), r = tp.coordinate(0);
   Shape global = slot.shape();
@@ -186,14 +223,29 @@ class FSDPUnit final : public nn::ForwardHook {
     if (!p.again.defined()) {
       NoGradGuard no_grad;
       p.again = all_gather(p.shard, g_, 0, p.sizes);
+      g_stats.backward += 1;
     }
     return p.again;
   }
   void release(size_t i) { params_[i].again = Tensor(); }
+  // Starts gathering this unit's parameters (non-blocking): the previous unit calls it as its own
+  // forward begins, so the transfer overlaps that unit's work where the library progresses it.
+  void prefetch();
+  Tensor take_prefetched(size_t i);
+  FSDPUnit* next = nullptr;  // the unit whose forward follows this one's
 
  private:
+  struct Pending {
+    Work work;
+    Tensor buffer;
+  };
+  void wait_pending() {
+    for (auto& q : pending_) q.work.wait();
+    pending_.clear();
+  }
   ProcessGroup& g_;
   std::vector<Param> params_;
+  std::vector<Pending> pending_;
   bool reshard_;
   int64_t id_;
 };
@@ -236,6 +288,17 @@ std::function<Tensor()> recreate_if_gathered(const Tensor& t) {
   };
 }
 
+Tensor prefetched_buffer(int64_t unit, int64_t index) {
+  FSDPUnit* u = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_fsdp_mu);
+    auto f = g_units.find(unit);
+    if (f == g_units.end()) return {};
+    u = f->second;
+  }
+  return u->take_prefetched(size_t(index));
+}
+
 void release_again(int64_t unit, int64_t index) {
   FSDPUnit* u = nullptr;
   {
@@ -254,23 +317,51 @@ FSDPUnit::FSDPUnit(ProcessGroup& g, std::vector<Param> params, bool reshard) : g
   if (g_units.size() == 1) {
     autograd::set_saved_tensor_hook(recreate_if_gathered);
     detail::fsdp_release = release_again;
+    detail::fsdp_prefetched = prefetched_buffer;
   }
 }
 
 FSDPUnit::~FSDPUnit() {
+  wait_pending();  // MPI may still be writing into the buffers
   std::lock_guard<std::mutex> lock(g_fsdp_mu);
   g_units.erase(id_);
   std::erase_if(g_gathered, [this](const auto& kv) { return kv.second.unit == this; });
   if (g_units.empty()) autograd::set_saved_tensor_hook({});
 }
 
+void FSDPUnit::prefetch() {
+  wait_pending();  // a prefetch whose forward never came
+  for (Param& p : params_) {
+    int64_t per = 1;  // elements per row along dim 0 (known even when this rank's shard is empty)
+    for (int64_t d = 1; d < p.shard.dim(); ++d) per *= p.shard.size(d);
+    std::vector<int64_t> counts;
+    int64_t total = 0;
+    for (int64_t len : p.sizes) counts.push_back(len * per), total += len * per;
+    Tensor buffer = Tensor::empty({total}, p.shard.dtype());
+    pending_.push_back({g_.all_gather(p.shard.detach().reshape({-1}), buffer, counts), buffer});
+  }
+}
+
+Tensor FSDPUnit::take_prefetched(size_t i) {
+  if (i >= pending_.size() || !pending_[i].buffer.defined()) return {};
+  pending_[i].work.wait();
+  Tensor b = pending_[i].buffer;
+  pending_[i].buffer = Tensor();
+  if (i + 1 == pending_.size()) pending_.clear();
+  return b;
+}
+
 void FSDPUnit::before(nn::Module&) {
   static const OpDef& gather = get_op("dist_all_gather");
+  const bool prefetched = !pending_.empty();
+  if (next) next->prefetch();
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     Attrs a{{"group", g_.id()}, {"dim", int64_t(0)}, {"sizes", Shape(p.sizes)}, {"grad_partial", true},
             {"grad_op", std::string("avg")}};
     if (reshard_) a.set("release_unit", id_), a.set("release_index", int64_t(i));
+    if (prefetched) a.set("prefetch_unit", id_), a.set("prefetch_index", int64_t(i)), g_stats.prefetched += 1;
+    g_stats.forward += 1;
     *p.slot = call1(gather, {p.shard}, a);
     if (reshard_ && grad_enabled() && p.slot->storage()) {
       std::lock_guard<std::mutex> lock(g_fsdp_mu);
@@ -326,6 +417,25 @@ void parallelize_module(nn::Module& root, const DeviceMesh& tp, const Paralleliz
   // Everything else is replicated over the group: one copy per tp rank.
   for (auto& [name, p] : root.named_parameters())
     if (!sharded.count(p->impl_ptr().get())) set_layout(*p, {{}, tp, {Placement::Replicate()}, p->shape()});
+}
+
+void prepare_module_io(nn::Module& root, const DeviceMesh& tp, const std::string& pattern, const PrepareModuleIO& io) {
+  for (const Placements* p : {&io.input_layouts, &io.desired_input_layouts, &io.output_layouts, &io.desired_output_layouts})
+    SINTER_CHECK_T(DistError, p->empty() || int64_t(p->size()) == tp.ndim(), "[prepare_module_io] ", p->size(),
+                   " placements for ", tp.to_string());
+  SINTER_CHECK_T(DistError, io.input_layouts.size() == io.desired_input_layouts.size() &&
+                                io.output_layouts.size() == io.desired_output_layouts.size(),
+                 "[prepare_module_io] give both layouts of a side, or neither");
+  int matched = 0;
+  for (auto& [name, m] : root.named_modules()) {
+    if (!matches(pattern, name)) continue;
+    SINTER_CHECK_T(DistError, dynamic_cast<nn::Linear*>(m) || dynamic_cast<nn::Embedding*>(m) || dynamic_cast<nn::LayerNorm*>(m) ||
+                                  dynamic_cast<nn::RMSNorm*>(m),
+                   "[prepare_module_io] '", name, "' is not a Linear, Embedding, LayerNorm or RMSNorm layer");
+    m->parallel_style = std::make_shared<PrepareIO>(m->parallel_style, tp, io);
+    ++matched;
+  }
+  SINTER_CHECK_T(DistError, matched > 0, "[prepare_module_io] no module matches '", pattern, "'");
 }
 
 void parallelize_gpt(nn::GPT& model, const DeviceMesh& tp, bool sequence_parallel) {
@@ -406,7 +516,16 @@ void fully_shard(nn::Module& module, const DeviceMesh& dp, bool reshard_after_fo
 void fully_shard_gpt(nn::GPT& model, const DeviceMesh& dp, bool reshard_after_forward) {
   for (auto& b : model.blocks) fully_shard(*b, dp, reshard_after_forward);
   fully_shard(model, dp, reshard_after_forward);
+  // Forward order: the root (embeddings) first, then the blocks; each prefetches the next.
+  FSDPUnit* prev = static_cast<FSDPUnit*>(model.forward_hook.get());
+  for (auto& b : model.blocks) {
+    auto* u = static_cast<FSDPUnit*>(b->forward_hook.get());
+    prev->next = u;
+    prev = u;
+  }
 }
+
+FSDPStats fsdp_stats() { return g_stats; }
 
 int64_t fsdp_gathered_bytes() {
   std::lock_guard<std::mutex> lock(g_fsdp_mu);
