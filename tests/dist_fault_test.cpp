@@ -19,7 +19,7 @@ struct JobRun {
 JobRun run_job(const std::string& mode, int timeout_s) {
   // Root and more ranks than cores are fine here; shared memory keeps the traffic local.
   const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                          "OMPI_MCA_btl=self,vader SINTER_DIST_TIMEOUT=" + std::to_string(timeout_s) +
+                          "OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none SINTER_DIST_TIMEOUT=" + std::to_string(timeout_s) +
                           " timeout -s KILL 120 mpirun -np 2 " SINTER_DIST_FAULT " " + mode + " 2>&1";
   JobRun r;
   const auto t0 = std::chrono::steady_clock::now();
