@@ -401,6 +401,20 @@ TEST(TensorParallel, APlanOnAnyModuleWithPreparedInputsAndOutputsMatchesOneProce
   }
 }
 
+TEST(TensorParallel, TheSameInputFedToTwoForwardsGetsTwoGraphs) {
+  // Column-parallel layers share the copy of an input they are fed; a later forward of the same
+  // tensor, after a backward freed the first graph, must not reuse it.
+  DeviceMesh tp({{"tp", world_size()}});
+  TwoLayer m;
+  parallelize_module(m, tp, {{"a", TPStyle::colwise}, {"b", TPStyle::rowwise}});
+  manual_seed(4);
+  Tensor x = randn({3, 6}).requires_grad_();
+  sum(m.forward(x)).backward();
+  const Tensor g1 = x.grad().clone();
+  EXPECT_NO_THROW(sum(m.forward(x)).backward());
+  EXPECT_TRUE(same(x.grad(), g1 * 2.0, 1e-6));
+}
+
 // ---- Resharding checkpoints: ctest runs SaveOn2x2 (4 ranks), then LoadOn1x2 (2 ranks) and
 // LoadOnOneProcess (no mpirun) on the folder SINTER_CKPT_DIR names. ----
 

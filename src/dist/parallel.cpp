@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/node.h"
 #include "dist/backend.h"
 #include "sinter/autograd.h"
 #include "sinter/dist.h"
@@ -75,7 +76,10 @@ Tensor enter_group(const Tensor& x, ProcessGroup& g, bool sequence_parallel) {
   thread_local Tensor last_out;
   thread_local int64_t last_group = -1;
   thread_local bool last_sp = false;
-  if (last_in.lock() == x.impl_ptr() && last_group == g.id() && last_sp == sequence_parallel) return last_out;
+  // A hit only within one graph: the same input tensor fed to a later forward, after a backward
+  // released the old copy's node, gets a fresh copy.
+  const bool alive = last_out.defined() && !(last_out.grad_fn() && last_out.grad_fn()->released);
+  if (alive && last_in.lock() == x.impl_ptr() && last_group == g.id() && last_sp == sequence_parallel) return last_out;
   last_in = x.impl_ptr(), last_group = g.id(), last_sp = sequence_parallel;
   if (!sequence_parallel) return last_out = copy_to_group(x, g);
   return last_out = all_gather(x, g, 1, std::vector<int64_t>(size_t(g.size()), x.size(1)), /*grad_partial=*/true);
