@@ -401,6 +401,48 @@ TEST(TensorParallel, APlanOnAnyModuleWithPreparedInputsAndOutputsMatchesOneProce
   }
 }
 
+// Embedding split both ways: by columns into a row-parallel Linear, and by vocabulary.
+struct EmbedThenLinear : nn::Module {
+  EmbedThenLinear() {
+    e = register_module("e", std::make_shared<nn::Embedding>(10, 8));
+    l = register_module("l", std::make_shared<nn::Linear>(8, 12));  // 12 outputs: no empty shard at 2-4 ranks
+  }
+  Tensor forward(const Tensor& ids) { return l->forward(e->forward(ids)); }
+  std::shared_ptr<nn::Embedding> e;
+  std::shared_ptr<nn::Linear> l;
+};
+
+TEST(TensorParallel, EmbeddingsSplitByColumnsOrByVocabularyMatchOneProcess) {
+  DeviceMesh tp({{"tp", world_size()}});
+  manual_seed(21);
+  Tensor ids = randint(0, 10, {4, 5}), w = randn({4, 5, 12});
+  for (TPStyle emb_style : {TPStyle::colwise, TPStyle::rowwise}) {
+    EmbedThenLinear ref, par;
+    std::map<std::string, Tensor> ref_params;
+    for (auto& [name, p] : ref.named_parameters()) ref_params[name] = *p;
+    {
+      NoGradGuard g;
+      for (auto& [name, p] : par.named_parameters()) p->copy_(ref_params.at(name));
+    }
+    Tensor want = ref.forward(ids);
+    sum(want * w).backward();
+    // colwise embedding -> its output is split on the last dim -> rowwise Linear; a vocabulary
+    // split embedding gives the whole rows -> colwise Linear, gathered to compare.
+    if (emb_style == TPStyle::colwise) {
+      parallelize_module(par, tp, {{"e", TPStyle::colwise}, {"l", TPStyle::rowwise}});
+    } else {
+      parallelize_module(par, tp, {{"e", TPStyle::rowwise}, {"l", TPStyle::colwise}});
+      prepare_module_io(par, tp, "l", {{}, {}, {Placement::Shard(2)}, {Placement::Replicate()}});
+    }
+    Tensor got = par.forward(ids);
+    EXPECT_TRUE(same(got, want, 1e-5));
+    sum(got * w).backward();
+    for (auto& [name, p] : par.named_parameters())
+      EXPECT_TRUE(same(p->grad(), distribute_tensor(ref_params.at(name).grad(), tp, parameter_layout(*p)->placements()).to_local(), 1e-5))
+          << name;
+  }
+}
+
 TEST(TensorParallel, TheSameInputFedToTwoForwardsGetsTwoGraphs) {
   // Column-parallel layers share the copy of an input they are fed; a later forward of the same
   // tensor, after a backward freed the first graph, must not reuse it.

@@ -203,7 +203,8 @@ std::vector<int64_t> shard_sizes(int64_t length, int64_t parts);
 // the group; its replicated input enters through copy_to_group and its output stays sharded on
 // the last dim. Rowwise: a Linear's input features split; its sharded input gives partial sums
 // that an all_reduce completes (bias added once, after). On an Embedding, Rowwise splits the
-// vocabulary: each rank looks up the ids it holds and an all_reduce sums the rows.
+// vocabulary: each rank looks up the ids it holds and an all_reduce sums the rows; Colwise splits
+// the embedding dimension and leaves the output sharded on its last dim.
 // SequenceParallel (norms): the norm runs on this rank's slice of the sequence; its parameters
 // stay replicated and their gradients are summed over the group. With sequence parallelism on,
 // colwise layers all-gather their sequence-split input and rowwise layers reduce-scatter their
@@ -216,8 +217,8 @@ using ParallelizePlan = std::vector<std::pair<std::string, TPStyle>>;
 void parallelize_module(nn::Module& root, const DeviceMesh& tp, const ParallelizePlan& plan, bool sequence_parallel = false);
 // PrepareModuleInput / PrepareModuleOutput: a layer's input is redistributed over the tp mesh
 // before its forward and its output after (e.g. a batch-split input gathered to Replicate, or a
-// replicated output split again). Layouts describe the local tensors (shards even); empty lists
-// leave that side alone. Applies to Linear, Embedding and norm layers, over any style they have.
+// replicated output split again). Layouts describe the local tensors (the global shape is
+// found from every rank's piece); empty lists leave that side alone. Applies to Linear, Embedding and norm layers, over any style they have.
 struct PrepareModuleIO {
   Placements input_layouts, desired_input_layouts, output_layouts, desired_output_layouts;
 };

@@ -173,10 +173,8 @@ Tensor plain_forward(const nn::Module& m, const Tensor& x) {
 
 Tensor redistribute_local(const Tensor& x, const DeviceMesh& mesh, const Placements& from, const Placements& to) {
   if (from.empty() || from == to) return x;
-  Shape global = x.shape();
-  for (size_t i = 0; i < from.size(); ++i)
-    if (from[i].is_shard()) global[size_t(from[i].dim)] *= mesh.size(int64_t(i));
-  return DTensor(x, mesh, from, global).redistribute(to).to_local();
+  // from_local learns the global shape from every rank's piece (uneven shards too).
+  return DTensor::from_local(x, mesh, from).redistribute(to).to_local();
 }
 
 class PrepareIO final : public nn::ParallelStyle {
@@ -402,9 +400,11 @@ void parallelize_module(nn::Module& root, const DeviceMesh& tp, const Paralleliz
           l->parallel_style = std::make_shared<Rowwise>(g, sequence_parallel);
         }
         sharded.insert(l->weight.impl_ptr().get());
+      } else if (auto* e = dynamic_cast<nn::Embedding*>(m); e && style == TPStyle::colwise) {
+        // The embedding dimension split: each rank looks up its columns; the output stays Shard(-1).
+        shard_param(e->weight, tp, 1);
+        sharded.insert(e->weight.impl_ptr().get());
       } else if (auto* e = dynamic_cast<nn::Embedding*>(m)) {
-        SINTER_CHECK_T(DistError, style == TPStyle::rowwise, "[parallelize_module] embedding '", name,
-                       "' splits its vocabulary (rowwise), not colwise");
         const auto [start, len] = shard_range(e->weight.size(0), g.size(), g.rank());
         shard_param(e->weight, tp, 0);
         sharded.insert(e->weight.impl_ptr().get());
