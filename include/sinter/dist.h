@@ -114,10 +114,9 @@ class DeviceMesh {
   ProcessGroup& group(int64_t d) const { return *groups_.at(size_t(d)); }
   // The 1-D mesh along one named dimension (sharing its communicator).
   DeviceMesh operator[](const std::string& name) const;
-  // The named dimensions in the given order (sharing their communicators): {"tp", "dp"} of a
-  // {"dp", "tp"} mesh describes a tensor split by tp first and each piece by dp (FSDP over TP).
-  DeviceMesh select(const std::vector<std::string>& names) const;
-  // This mesh's dimensions followed by `inner`'s (dimensions of one larger mesh, names distinct).
+  // This mesh's dimensions followed by `inner`'s (dimensions of one larger mesh, names distinct):
+  // mesh["tp"].join(mesh["dp"]) describes a tensor split by tp first and each piece by dp (FSDP
+  // over TP).
   DeviceMesh join(const DeviceMesh& inner) const;
   std::string to_string() const;                   // "DeviceMesh(dp=2, tp=2)"
 

@@ -64,5 +64,7 @@ double warmup_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr,
 
 // Scales gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The scaling step alone, given the norm (computed elsewhere, e.g. across ranks).
+void clip_grads_with_norm(const std::vector<Tensor>& params, double max_norm, double norm);
 
 }  // namespace sinter::optim

@@ -140,17 +140,17 @@ void save_sharded(const std::string& dir, const std::string& stem, const std::ma
 
   std::map<std::string, Tensor> mine;
   json chunks = json::object();
-  auto add = [&](const std::string& name, const Tensor& local, const Box& b) {
+  auto add = [&](const std::string& name, const Tensor& local, const Box& b, const Shape& global) {
     mine[name] = local.contiguous();
-    chunks[name] = {{"offsets", b.offsets}, {"shape", b.lengths}, {"global", Shape()}, {"dtype", dtype_name(local.dtype())}};
+    chunks[name] = {{"offsets", b.offsets}, {"shape", b.lengths}, {"global", global}, {"dtype", dtype_name(local.dtype())}};
   };
   for (auto& [name, t] : tensors) {
     bool owner = false;
     Box b = piece_box(t, &owner);
-    if (owner) add(name, t.to_local().detach(), b), chunks[name]["global"] = t.shape();
+    if (owner) add(name, t.to_local().detach(), b, t.shape());
   }
   if (w->rank() == 0)
-    for (auto& [name, t] : replicated) add(name, t.detach(), Box{Shape(t.shape().size(), 0), t.shape()}), chunks[name]["global"] = t.shape();
+    for (auto& [name, t] : replicated) add(name, t.detach(), Box{Shape(t.shape().size(), 0), t.shape()}, t.shape());
   std::error_code ec;
   fs::create_directories(dir, ec);
   SINTER_CHECK_T(IOError, !ec, "[", dir, "] cannot create the folder: ", ec.message());

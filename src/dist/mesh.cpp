@@ -56,15 +56,6 @@ DeviceMesh DeviceMesh::operator[](const std::string& name) const {
   return m;
 }
 
-DeviceMesh DeviceMesh::select(const std::vector<std::string>& names) const {
-  DeviceMesh m;
-  for (const std::string& n : names) {
-    const size_t d = size_t(index(n));
-    m.names_.push_back(names_[d]), m.sizes_.push_back(sizes_[d]), m.coords_.push_back(coords_[d]), m.groups_.push_back(groups_[d]);
-  }
-  return m;
-}
-
 DeviceMesh DeviceMesh::join(const DeviceMesh& inner) const {
   DeviceMesh m = *this;
   for (int64_t d = 0; d < inner.ndim(); ++d) {

@@ -12,6 +12,7 @@
 #include "sinter/autograd.h"
 #include "sinter/dist.h"
 #include "sinter/op.h"
+#include "sinter/optim.h"
 
 namespace sinter::dist {
 
@@ -140,6 +141,17 @@ class SequenceParallelNorm final : public nn::ParallelStyle {
   ProcessGroup& g_;
 };
 
+// Ids of a vocabulary split: rows [start, start + len) live on this rank. `index` is the local row
+// (clamped into range), `valid` 1 where the id is here and 0 elsewhere, in `dt`.
+struct LocalIds {
+  Tensor index, valid;
+};
+LocalIds local_ids(const Tensor& ids, int64_t start, int64_t len, DType dt) {
+  Tensor local = ids - full({}, double(start), ids.dtype());
+  Tensor valid = ge(local, full({}, 0.0, ids.dtype())).to(dt) * lt(local, full({}, double(len), ids.dtype())).to(dt);
+  return {clamp(local, 0.0, double(std::max<int64_t>(len - 1, 0))), valid};
+}
+
 // Rows [start, start + len) of the vocabulary live here: ids elsewhere look up zeros, and the sum
 // over the group is the full lookup.
 class VocabParallelEmbedding final : public nn::ParallelStyle {
@@ -147,10 +159,8 @@ class VocabParallelEmbedding final : public nn::ParallelStyle {
   VocabParallelEmbedding(ProcessGroup& g, int64_t start, int64_t len, bool sp) : g_(g), start_(start), len_(len), sp_(sp) {}
   Tensor forward(const nn::Module& m, const Tensor& ids) const override {
     auto& e = static_cast<const nn::Embedding&>(m);
-    Tensor local = ids - full({}, double(start_), ids.dtype());
-    Tensor valid = ge(local, full({}, 0.0, ids.dtype())).to(e.weight.dtype()) * lt(local, full({}, double(len_), ids.dtype())).to(e.weight.dtype());
-    Tensor idx = clamp(local, 0.0, double(std::max<int64_t>(len_ - 1, 0)));
-    return all_reduce(embedding(e.weight, idx) * valid.unsqueeze(-1), g_);
+    const LocalIds l = local_ids(ids, start_, len_, e.weight.dtype());
+    return all_reduce(embedding(e.weight, l.index) * l.valid.unsqueeze(-1), g_);
   }
   Tensor project(const nn::Module& m, const Tensor& x) const override {
     return linear(enter_group(x, g_, sp_), static_cast<const nn::Embedding&>(m).weight);
@@ -254,7 +264,7 @@ class FSDPUnit final : public nn::ForwardHook {
 
 struct Gathered {  // a gathered parameter's storage, by address
   std::weak_ptr<Storage> storage;
-  FSDPUnit* unit;
+  int64_t unit;
   size_t index;
 };
 std::mutex g_fsdp_mu;
@@ -262,54 +272,37 @@ std::unordered_map<int64_t, FSDPUnit*> g_units;
 std::unordered_map<const Storage*, Gathered> g_gathered;
 int64_t g_next_unit = 0;
 
+FSDPUnit* find_unit(int64_t id) {  // null once the unit is destroyed
+  std::lock_guard<std::mutex> lock(g_fsdp_mu);
+  auto f = g_units.find(id);
+  return f == g_units.end() ? nullptr : f->second;
+}
+
 std::function<Tensor()> recreate_if_gathered(const Tensor& t) {
   if (t.is_symbolic()) return {};
   std::lock_guard<std::mutex> lock(g_fsdp_mu);
   auto it = g_gathered.find(t.storage().get());
   if (it == g_gathered.end() || it->second.storage.lock() != t.storage()) return {};
-  FSDPUnit* unit = it->second.unit;
+  const int64_t id = it->second.unit;
   const size_t i = it->second.index;
   const Shape shape = t.shape(), strides = t.strides();
   const int64_t offset = t.offset();
   const DType dt = t.dtype();
-  const int64_t id = [&] {
-    for (auto& [k, u] : g_units)
-      if (u == unit) return k;
-    return int64_t(-1);
-  }();
   return [id, i, shape, strides, offset, dt]() {
-    FSDPUnit* u = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(g_fsdp_mu);
-      auto f = g_units.find(id);
-      SINTER_CHECK_T(DistError, f != g_units.end(), "[fully_shard] the module was destroyed before its backward ran");
-      u = f->second;
-    }
+    FSDPUnit* u = find_unit(id);
+    SINTER_CHECK_T(DistError, u, "[fully_shard] the module was destroyed before its backward ran");
     Tensor full = u->gather_again(i);
     return Tensor::from_storage(full.storage(), shape, strides, offset, dt);  // the same view of the new copy
   };
 }
 
 Tensor prefetched_buffer(int64_t unit, int64_t index) {
-  FSDPUnit* u = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_fsdp_mu);
-    auto f = g_units.find(unit);
-    if (f == g_units.end()) return {};
-    u = f->second;
-  }
-  return u->take_prefetched(size_t(index));
+  FSDPUnit* u = find_unit(unit);
+  return u ? u->take_prefetched(size_t(index)) : Tensor();
 }
 
 void release_again(int64_t unit, int64_t index) {
-  FSDPUnit* u = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_fsdp_mu);
-    auto f = g_units.find(unit);
-    if (f == g_units.end()) return;
-    u = f->second;
-  }
-  u->release(size_t(index));
+  if (FSDPUnit* u = find_unit(unit)) u->release(size_t(index));
 }
 
 FSDPUnit::FSDPUnit(ProcessGroup& g, std::vector<Param> params, bool reshard) : g_(g), params_(std::move(params)), reshard_(reshard) {
@@ -327,7 +320,7 @@ FSDPUnit::~FSDPUnit() {
   wait_pending();  // MPI may still be writing into the buffers
   std::lock_guard<std::mutex> lock(g_fsdp_mu);
   g_units.erase(id_);
-  std::erase_if(g_gathered, [this](const auto& kv) { return kv.second.unit == this; });
+  std::erase_if(g_gathered, [this](const auto& kv) { return kv.second.unit == id_; });
   if (g_units.empty()) autograd::set_saved_tensor_hook({});
 }
 
@@ -357,6 +350,10 @@ void FSDPUnit::before(nn::Module&) {
   static const OpDef& gather = get_op("dist_all_gather");
   const bool prefetched = !pending_.empty();
   if (next) next->prefetch();
+  if (reshard_) {  // copies gathered by earlier forwards are gone by now
+    std::lock_guard<std::mutex> lock(g_fsdp_mu);
+    std::erase_if(g_gathered, [](const auto& kv) { return kv.second.storage.expired(); });
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     Attrs a{{"group", g_.id()}, {"dim", int64_t(0)}, {"sizes", Shape(p.sizes)}, {"grad_partial", true},
@@ -367,8 +364,7 @@ void FSDPUnit::before(nn::Module&) {
     *p.slot = call1(gather, {p.shard}, a);
     if (reshard_ && grad_enabled() && p.slot->storage()) {
       std::lock_guard<std::mutex> lock(g_fsdp_mu);
-      std::erase_if(g_gathered, [](const auto& kv) { return kv.second.storage.expired(); });
-      g_gathered[p.slot->storage().get()] = {p.slot->storage(), this, i};
+      g_gathered[p.slot->storage().get()] = {p.slot->storage(), id_, i};
     }
   }
 }
@@ -484,9 +480,8 @@ Tensor loss_parallel(const Tensor& local_logits, const Tensor& targets, ProcessG
   }
   z = z - m;
   Tensor lse = log(all_reduce(sum(exp(z), {1}), tp));
-  Tensor local = t - full({}, double(vocab_start), t.dtype());
-  Tensor valid = ge(local, full({}, 0.0, t.dtype())).to(z.dtype()) * lt(local, full({}, double(V), t.dtype())).to(z.dtype());
-  Tensor picked = gather(z, 1, clamp(local, 0.0, double(V - 1)).unsqueeze(1)).squeeze(1) * valid;
+  const LocalIds l = local_ids(t, vocab_start, V, z.dtype());
+  Tensor picked = gather(z, 1, l.index.unsqueeze(1)).squeeze(1) * l.valid;
   return mean(lse - all_reduce(picked, tp));
 }
 
@@ -569,11 +564,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     total += sum(gd * gd).item<double>() / double(copies);
   }
   const double norm = std::sqrt(all_reduce(full({1}, total, DType::f64), *world()).item<double>());
-  if (norm > max_norm && norm > 0) {
-    const double s = max_norm / (norm + 1e-6);
-    for (auto& p : params)
-      if (p.grad().defined()) p.grad().mul_(s);
-  }
+  optim::clip_grads_with_norm(params, max_norm, norm);
   return norm;
 }
 

@@ -48,21 +48,24 @@ Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
 }
 
-// A parallel run's parameters as DTensors (their layouts), and the same for the optimizer state,
-// which has each parameter's layout ("exp_avg.<name>"); entries without one are plain.
+// A parallel run's parameters as DTensors (their layouts).
 std::map<std::string, dist::DTensor> parameter_pieces(nn::GPT& model) {
   std::map<std::string, dist::DTensor> out;
   for (auto& [name, p] : model.named_parameters())
     if (auto l = dist::parameter_layout(*p)) out.emplace(name, *l);
   return out;
 }
-void split_state(nn::GPT& model, const std::map<std::string, Tensor>& state, std::map<std::string, dist::DTensor>& pieces,
-                 std::map<std::string, Tensor>& plain) {
-  std::map<std::string, dist::DTensor> params = parameter_pieces(model);
+// The layout of an optimizer state entry ("exp_avg.<param name>") is its parameter's; null for
+// entries that belong to no laid-out parameter ("step").
+const dist::DTensor* state_layout(const std::map<std::string, dist::DTensor>& params, const std::string& key) {
+  const size_t dot = key.find('.');
+  auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
+  return it == params.end() ? nullptr : &it->second;
+}
+void split_state(const std::map<std::string, dist::DTensor>& params, const std::map<std::string, Tensor>& state,
+                 std::map<std::string, dist::DTensor>& pieces, std::map<std::string, Tensor>& plain) {
   for (auto& [key, t] : state) {
-    const size_t dot = key.find('.');
-    auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
-    if (it != params.end()) pieces.emplace(key, dist::DTensor(t, it->second.mesh(), it->second.placements(), it->second.shape()));
+    if (const dist::DTensor* l = state_layout(params, key)) pieces.emplace(key, dist::DTensor(t, l->mesh(), l->placements(), l->shape()));
     else plain[key] = t;
   }
 }
@@ -74,6 +77,7 @@ bool sharded_checkpoint(const std::string& dir) {
 
 // The optimizer state of a checkpoint in either format, as this run's pieces.
 std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::GPT& model) {
+  const std::map<std::string, dist::DTensor> params = parameter_pieces(model);
   std::error_code ec;
   if (!fs::exists(dir + "/optimizer.safetensors", ec) && dist::has_sharded(dir, "optimizer")) {
     // Targets shaped like this run's pieces: exp_avg / exp_avg_sq of every parameter, and the step.
@@ -83,17 +87,13 @@ std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::G
     state["step"] = zeros({}, DType::i64);
     std::map<std::string, dist::DTensor> pieces;
     std::map<std::string, Tensor> plain;
-    split_state(model, state, pieces, plain);
+    split_state(params, state, pieces, plain);
     dist::load_sharded_into(dir, "optimizer", pieces, plain);
     return state;
   }
   std::map<std::string, Tensor> full = io::load_safetensors(dir + "/optimizer.safetensors").tensors;
-  const std::map<std::string, dist::DTensor> params = parameter_pieces(model);
-  for (auto& [key, t] : full) {  // whole tensors: keep this run's piece of each
-    const size_t dot = key.find('.');
-    auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
-    if (it != params.end()) t = dist::distribute_tensor(t, it->second.mesh(), it->second.placements()).to_local();
-  }
+  for (auto& [key, t] : full)  // whole tensors: keep this run's piece of each
+    if (const dist::DTensor* l = state_layout(params, key)) t = dist::distribute_tensor(t, l->mesh(), l->placements()).to_local();
   return full;
 }
 
@@ -146,21 +146,22 @@ static void make_dirs(const std::string& dir) {
   SINTER_CHECK_T(IOError, !ec, "[", dir, "] cannot create the folder: ", ec.message());
 }
 
-static void save_checkpoint_dicts(const std::string& dir, const nn::ModelConfig& cfg, const std::map<std::string, Tensor>& model_sd,
-                                  const std::map<std::string, Tensor>& optimizer_state, const std::string& train_state_json) {
-  make_dirs(dir);
-  io::save_safetensors(dir + "/model.safetensors", model_sd, {{"format", "sinter"}});
-  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
+// After the weights and optimizer state (either format): the other format's entry points, now
+// stale, go; then config.json, and train_state.json last, which marks the checkpoint complete.
+static void finish_checkpoint(const std::string& dir, const nn::ModelConfig& cfg, const std::string& train_state_json,
+                              const std::vector<std::string>& stale) {
+  std::error_code ec;
+  for (const std::string& f : stale) fs::remove(dir + "/" + f, ec);
   io::atomic_write(dir + "/config.json", cfg.to_json());
-  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");  // last: it marks the checkpoint complete
+  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");
 }
 
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json) {
-  save_checkpoint_dicts(dir, model.config(), model.state_dict(), optimizer_state, train_state_json);
-  std::error_code ec;  // a sharded checkpoint from an earlier parallel run is now stale
-  fs::remove(dir + "/model.index.json", ec);
-  fs::remove(dir + "/optimizer.index.json", ec);
+  make_dirs(dir);
+  io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "sinter"}});
+  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
+  finish_checkpoint(dir, model.config(), train_state_json, {"model.index.json", "optimizer.index.json"});
 }
 
 static void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim::Optimizer& opt,
@@ -170,15 +171,10 @@ static void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, cons
   for (auto& [name, p] : model.named_parameters())
     if (!params.count(name)) plain_params[name] = *p;
   for (auto& [name, b] : model.named_buffers()) plain_params[name] = *b;
-  split_state(model, opt.state_dict(), states, plain_states);
+  split_state(params, opt.state_dict(), states, plain_states);
   dist::save_sharded(dir, "model", params, plain_params);
   dist::save_sharded(dir, "optimizer", states, plain_states);
-  if (!main_rank) return;
-  std::error_code ec;  // a whole-tensor checkpoint from an earlier run is now stale
-  fs::remove(dir + "/model.safetensors", ec);
-  fs::remove(dir + "/optimizer.safetensors", ec);
-  io::atomic_write(dir + "/config.json", model.config().to_json());
-  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");  // last: it marks the checkpoint complete
+  if (main_rank) finish_checkpoint(dir, model.config(), train_state_json, {"model.safetensors", "optimizer.safetensors"});
 }
 
 std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
@@ -187,8 +183,9 @@ std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
   const std::string cfg_path = dir + "/config.json";
   auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
   auto model = std::make_unique<nn::GPT>(cfg);
-  const std::string weights = dir + "/model.safetensors";
-  std::map<std::string, Tensor> sd = sharded_checkpoint(dir) ? dist::load_sharded(dir, "model") : io::load_safetensors(weights).tensors;
+  const bool sharded = sharded_checkpoint(dir);
+  const std::string weights = dir + (sharded ? "/model.index.json" : "/model.safetensors");
+  std::map<std::string, Tensor> sd = sharded ? dist::load_sharded(dir, "model") : io::load_safetensors(weights).tensors;
   try {
     model->load_state_dict(sd);
   } catch (const Error& e) {

@@ -136,12 +136,16 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (auto& p : params)
     if (p.grad().defined()) total += sum(p.grad().to(DType::f64) * p.grad().to(DType::f64)).item<double>();
   const double norm = std::sqrt(total);
-  if (norm > max_norm && norm > 0) {
-    const double s = max_norm / (norm + 1e-6);
-    for (auto& p : params)
-      if (p.grad().defined()) p.grad().mul_(s);
-  }
+  clip_grads_with_norm(params, max_norm, norm);
   return norm;
+}
+
+void clip_grads_with_norm(const std::vector<Tensor>& params, double max_norm, double norm) {
+  if (!(norm > max_norm && norm > 0)) return;
+  NoGradGuard g;
+  const double s = max_norm / (norm + 1e-6);
+  for (auto& p : params)
+    if (p.grad().defined()) p.grad().mul_(s);
 }
 
 }  // namespace sinter::optim
