@@ -1,5 +1,6 @@
 // Specs for the 2:4 sparse ops: sparse24_linear (both kernel paths: M <= 4 streaming, larger M in
-// panels; K with a tail byte; groups of 64 rows; every value dtype; the activation epilogue),
+// 8-row tiles against 8 interleaved weight rows; K with a tail byte and partial column blocks; a
+// partial last tile and group of weight rows; every value dtype; the activation epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
 #include <cmath>
 
@@ -61,8 +62,10 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({3, 24}, 70, DType::f32, DType::f32, false),          // a chunk and a tail byte; 64-row groups
         linear_case({2, 2, 40}, 9, DType::bf16, DType::f32, true),        // (B, T, K) input
         linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
-        linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // panels from M = 5
-        linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // two panels, two K blocks
+        linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
+        linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // a partial tile, two column blocks
+        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // three column blocks, the last partial
+        linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // the many-row blocking (M > 256)
         linear_case({26, 48}, 6, DType::bf16, DType::bf16, true),         // bf16 activations
         linear_case({1, 32}, 3, DType::i8, DType::bf16, false),
         linear_case({0, 16}, 4, DType::f32, DType::f32, true),            // no rows

@@ -79,6 +79,7 @@ template <> SINTER_INLINE v8f load_values<int8_t>(const int8_t* p) {
 #endif
 }
 
+#if !defined(__AVX2__)
 // For a meta byte: lanes 0-3 the byte's four kept columns (0..7), lanes 4-7 the same plus 8.
 struct PermuteTable {
   alignas(32) int32_t idx[256][8];
@@ -96,15 +97,9 @@ const PermuteTable& permute_table() {
 }
 
 // The eight kept columns of x[16c, 16c + 16) for meta bytes b0 (lanes 0-3) and b1 (lanes 4-7).
-SINTER_INLINE v8f gather16(const float* x16, v8i idx) {
-  const v8f a = load8f(x16), b = load8f(x16 + 8);
-#if defined(__AVX2__)
-  return (v8f)_mm256_blend_ps(_mm256_permutevar8x32_ps((__m256)a, (__m256i)idx),
-                              _mm256_permutevar8x32_ps((__m256)b, (__m256i)idx), 0xF0);
-#else
-  return __builtin_shuffle(a, b, idx);
+SINTER_INLINE v8f gather16(const float* x16, v8i idx) { return __builtin_shuffle(load8f(x16), load8f(x16 + 8), idx); }
+
 #endif
-}
 
 SINTER_INLINE float hsum(v8f v) {
   float s = 0;
@@ -112,9 +107,11 @@ SINTER_INLINE float hsum(v8f v) {
   return s;
 }
 
+constexpr int64_t kPf = 2048;  // prefetch distance in the values stream, bytes (1-4 KiB measured; 2 KiB best)
+
+#if !defined(__AVX2__)
 // Decode: y[m, n] for M <= 4 rows of x, weight rows [n0, n1). Each weight row is read once, in
 // order, 8 kept values (16 columns) per step; rows are prefetched a few steps ahead.
-constexpr int64_t kPf = 2048;  // prefetch distance in the values stream, bytes (1-4 KiB measured; 2 KiB best)
 template <int M, class V>
 void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* meta, int64_t n0, int64_t n1, float* dots) {
   const PermuteTable& pt = permute_table();
@@ -156,6 +153,76 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
     for (int m = 0; m < M; ++m) dots[m * (n1 - n0) + (n - n0)] = hsum(acc0[m] + acc1[m]) + tail[m];
   }
 }
+#endif
+
+#if defined(__AVX2__)
+// The same pass with in-lane permutes (vpermilps, twice the rate of the cross-lane vpermps on
+// Zen 3) and no index table: x is rearranged once per call so each 16 columns read as A = [0-3 |
+// 8-11] and B = [4-7 | 12-15]; kept value j of a 16-column step sits in the lane j of group j / 2,
+// so permuting A and B by the meta bits (value j's offset is bits 2j, 2j+1 of the step's two
+// meta bytes, shifted into place) and blending lanes 2, 3, 6, 7 from B gives its x.
+template <int M, class V>
+void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* values, const uint8_t* meta, int64_t n0, int64_t n1,
+                        float* dots) {
+  const int64_t chunks = K / 16, K2 = K / 2, K8 = K / 8;
+  const __m256i sh_a = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh_b = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+  for (int64_t n = n0; n < n1; ++n) {
+    const V* w = values + n * K2;
+    const uint8_t* mt = meta + n * K8;
+    __builtin_prefetch(mt + 4 * K8, 0, 0);
+    __m256 acc0[M], acc1[M], acc2[M], acc3[M];  // four chains per row of x: the FMA latency is hidden
+    for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = acc2[m] = acc3[m] = _mm256_setzero_ps();
+    auto pick = [](const float* xc, __m256i idx) {  // x of 8 kept values from 16 rearranged columns
+      return _mm256_blend_ps(_mm256_permutevar_ps(_mm256_loadu_ps(xc), idx), _mm256_permutevar_ps(_mm256_loadu_ps(xc + 8), idx), 0xCC);
+    };
+    int64_t c = 0;
+    for (; c + 4 <= chunks; c += 4) {
+      __builtin_prefetch(reinterpret_cast<const char*>(w + 8 * c) + kPf, 0, 0);
+      if (sizeof(V) == 4) __builtin_prefetch(reinterpret_cast<const char*>(w + 8 * c) + kPf + 64, 0, 0);
+      int32_t w0, w1;
+      std::memcpy(&w0, mt + 2 * c, 4);
+      std::memcpy(&w1, mt + 2 * c + 4, 4);
+      const __m256i m0 = _mm256_set1_epi32(w0), m1 = _mm256_set1_epi32(w1);
+      const __m256i ia = _mm256_srlv_epi32(m0, sh_a), ib = _mm256_srlv_epi32(m0, sh_b);
+      const __m256i ic = _mm256_srlv_epi32(m1, sh_a), id = _mm256_srlv_epi32(m1, sh_b);
+      const __m256 wa = (__m256)load_values(w + 8 * c), wb = (__m256)load_values(w + 8 * c + 8);
+      const __m256 wc = (__m256)load_values(w + 8 * c + 16), wd = (__m256)load_values(w + 8 * c + 24);
+      for (int m = 0; m < M; ++m) {
+        const float* xc = xr + m * K + 16 * c;
+        acc0[m] = _mm256_fmadd_ps(wa, pick(xc, ia), acc0[m]);
+        acc1[m] = _mm256_fmadd_ps(wb, pick(xc + 16, ib), acc1[m]);
+        acc2[m] = _mm256_fmadd_ps(wc, pick(xc + 32, ic), acc2[m]);
+        acc3[m] = _mm256_fmadd_ps(wd, pick(xc + 48, id), acc3[m]);
+      }
+    }
+    for (; c + 2 <= chunks; c += 2) {
+      int32_t word;
+      std::memcpy(&word, mt + 2 * c, 4);
+      const __m256i mw = _mm256_set1_epi32(word);
+      const __m256i ia = _mm256_srlv_epi32(mw, sh_a), ib = _mm256_srlv_epi32(mw, sh_b);
+      const __m256 wa = (__m256)load_values(w + 8 * c), wb = (__m256)load_values(w + 8 * c + 8);
+      for (int m = 0; m < M; ++m) {
+        const float* xc = xr + m * K + 16 * c;
+        acc0[m] = _mm256_fmadd_ps(wa, pick(xc, ia), acc0[m]);
+        acc1[m] = _mm256_fmadd_ps(wb, pick(xc + 16, ib), acc1[m]);
+      }
+    }
+    if (c < chunks) {  // one more 16-column step
+      const __m256i ia = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(mt[2 * c] | mt[2 * c + 1] << 8)), sh_a);
+      const __m256 wa = (__m256)load_values(w + 8 * c);
+      for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(wa, pick(xr + m * K + 16 * c, ia), acc0[m]);
+    }
+    float tail[M] = {};
+    if (K % 16) {  // one last meta byte: four kept values over 8 columns
+      int off[4];
+      byte_offsets(mt[K8 - 1], off);
+      for (int t = 0; t < 4; ++t)
+        for (int m = 0; m < M; ++m) tail[m] += float(w[K2 - 4 + t]) * x[m * K + K - 8 + off[t]];
+    }
+    for (int m = 0; m < M; ++m) dots[m * (n1 - n0) + (n - n0)] = hsum((v8f)_mm256_add_ps(_mm256_add_ps(acc0[m], acc1[m]), _mm256_add_ps(acc2[m], acc3[m]))) + tail[m];
+  }
+}
+#endif
 
 template <class V>
 void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
@@ -164,18 +231,35 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
   // ~256 KiB of values) is passed again from L2, so memory still sees each weight byte once.
   const int64_t K2 = K / 2, row_bytes = K2 * int64_t(sizeof(V)) + K / 8;
   const int64_t block = M <= 4 ? 64 : std::max<int64_t>(8, (int64_t(256) << 10) / row_bytes);
+#if defined(__AVX2__)
+  Tensor xr_buf = Tensor::empty({M * K}, DType::f32);  // x with each 16 columns as [0-3, 8-11, 4-7, 12-15]
+  float* xr = xr_buf.data<float>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c + 16 <= K; c += 16)
+      for (int q = 0; q < 4; ++q) std::memcpy(xr + m * K + c + 4 * q, x + m * K + c + 4 * ((q & 1) * 2 + (q >> 1)), 16);
+#endif
   parallel_for(0, N, std::min<int64_t>(block, 64), [&](int64_t lo, int64_t hi) {
     std::vector<float> dots(static_cast<size_t>(4 * block));
     for (int64_t n0 = lo; n0 < hi; n0 += block) {
       const int64_t n1 = std::min(hi, n0 + block), nb = n1 - n0;
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         const float* xm = x + m0 * K;
+#if defined(__AVX2__)
+        const float* xrm = xr + m0 * K;
+        switch (std::min<int64_t>(4, M - m0)) {
+          case 1: small_m_rows_lanes<1>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+          case 2: small_m_rows_lanes<2>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+          case 3: small_m_rows_lanes<3>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+          default: small_m_rows_lanes<4>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+        }
+#else
         switch (std::min<int64_t>(4, M - m0)) {
           case 1: small_m_rows<1>(xm, K, values, meta, n0, n1, dots.data()); break;
           case 2: small_m_rows<2>(xm, K, values, meta, n0, n1, dots.data()); break;
           case 3: small_m_rows<3>(xm, K, values, meta, n0, n1, dots.data()); break;
           default: small_m_rows<4>(xm, K, values, meta, n0, n1, dots.data()); break;
         }
+#endif
         for (int64_t m = m0; m < std::min(M, m0 + 4); ++m)
           for (int64_t n = n0; n < n1; ++n)
             y[m * N + n] = activate(dots[size_t((m - m0) * nb + n - n0)] * scales[n] + (bias ? bias[n] : 0.0f), act);
@@ -183,117 +267,184 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
     }
   });
 }
-// Many rows: x packed as panels of pw rows, column-major inside a panel (xp[k][j]), so one kept
-// value (n, k) multiplies a contiguous run of pw x values: one broadcast, pw/8 loads and FMAs.
-// pw = 64 or 96 (8 or 12 registers of accumulators for one weight row) when M fills it, else 24
-// (4 weight rows x 3 registers). Columns are blocked (kc) so a panel block stays in L1; each
-// group of weight rows is decoded once, block-major, into records of (kc/2 values as f32, their
-// offsets into the panel), so the inner loop reads one contiguous stream.
-constexpr int64_t kGroupRows = 64, kSubRows = 16;
+// More rows: vectors run over 8 weight rows. For a group of four columns each row keeps two, so
+// per row of x the group's four values are broadcast into both 128-bit lanes and vpermilps picks
+// each weight row's kept column (the meta nibbles are the permute indices, shifted into place):
+// one in-lane shuffle and one FMA per 8 kept values. The outputs of 8 rows of x x 8 weight rows
+// stay in registers over a block of columns. Weights are repacked per block of rows and columns
+// (8-row interleave, converted to f32) into an L1-sized buffer reused for every tile of x; x is
+// packed once per call as tiles of 8 rows (per group: 8 rows x 4 values), column-block major.
+// Measured on Zen 3: the shuffle port (one vpermilps per cycle) is the bound, about half the FMA
+// peak on half the FLOPs; the earlier design (x panels K-major, one load per FMA plus decoded
+// (value, offset) records) was load- and decode-bound and slower at every M (BENCHMARKS.md).
+#if defined(__AVX2__)
+constexpr int kTileRows = 8;                 // rows of x per register tile
+constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
+constexpr int64_t kTileQFloats = 8 * kTileRows * 4;  // 8 groups of a tile of x
 
-// acc(R rows x NV registers) += sum over j < J of w[r][j] * xp[k[r][j] ...]; row r's record at
-// rec + r * 2J: J values, then J offsets.
-template <int R, int NV>
-SINTER_INLINE void panel_block(const float* rec, int64_t J, const float* xp, float* yb) {
-  constexpr int64_t pw = 8 * NV;
-  v8f acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = load8f(yb + r * pw + 8 * v);
-  const int32_t* k = reinterpret_cast<const int32_t*>(rec);
-  for (int64_t j = 0; j < J; ++j)
-    for (int r = 0; r < R; ++r) {
-      const float wv = rec[r * 2 * J + j];
-      const float* xr = xp + k[r * 2 * J + J + j];
-      for (int v = 0; v < NV; ++v) acc[r][v] += wv * load8f(xr + 8 * v);
-    }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) store8f(yb + r * pw + 8 * v, acc[r][v]);
-}
-
-// Rows [n0, n0 + rows) decoded into records: block b, row r at dec + (b * rows + r) * 2J; a block
-// past K's end is padded with zero values at offset 0.
+// 8 weight rows [n0, n0 + 8), column blocks of 32 [32 q0, 32 (q0 + nq)) -> out; rows past N and
+// columns past K are zero.
 template <class V>
-void decode_rows(const V* values, const uint8_t* meta, int64_t n0, int64_t rows, int64_t K, int64_t pw, int64_t kc, float* dec) {
-  const int64_t K2 = K / 2, K8 = K / 8, J = kc / 2, blocks = (K + kc - 1) / kc;
-  for (int64_t bl = 0; bl < blocks; ++bl)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* w = dec + (bl * rows + r) * 2 * J;
-      int32_t* k = reinterpret_cast<int32_t*>(w + J);
-      const V* v = values + (n0 + r) * K2;
-      const uint8_t* mt = meta + (n0 + r) * K8;
-      for (int64_t jb = 0; jb < J / 4; ++jb) {  // four kept values per meta byte
-        const int64_t byte = bl * kc / 8 + jb;
-        if (byte >= K8) {
-          for (int t = 0; t < 4; ++t) w[4 * jb + t] = 0.0f, k[4 * jb + t] = 0;
-          continue;
-        }
-        int off[4];
-        byte_offsets(mt[byte], off);
-        for (int t = 0; t < 4; ++t) w[4 * jb + t] = float(v[4 * byte + t]), k[4 * jb + t] = int32_t((8 * byte + off[t]) * pw);
+void pack_rows8(const V* values, const uint8_t* meta, int64_t K, int64_t n0, int64_t N, int64_t q0, int64_t nq, float* out) {
+  const int64_t K2 = K / 2, K8 = K / 8;
+  for (int64_t q = 0; q < nq; ++q) {
+    float* o = out + q * kQFloats;
+    const int64_t c0 = (q0 + q) * 32;
+    uint32_t* W = reinterpret_cast<uint32_t*>(o);
+    __m256 rows[8][2];
+    for (int r = 0; r < 8; ++r) {
+      const int64_t n = n0 + r;
+      const V* vr = values + n * K2 + c0 / 2;
+      if (n < N && c0 + 32 <= K) {
+        std::memcpy(&W[r], meta + n * K8 + c0 / 8, 4);
+        rows[r][0] = (__m256)load_values(vr), rows[r][1] = (__m256)load_values(vr + 8);
+        continue;
       }
+      alignas(32) float t[16] = {};
+      W[r] = 0;
+      if (n < N && c0 < K) {
+        const int64_t bytes = K8 - c0 / 8;  // 1..3 meta bytes left
+        std::memcpy(&W[r], meta + n * K8 + c0 / 8, size_t(bytes));
+        for (int64_t i = 0; i < 4 * bytes; ++i) t[i] = float(vr[i]);
+      }
+      rows[r][0] = _mm256_load_ps(t), rows[r][1] = _mm256_load_ps(t + 8);
     }
+    // 8 x 16 transpose: kept value j of row r -> o[8 + 8 j + r] (group j / 2: V0 for even j, V1 for odd)
+    for (int h = 0; h < 2; ++h) {
+      const __m256 t0 = _mm256_unpacklo_ps(rows[0][h], rows[1][h]), t1 = _mm256_unpackhi_ps(rows[0][h], rows[1][h]);
+      const __m256 t2 = _mm256_unpacklo_ps(rows[2][h], rows[3][h]), t3 = _mm256_unpackhi_ps(rows[2][h], rows[3][h]);
+      const __m256 t4 = _mm256_unpacklo_ps(rows[4][h], rows[5][h]), t5 = _mm256_unpackhi_ps(rows[4][h], rows[5][h]);
+      const __m256 t6 = _mm256_unpacklo_ps(rows[6][h], rows[7][h]), t7 = _mm256_unpackhi_ps(rows[6][h], rows[7][h]);
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* d = o + 8 + 64 * h;
+      _mm256_store_ps(d + 0, _mm256_permute2f128_ps(s0, s4, 0x20));
+      _mm256_store_ps(d + 8, _mm256_permute2f128_ps(s1, s5, 0x20));
+      _mm256_store_ps(d + 16, _mm256_permute2f128_ps(s2, s6, 0x20));
+      _mm256_store_ps(d + 24, _mm256_permute2f128_ps(s3, s7, 0x20));
+      _mm256_store_ps(d + 32, _mm256_permute2f128_ps(s0, s4, 0x31));
+      _mm256_store_ps(d + 40, _mm256_permute2f128_ps(s1, s5, 0x31));
+      _mm256_store_ps(d + 48, _mm256_permute2f128_ps(s2, s6, 0x31));
+      _mm256_store_ps(d + 56, _mm256_permute2f128_ps(s3, s7, 0x31));
+    }
+  }
 }
 
-template <int NV, int R>
-void panels_w(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
-              const float* bias, Act act, float* y, int64_t N) {
-  constexpr int64_t pw = 8 * NV, kc = NV == 2 ? 256 : NV == 3 ? 192 : NV == 8 ? 72 : 48;  // pw * kc * 4 bytes <= 18 KiB
-  constexpr int64_t J = kc / 2;
-  const int64_t P = (M + pw - 1) / pw, blocks = (K + kc - 1) / kc;
-  // From the caching allocator: 64-byte aligned, so no 8-float load straddles a cache line.
-  Tensor xp_buf = Tensor::empty({P * K * pw}, DType::f32);
-  float* xp = xp_buf.data<float>();
-  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < pw; ++j) {
-          const int64_t m = p * pw + j;
-          xp[(p * K + k) * pw + j] = m < M ? x[m * K + k] : 0.0f;
+// c (R rows x 8 weight rows, row stride ldc) (+)= the tile of x (R of its 8 rows) times 8 packed
+// weight rows over nq blocks of 32 columns.
+template <int R>
+__attribute__((noinline)) void interleaved_tile(const float* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
+  __m256 acc[R];
+  for (int m = 0; m < R; ++m) acc[m] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + m * ldc);
+  for (int64_t q = 0; q < nq; ++q, wp += kQFloats, xt += kTileQFloats) {
+    const __m256i W = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m256i i0 = _mm256_srli_epi32(W, 4 * g), i1 = _mm256_srli_epi32(W, 4 * g + 2);  // vpermilps reads bits 0-1
+      const __m256 v0 = _mm256_load_ps(wp + 8 + 16 * g), v1 = _mm256_load_ps(wp + 16 + 16 * g);
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m) {
+        const __m256 xb = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xt + (g * kTileRows + m) * 4));
+        acc[m] = _mm256_fmadd_ps(v0, _mm256_permutevar_ps(xb, i0), acc[m]);
+        acc[m] = _mm256_fmadd_ps(v1, _mm256_permutevar_ps(xb, i1), acc[m]);
+      }
+    }
+  }
+  for (int m = 0; m < R; ++m) _mm256_storeu_ps(c + m * ldc, acc[m]);
+}
+
+void tile_rows(int r, const float* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
+  switch (r) {
+    case 1: return interleaved_tile<1>(wp, nq, xt, c, ldc, first);
+    case 2: return interleaved_tile<2>(wp, nq, xt, c, ldc, first);
+    case 3: return interleaved_tile<3>(wp, nq, xt, c, ldc, first);
+    case 4: return interleaved_tile<4>(wp, nq, xt, c, ldc, first);
+    case 5: return interleaved_tile<5>(wp, nq, xt, c, ldc, first);
+    case 6: return interleaved_tile<6>(wp, nq, xt, c, ldc, first);
+    case 7: return interleaved_tile<7>(wp, nq, xt, c, ldc, first);
+    default: return interleaved_tile<8>(wp, nq, xt, c, ldc, first);
+  }
+}
+
+template <class V>
+void interleaved(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
+                 Act act, float* y, int64_t N) {
+  // Blocks (measured, `sinter bench sparse`): 32 columns x 8 row-groups of weights (17 KiB packed)
+  // up to M = 256; beyond, 128 columns x 32 row-groups, so x (re-read once per block of weight
+  // rows) streams from the L3 fewer times.
+  const int64_t qb = M <= 256 ? 8 : 4, row_groups = M <= 256 ? 8 : 32;
+  const int64_t tiles = (M + kTileRows - 1) / kTileRows, Q = (K + 31) / 32, G = K / 4;
+  // x tile t, column block q: column-block major, so all tiles of one block are contiguous.
+  auto x_at = [&](int64_t t, int64_t q) {
+    const int64_t kb = q / qb, nq = std::min(qb, Q - kb * qb);
+    return (kb * qb * tiles + t * nq + q % qb) * kTileQFloats;
+  };
+  Tensor xt_buf = Tensor::empty({tiles * Q * kTileQFloats}, DType::f32);  // caching allocator: 64-byte aligned
+  float* xt = xt_buf.data<float>();
+  parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t g = 0; g < Q * 8; ++g) {
+        float* d = xt + x_at(t, g / 8) + (g % 8) * kTileRows * 4;
+        for (int64_t m = 0; m < kTileRows; ++m) {
+          const int64_t row = t * kTileRows + m;
+          if (row < M && g < G) std::memcpy(d + 4 * m, x + row * K + 4 * g, 16);
+          else std::memset(d + 4 * m, 0, 16);
         }
+      }
   });
-  const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
-  parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<float> dec(static_cast<size_t>(blocks * kGroupRows * 2 * J)), yb(static_cast<size_t>(kGroupRows * pw));
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t n0 = g * kGroupRows, rows = std::min(kGroupRows, N - n0);
-      switch (vt) {  // decode the group once, reuse it for every panel
-        case DType::f32: decode_rows(static_cast<const float*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
-        case DType::bf16: decode_rows(static_cast<const bf16*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
-        case DType::f64: decode_rows(static_cast<const double*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
-        default: decode_rows(static_cast<const int8_t*>(values), meta, n0, rows, K, pw, kc, dec.data()); break;
-      }
-      for (int64_t p = 0; p < P; ++p) {
-        std::fill(yb.begin(), yb.end(), 0.0f);
-        const float* xpp = xp + p * K * pw;
-        // Sub-groups of rows: their partial sums, a block's records and the panel block fit in L1.
-        for (int64_t s0 = 0; s0 < rows; s0 += kSubRows) {
-          const int64_t s1 = std::min(rows, s0 + kSubRows);
-          for (int64_t bl = 0; bl < blocks; ++bl) {
-            const float* rec = dec.data() + bl * rows * 2 * J;
-            int64_t r = s0;
-            for (; r + R <= s1; r += R) panel_block<R, NV>(rec + r * 2 * J, J, xpp, yb.data() + r * pw);
-            for (; r < s1; ++r) panel_block<1, NV>(rec + r * 2 * J, J, xpp, yb.data() + r * pw);
+  const int64_t chunk = 8 * row_groups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + qb - 1) / qb;
+  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    Tensor wbuf = Tensor::empty({row_groups * qb * kQFloats}, DType::f32);
+    float* wp = wbuf.data<float>();
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t n0 = ch * chunk, groups = std::min(row_groups, (N - n0 + 7) / 8);
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t q0 = kb * qb, nq = std::min(qb, Q - q0);
+        for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, q0, nq, wp + b * qb * kQFloats);
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t m0 = t * kTileRows;
+          const int rows = int(std::min<int64_t>(kTileRows, M - m0));
+          for (int64_t b = 0; b < groups; ++b) {
+            const int64_t nb = n0 + 8 * b, cols = std::min<int64_t>(8, N - nb);
+            if (cols == 8) {  // straight into y, accumulated across column blocks
+              tile_rows(rows, wp + b * qb * kQFloats, nq, xt + x_at(t, q0), y + m0 * N + nb, N, kb == 0);
+              continue;
+            }
+            alignas(32) float tmp[kTileRows * 8] = {};  // the last, partial group of weight rows
+            for (int m = 0; m < rows; ++m)
+              for (int64_t l = 0; l < cols && kb > 0; ++l) tmp[m * 8 + l] = y[(m0 + m) * N + nb + l];
+            tile_rows(rows, wp + b * qb * kQFloats, nq, xt + x_at(t, q0), tmp, 8, kb == 0);
+            for (int m = 0; m < rows; ++m)
+              for (int64_t l = 0; l < cols; ++l) y[(m0 + m) * N + nb + l] = tmp[m * 8 + l];
           }
         }
-        for (int64_t j = 0; j < std::min(pw, M - p * pw); ++j)
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t n = n0 + r;
-            y[(p * pw + j) * N + n] = activate(yb[size_t(r * pw + j)] * scales[n] + (bias ? bias[n] : 0.0f), act);
-          }
       }
+      const int64_t n1 = std::min(N, n0 + chunk);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) y[m * N + n] = activate(y[m * N + n] * scales[n] + (bias ? bias[n] : 0.0f), act);
     }
   });
 }
+#endif
 
-void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
-            const float* bias, Act act, float* y, int64_t N) {
-  // Panel width by cost: panels needed x (registers per kept value + ~2.5 for its broadcast,
-  // offset load and loop), with 4 rows at a time (and more padding) below 64.
-  auto cost = [&](int64_t nv) { return double((M + 8 * nv - 1) / (8 * nv)) * (double(nv) + 2.5); };
-  if (M <= 16) return panels_w<2, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
-  if (M < 48) return panels_w<3, 4>(x, M, K, values, vt, meta, scales, bias, act, y, N);
-  if (cost(8) <= cost(12)) return panels_w<8, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
-  return panels_w<12, 1>(x, M, K, values, vt, meta, scales, bias, act, y, N);
+// f64 values (the gradient checks' dtype) in f32: row by row, plainly.
+void plain_rows(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                const float* bias, Act act, float* y, int64_t N) {
+  const int64_t K2 = K / 2, K8 = K / 8;
+  parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        float s = 0;
+        for (int64_t b = 0; b < K8; ++b) {
+          int off[4];
+          byte_offsets(meta[n * K8 + b], off);
+          for (int t = 0; t < 4; ++t) s += value_at(values, vt, n * K2 + 4 * b + t) * x[m * K + 8 * b + off[t]];
+        }
+        y[m * N + n] = activate(s * scales[n] + (bias ? bias[n] : 0.0f), act);
+      }
+  });
 }
 
 }  // namespace
@@ -301,12 +452,19 @@ void panels(const float* x, int64_t M, int64_t K, const void* values, DType vt, 
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
-  if (M > kSmallM) return panels(x, M, K, values, vt, meta, scales, bias, act, y, N);
+#if defined(__AVX2__)
+  if (M > kSmallM) switch (vt) {
+      case DType::f32: return interleaved(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
+      case DType::bf16: return interleaved(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
+      case DType::i8: return interleaved(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
+      default: return plain_rows(x, M, K, values, vt, meta, scales, bias, act, y, N);
+    }
+#endif
   switch (vt) {
     case DType::f32: return small_m(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
     case DType::bf16: return small_m(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
     case DType::i8: return small_m(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-    default: return panels(x, M, K, values, vt, meta, scales, bias, act, y, N);
+    default: return plain_rows(x, M, K, values, vt, meta, scales, bias, act, y, N);
   }
 }
 
