@@ -64,7 +64,8 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
         linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
         linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // a partial tile, two column blocks
-        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // three column blocks, the last partial
+        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // rows packed over all of K, 3 column blocks
+        linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // packed a column block at a time
         linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // the many-row blocking (M > 256)
         linear_case({26, 48}, 6, DType::bf16, DType::bf16, true),         // bf16 activations
         linear_case({1, 32}, 3, DType::i8, DType::bf16, false),

@@ -281,6 +281,7 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 constexpr int kTileRows = 8;                 // rows of x per register tile
 constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
 constexpr int64_t kTileQFloats = 8 * kTileRows * 4;  // 8 groups of a tile of x
+constexpr int64_t kWholeKTiles = 16;  // up to this many tiles of x (M <= 128), weight rows are packed over all of K
 
 // 8 weight rows [n0, n0 + 8), column blocks of 32 [32 q0, 32 (q0 + nq)) -> out; rows past N and
 // columns past K are zero.
@@ -408,28 +409,40 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
       }
   });
   const int64_t chunk = 8 * row_groups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + qb - 1) / qb;
+  // Few tiles of x (M <= 128): each group of 8 weight rows is packed over all of K up front, in
+  // long runs per row that the hardware prefetcher follows (the chunk's packed rows then stay in
+  // L2/L3); measured 25-45% faster at M = 16 than packing a column block of all 64 rows at a time,
+  // whose short runs in 64 rows stalled on memory. Many tiles: one column block at a time (kept in
+  // L1 for every tile), the next block's lines requested while the first tile computes.
+  const bool whole_k = tiles <= kWholeKTiles;
+  const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    Tensor wbuf = Tensor::empty({row_groups * qb * kQFloats}, DType::f32);
+    Tensor wbuf = Tensor::empty({row_groups * wq * kQFloats}, DType::f32);
     float* wp = wbuf.data<float>();
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t n0 = ch * chunk, groups = std::min(row_groups, (N - n0 + 7) / 8);
+      if (whole_k)
+        for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, 0, Q, wp + b * Q * kQFloats);
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t q0 = kb * qb, nq = std::min(qb, Q - q0);
-        for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, q0, nq, wp + b * qb * kQFloats);
+        if (!whole_k)
+          for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, q0, nq, wp + b * qb * kQFloats);
+        const int64_t wo = whole_k ? q0 : 0;  // this block's offset within a group's packed rows
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t m0 = t * kTileRows;
           const int rows = int(std::min<int64_t>(kTileRows, M - m0));
           for (int64_t b = 0; b < groups; ++b) {
             const int64_t nb = n0 + 8 * b, cols = std::min<int64_t>(8, N - nb);
-            if (t == 0 && kb + 1 < kblocks) prefetch_block(values, meta, K, nb, std::min<int64_t>(8, N - nb), (q0 + qb) * 32, qb * 32);
+            const float* wb = wp + (b * wq + wo) * kQFloats;
+            if (!whole_k && t == 0 && kb + 1 < kblocks) prefetch_block(values, meta, K, nb, cols, (q0 + qb) * 32, qb * 32);
             if (cols == 8) {  // straight into y, accumulated across column blocks
-              tile_rows(rows, wp + b * qb * kQFloats, nq, xt + x_at(t, q0), y + m0 * N + nb, N, kb == 0);
+              tile_rows(rows, wb, nq, xt + x_at(t, q0), y + m0 * N + nb, N, kb == 0);
               continue;
             }
             alignas(32) float tmp[kTileRows * 8] = {};  // the last, partial group of weight rows
             for (int m = 0; m < rows; ++m)
               for (int64_t l = 0; l < cols && kb > 0; ++l) tmp[m * 8 + l] = y[(m0 + m) * N + nb + l];
-            tile_rows(rows, wp + b * qb * kQFloats, nq, xt + x_at(t, q0), tmp, 8, kb == 0);
+            tile_rows(rows, wb, nq, xt + x_at(t, q0), tmp, 8, kb == 0);
             for (int m = 0; m < rows; ++m)
               for (int64_t l = 0; l < cols; ++l) y[(m0 + m) * N + nb + l] = tmp[m * 8 + l];
           }
