@@ -414,7 +414,7 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
   // L2/L3); measured 25-45% faster at M = 16 than packing a column block of all 64 rows at a time,
   // whose short runs in 64 rows stalled on memory. Many tiles: one column block at a time (kept in
   // L1 for every tile), the next block's lines requested while the first tile computes.
-  const bool whole_k = tiles <= kWholeKTiles;
+  const bool whole_k = tiles <= kWholeKTiles && row_groups * Q * kQFloats * 4 <= (int64_t(8) << 20);  // <= 8 MiB per thread
   const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     Tensor wbuf = Tensor::empty({row_groups * wq * kQFloats}, DType::f32);
