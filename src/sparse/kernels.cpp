@@ -243,8 +243,9 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 #if defined(__AVX2__)
         const float* xrm = xr + m0 * K;
         switch (std::min<int64_t>(4, M - m0)) {
-          case 1: small_m_rows_lanes<1, 4>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
-          case 2: small_m_rows_lanes<2, 2>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+          // int8 values are bound by their widening, not by the stream: one stream (measured)
+          case 1: small_m_rows_lanes<1, sizeof(V) == 1 ? 1 : 4>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+          case 2: small_m_rows_lanes<2, sizeof(V) == 1 ? 1 : 2>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
           case 3: small_m_rows_lanes<3, 1>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
           default: small_m_rows_lanes<4, 1>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
         }
