@@ -167,6 +167,7 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
 template <int M, int S, class V>
 void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* values, const uint8_t* meta, int64_t n0, int64_t n1,
                         float* dots) {
+  constexpr int U = S == 1 ? 4 : 2;  // 16-column steps per pass: S x U accumulator chains per row of x hide the FMA latency
   const int64_t chunks = K / 16, K2 = K / 2, K8 = K / 8, nb = n1 - n0, run = (nb + S - 1) / S;
   const __m256i sh_a = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh_b = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
   auto pick = [](const float* xc, __m256i idx) {  // x of 8 kept values from 16 rearranged columns
@@ -181,40 +182,46 @@ void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* val
       w[s] = values + row[s] * K2, mt[s] = meta + row[s] * K8;
       __builtin_prefetch(mt[s] + 4 * K8, 0, 0);
     }
-    __m256 acc0[S][M], acc1[S][M];  // two chains per (stream, row of x): the FMA latency is hidden
+    __m256 acc[S][M][U];
     for (int s = 0; s < S; ++s)
-      for (int m = 0; m < M; ++m) acc0[s][m] = acc1[s][m] = _mm256_setzero_ps();
+      for (int m = 0; m < M; ++m)
+        for (int u = 0; u < U; ++u) acc[s][m][u] = _mm256_setzero_ps();
     int64_t c = 0;
-    for (; c + 2 <= chunks; c += 2)
+    for (; c + U <= chunks; c += U)
       for (int s = 0; s < S; ++s) {
-        __builtin_prefetch(reinterpret_cast<const char*>(w[s] + 8 * c) + kPf, 0, 0);
-        if (sizeof(V) == 4) __builtin_prefetch(reinterpret_cast<const char*>(w[s] + 8 * c) + kPf + 32, 0, 0);
-        int32_t word;
-        std::memcpy(&word, mt[s] + 2 * c, 4);
-        const __m256i mw = _mm256_set1_epi32(word);
-        const __m256i ia = _mm256_srlv_epi32(mw, sh_a), ib = _mm256_srlv_epi32(mw, sh_b);
-        const __m256 wa = (__m256)load_values(w[s] + 8 * c), wb = (__m256)load_values(w[s] + 8 * c + 8);
-        for (int m = 0; m < M; ++m) {
-          const float* xc = xr + m * K + 16 * c;
-          acc0[s][m] = _mm256_fmadd_ps(wa, pick(xc, ia), acc0[s][m]);
-          acc1[s][m] = _mm256_fmadd_ps(wb, pick(xc + 16, ib), acc1[s][m]);
+        const char* wb = reinterpret_cast<const char*>(w[s] + 8 * c);
+        for (int64_t off = 0; off < int64_t(sizeof(V)) * 8 * U; off += 64) __builtin_prefetch(wb + kPf + off, 0, 0);
+        __m256i idx[U];
+        for (int u = 0; u < U; u += 2) {
+          int32_t word;  // meta bytes of two 16-column steps
+          std::memcpy(&word, mt[s] + 2 * (c + u), 4);
+          const __m256i mw = _mm256_set1_epi32(word);
+          idx[u] = _mm256_srlv_epi32(mw, sh_a), idx[u + 1] = _mm256_srlv_epi32(mw, sh_b);
         }
+        __m256 wv[U];
+        for (int u = 0; u < U; ++u) wv[u] = (__m256)load_values(w[s] + 8 * (c + u));
+        for (int m = 0; m < M; ++m)
+          for (int u = 0; u < U; ++u) acc[s][m][u] = _mm256_fmadd_ps(wv[u], pick(xr + m * K + 16 * (c + u), idx[u]), acc[s][m][u]);
       }
     for (int s = 0; s < S; ++s) {
       if (n0 + s * run + i >= n1) continue;
-      float tail[M] = {};
-      if (c < chunks) {  // one more 16-column step
-        const __m256i ia = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(mt[s][2 * c] | mt[s][2 * c + 1] << 8)), sh_a);
-        const __m256 wa = (__m256)load_values(w[s] + 8 * c);
-        for (int m = 0; m < M; ++m) acc0[s][m] = _mm256_fmadd_ps(wa, pick(xr + m * K + 16 * c, ia), acc0[s][m]);
+      for (int64_t cc = c; cc < chunks; ++cc) {  // the last few 16-column steps
+        const __m256i ia = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(mt[s][2 * cc] | mt[s][2 * cc + 1] << 8)), sh_a);
+        const __m256 wa = (__m256)load_values(w[s] + 8 * cc);
+        for (int m = 0; m < M; ++m) acc[s][m][0] = _mm256_fmadd_ps(wa, pick(xr + m * K + 16 * cc, ia), acc[s][m][0]);
       }
+      float tail[M] = {};
       if (K % 16) {  // one last meta byte: four kept values over 8 columns
         int off[4];
         byte_offsets(mt[s][K8 - 1], off);
         for (int t = 0; t < 4; ++t)
           for (int m = 0; m < M; ++m) tail[m] += float(w[s][K2 - 4 + t]) * x[m * K + K - 8 + off[t]];
       }
-      for (int m = 0; m < M; ++m) dots[m * nb + (row[s] - n0)] = hsum((v8f)_mm256_add_ps(acc0[s][m], acc1[s][m])) + tail[m];
+      for (int m = 0; m < M; ++m) {
+        __m256 sum = acc[s][m][0];
+        for (int u = 1; u < U; ++u) sum = _mm256_add_ps(sum, acc[s][m][u]);
+        dots[m * nb + (row[s] - n0)] = hsum((v8f)sum) + tail[m];
+      }
     }
   }
 }
