@@ -460,20 +460,22 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
 }
 #endif
 
-// f64 values (the gradient checks' dtype) in f32: row by row, plainly.
-void plain_rows(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
-                const float* bias, Act act, float* y, int64_t N) {
+// Row by row, plainly, accumulating in T: the f64 reference the gradient checks differentiate, and
+// f64 values met in the f32 entry point. value(i) is kept value i.
+template <class T, class Value>
+void plain_rows(const T* x, int64_t M, int64_t K, const Value& value, const uint8_t* meta, const float* scales, const T* bias, Act act,
+                T* y, int64_t N) {
   const int64_t K2 = K / 2, K8 = K / 8;
   parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t m = 0; m < M; ++m) {
-        float s = 0;
+        T s = 0;
         for (int64_t b = 0; b < K8; ++b) {
           int off[4];
           byte_offsets(meta[n * K8 + b], off);
-          for (int t = 0; t < 4; ++t) s += value_at(values, vt, n * K2 + 4 * b + t) * x[m * K + 8 * b + off[t]];
+          for (int t = 0; t < 4; ++t) s += T(value(n * K2 + 4 * b + t)) * x[m * K + 8 * b + off[t]];
         }
-        y[m * N + n] = activate(s * scales[n] + (bias ? bias[n] : 0.0f), act);
+        y[m * N + n] = activate(s * T(scales[n]) + (bias ? bias[n] : T(0)), act);
       }
   });
 }
@@ -488,32 +490,20 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
       case DType::f32: return interleaved(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
       case DType::bf16: return interleaved(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
       case DType::i8: return interleaved(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-      default: return plain_rows(x, M, K, values, vt, meta, scales, bias, act, y, N);
+      default: break;
     }
 #endif
   switch (vt) {
     case DType::f32: return small_m(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
     case DType::bf16: return small_m(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
     case DType::i8: return small_m(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-    default: return plain_rows(x, M, K, values, vt, meta, scales, bias, act, y, N);
+    default: return plain_rows(x, M, K, [&](int64_t i) { return value_at(values, vt, i); }, meta, scales, bias, act, y, N);
   }
 }
 
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
                 const double* bias, Act act, double* y, int64_t N) {
-  const int64_t K2 = K / 2, K8 = K / 8;
-  parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      for (int64_t m = 0; m < M; ++m) {
-        double s = 0;
-        for (int64_t b = 0; b < K8; ++b) {
-          int off[4];
-          byte_offsets(meta[n * K8 + b], off);
-          for (int t = 0; t < 4; ++t) s += values[n * K2 + 4 * b + t] * x[m * K + 8 * b + off[t]];
-        }
-        y[m * N + n] = activate(s * double(scales[n]) + (bias ? bias[n] : 0.0), act);
-      }
-  });
+  plain_rows(x, M, K, [&](int64_t i) { return values[i]; }, meta, scales, bias, act, y, N);
 }
 
 template <class T> void to_dense(const void* values, DType vt, const uint8_t* meta, const float* scales, int64_t N, int64_t K, T* out) {
