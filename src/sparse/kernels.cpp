@@ -275,9 +275,9 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 // per row of x the group's four values are broadcast into both 128-bit lanes and vpermilps picks
 // each weight row's kept column (the meta nibbles are the permute indices, shifted into place):
 // one in-lane shuffle and one FMA per 8 kept values. The outputs of 8 rows of x x 8 weight rows
-// stay in registers over a block of columns. Weights are repacked per block of rows and columns
-// (8-row interleave, converted to f32) into an L1-sized buffer reused for every tile of x; x is
-// packed once per call as tiles of 8 rows (per group: 8 rows x 4 values), column-block major.
+// stay in registers over a block of columns. Weights are repacked (8-row interleave, converted
+// to f32) and reused for every tile of x; x is packed once per call as tiles of 8 rows (per
+// group: 8 rows x 4 values), column-block major.
 // Measured on Zen 3: the shuffle port (one vpermilps per cycle) is the bound, about half the FMA
 // peak on half the FLOPs; the earlier design (x panels K-major, one load per FMA plus decoded
 // (value, offset) records) was load- and decode-bound and slower at every M (BENCHMARKS.md).
@@ -389,9 +389,9 @@ void tile_rows(int r, const float* wp, int64_t nq, const float* xt, float* c, in
 template <class V>
 void interleaved(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
                  Act act, float* y, int64_t N) {
-  // Blocks (measured, `sinter bench sparse`): 32 columns x 8 row-groups of weights (17 KiB packed)
-  // up to M = 256; beyond, 128 columns x 32 row-groups, so x (re-read once per block of weight
-  // rows) streams from the L3 fewer times.
+  // Blocks (measured, `sinter bench sparse`): 256 columns x 8 row-groups of weights (17 KiB
+  // packed) up to M = 256; beyond, 128 columns x 32 row-groups, so x (re-read once per block of
+  // weight rows) streams from the L3 fewer times.
   const int64_t qb = M <= 256 ? 8 : 4, row_groups = M <= 256 ? 8 : 32;
   const int64_t tiles = (M + kTileRows - 1) / kTileRows, Q = (K + 31) / 32, G = K / 4;
   // x tile t, column block q: column-block major, so all tiles of one block are contiguous.
