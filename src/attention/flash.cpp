@@ -120,11 +120,11 @@ inline int64_t key_first(const Geometry& g, int64_t i) {
 template <class T>
 void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse) {
   const int64_t q_tiles = (g.Lq + kBr - 1) / kBr, group = g.Hq / g.Hkv;
-  parallel_for(0, g.B * g.Hq * q_tiles, 1, [&](int64_t lo, int64_t hi) {
+  parallel_dynamic(0, g.B * g.Hq * q_tiles, [&](const auto& next) {
     std::vector<T> s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * g.Dv)), m(static_cast<size_t>(kBr)),
         l(static_cast<size_t>(kBr)), kt(static_cast<size_t>(g.D * kBc)), z(static_cast<size_t>(kBc));
-    for (int64_t job = lo; job < hi; ++job) {
-      const int64_t qt = job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;
+    for (int64_t job; (job = next()) >= 0;) {
+      const int64_t qt = q_tiles - 1 - job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;  // late (costly) tiles first
       const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
       const T* Q = q + ((b * g.Hq + h) * g.Lq + i0) * g.D;
       const T* K = k + (b * g.Hkv + hk) * g.k_hs;
@@ -388,15 +388,17 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
   static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
   const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
-  parallel_for(0, g.B * g.Hkv * tiles, 1, [&](int64_t lo, int64_t hi) {
+  parallel_dynamic(0, g.B * g.Hkv * tiles, [&](const auto& next) {
     std::vector<float> qt(static_cast<size_t>(D * kFBr)), qs(static_cast<size_t>(4 * D)), sT(static_cast<size_t>(std::max(kFewBc * kV, kFBc * kFBr)), 0.0f),
         acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
         alpha(static_cast<size_t>(kFBr)), z(static_cast<size_t>(kFewBc));
     std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr));
     std::vector<const float*> mask_of(static_cast<size_t>(kFBr));
     std::vector<uint64_t> element_of(static_cast<size_t>(kFBr));
-    for (int64_t job = lo; job < hi; ++job) {
-      const int64_t t = job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
+    for (int64_t job; (job = next()) >= 0;) {
+      // A head's tiles last to first: under a causal mask the late ones see the most keys, so the
+      // cheap ones come last and even the threads out.
+      const int64_t t = tiles - 1 - job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
       const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0), rows_r = (rows + kNr - 1) / kNr * kNr;
       const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // rows are contiguous in q, o and lse
       const float* Q = q + row_base * D;
@@ -496,11 +498,11 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
                         const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv) {
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
   const float scale = float(g.scale);
-  parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
+  parallel_dynamic(0, g.B * g.Hkv, [&](const auto& next) {
     std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
         dp(static_cast<size_t>(kFBr * kFBc)), qs(static_cast<size_t>(kFBr * D)),
         delta(static_cast<size_t>(group * g.Lq)), z(static_cast<size_t>(kFBc));
-    for (int64_t job = lo; job < hi; ++job) {
+    for (int64_t job; (job = next()) >= 0;) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
       const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
       const float* V = v + (b * g.Hkv + hk) * g.Lkv * Dv;
@@ -575,10 +577,10 @@ template <class T>
 void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
                     const T* dlse, const T* mask, T* dq, T* dk, T* dv) {
   const int64_t group = g.Hq / g.Hkv;
-  parallel_for(0, g.B * g.Hkv, 1, [&](int64_t lo, int64_t hi) {
+  parallel_dynamic(0, g.B * g.Hkv, [&](const auto& next) {
     std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), ds(static_cast<size_t>(kBc)),
         z(static_cast<size_t>(kBc), T(1));
-    for (int64_t job = lo; job < hi; ++job) {
+    for (int64_t job; (job = next()) >= 0;) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
       const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
       const T* V = v + (b * g.Hkv + hk) * g.Lkv * g.Dv;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace sinter {
@@ -26,4 +27,19 @@ template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, 
   }
 }
 
+
+// For jobs of uneven cost (or cores slowed by other work): each thread calls f(next) once and
+// takes jobs with next() (the next index of [begin, end), -1 when none is left) as it frees up,
+// so no thread waits at the end with its share done while another has half of its own left.
+template <class F> void parallel_dynamic(int64_t begin, int64_t end, const F& f) {
+  std::atomic<int64_t> counter{begin};
+  const auto next = [&]() -> int64_t {
+    const int64_t j = counter.fetch_add(1, std::memory_order_relaxed);
+    return j < end ? j : -1;
+  };
+  const int nt = int(std::min<int64_t>(num_threads(), end - begin));
+  if (nt <= 1 || omp_in_parallel()) { f(next); return; }
+#pragma omp parallel num_threads(nt)
+  f(next);
+}
 }  // namespace sinter
