@@ -226,14 +226,17 @@ template <int MR> SINTER_INLINE void scores_block(const float* const* qr, const 
 }
 
 // s(rows, kFBc) = q(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
-// kt is zero-padded there); row r of q at q + r * q_rs.
-void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D, int64_t q_rs = -1) {
+// kt is zero-padded there); row r of q at q + r * q_rs. With col_rows, column block c0 needs only
+// rows below col_rows[c0 / kNr] (a causal tile on the diagonal): blocks past it are not written.
+void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D, int64_t q_rs = -1,
+                 const int64_t* col_rows = nullptr) {
   if (q_rs < 0) q_rs = D;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
     const float* qr[kMr];
     for (int64_t r = 0; r < kMr; ++r) qr[r] = q + std::min(r0 + r, rows - 1) * q_rs;
     float* sr = s + r0 * kFBc;
-    for (int64_t c0 = 0; c0 < cols; c0 += kNr) switch (std::min<int64_t>(kMr, rows - r0)) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kNr)
+      if (!col_rows || r0 < col_rows[c0 / kNr]) switch (std::min<int64_t>(kMr, rows - r0)) {
         case 1: scores_block<1>(qr, kt, sr, c0, D); break;
         case 2: scores_block<2>(qr, kt, sr, c0, D); break;
         case 3: scores_block<3>(qr, kt, sr, c0, D); break;
@@ -263,21 +266,27 @@ SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v
 
 // acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
 // tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
-// row r of acc at acc + r * acc_rs.
+// row r of acc at acc + r * acc_rs. With row_cols, p(r, c) = 0 for c >= row_cols[r] (a causal
+// tile on the diagonal): each block of rows stops at its rows' last nonzero column.
 void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
-             int64_t p_cs = 1, int64_t acc_rs = -1) {
+             int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr) {
   if (acc_rs < 0) acc_rs = Dv;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
     const float* pr[kMr];
     float* ar[kMr];
     for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * p_rs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
+    int64_t n = cols;
+    if (row_cols) {
+      n = 0;
+      for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
+    }
     for (int64_t d0 = 0; d0 < Dv; d0 += kNr) switch (std::min<int64_t>(kMr, rows - r0)) {
-        case 1: pv_block<1>(pr, p_cs, v, ar, cols, d0, Dv); break;
-        case 2: pv_block<2>(pr, p_cs, v, ar, cols, d0, Dv); break;
-        case 3: pv_block<3>(pr, p_cs, v, ar, cols, d0, Dv); break;
-        case 4: pv_block<4>(pr, p_cs, v, ar, cols, d0, Dv); break;
-        case 5: pv_block<5>(pr, p_cs, v, ar, cols, d0, Dv); break;
-        default: pv_block<kMr>(pr, p_cs, v, ar, cols, d0, Dv); break;
+        case 1: pv_block<1>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 2: pv_block<2>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 3: pv_block<3>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 4: pv_block<4>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 5: pv_block<5>(pr, p_cs, v, ar, n, d0, Dv); break;
+        default: pv_block<kMr>(pr, p_cs, v, ar, n, d0, Dv); break;
       }
   }
 }
@@ -392,7 +401,8 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
     std::vector<float> qt(static_cast<size_t>(D * kFBr)), qs(static_cast<size_t>(4 * D)), sT(static_cast<size_t>(std::max(kFewBc * kV, kFBc * kFBr)), 0.0f),
         acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
         alpha(static_cast<size_t>(kFBr)), z(static_cast<size_t>(kFewBc));
-    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr));
+    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr)),
+        row_keys(static_cast<size_t>(kFBr)), strip_keys(static_cast<size_t>(kFBr / kNr));
     std::vector<const float*> mask_of(static_cast<size_t>(kFBr));
     std::vector<uint64_t> element_of(static_cast<size_t>(kFBr));
     for (int64_t job; (job = next()) >= 0;) {
@@ -428,8 +438,18 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       const int64_t bc = few ? kFewBc : kFBc, ld = few ? kV : kFBr;  // keys per tile; P^T's row stride
       for (int64_t j0 = kbegin / bc * bc; j0 < kend; j0 += bc) {
         const int64_t cols = std::min(bc, kend - j0);
+        // A tile some row cannot see to its end (the causal diagonal): each row's last visible
+        // key, and per block of query columns of S^T the most keys any of its rows sees.
+        const bool cut = !few && j0 + cols > min_lim;
+        if (cut) {
+          std::fill(strip_keys.begin(), strip_keys.end(), 0);
+          for (int64_t r = 0; r < rows; ++r) {
+            row_keys[size_t(r)] = std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
+            strip_keys[size_t(r / kNr)] = std::max(strip_keys[size_t(r / kNr)], row_keys[size_t(r)]);
+          }
+        }
         if (few) scores_few_rows(qs.data(), K + j0 * D, sT.data(), rows, cols, D, ld);
-        else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D);  // S^T = K_j (scale Q)^T
+        else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
         // Keys outside a row's [first, lim) are -inf; then the explicit mask.
         if (!(j0 + cols <= min_lim && j0 >= max_first))
           for (int64_t r = 0; r < rows; ++r) {
@@ -471,7 +491,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           }
         }
         if (few) pv_few_rows(sT.data(), ld, V + j0 * Dv, acc.data(), rows, cols, Dv);
-        else pv_tile(sT.data(), V + j0 * Dv, acc.data(), rows, cols, Dv, 1, ld);  // acc += P V, P read from P^T
+        else pv_tile(sT.data(), V + j0 * Dv, acc.data(), rows, cols, Dv, 1, ld, -1, cut ? row_keys.data() : nullptr);  // acc += P V, P from P^T
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + (row_base + r) * Dv;
