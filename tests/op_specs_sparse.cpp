@@ -1,5 +1,5 @@
-// Specs for the 2:4 sparse ops: sparse24_linear (both kernel paths: M <= 4 streaming, larger M in
-// 8-row tiles against 8 interleaved weight rows; K with a tail byte and partial column blocks; a
+// Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 8 < M <= 24
+// a column-major panel of x, larger M in 8-row tiles against 8 interleaved weight rows; K with a tail byte and partial column blocks; a
 // partial last tile and group of weight rows; every value dtype; the activation epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
 #include <cmath>
@@ -64,7 +64,11 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
         linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
         linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // a partial tile, two column blocks
-        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // rows packed over all of K, 3 column blocks
+        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // x as a 24-row column-major panel
+        linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // 16-row panel: 3 column blocks (the last one byte), a tail of 6 rows
+        linear_case({17, 1368}, 13, DType::i8, DType::f32, false, "gelu"), // 24-row panel, int8 widened: a block of 85 bytes, a row alone
+        linear_case({9, 40}, 5, DType::bf16, DType::f32, true, "relu"),   // 16-row panel, 7 rows of padding, bf16 widened
+        linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // rows packed over all of K, 3 column blocks
         linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // packed a column block at a time
         linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // the many-row blocking (M > 256)
         linear_case({26, 48}, 6, DType::bf16, DType::bf16, true),         // bf16 activations
