@@ -66,8 +66,9 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // a partial tile, two column blocks
         linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // x as a 24-row column-major panel
         linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // 16-row panel: 3 column blocks (the last one byte), a tail of 6 rows
-        linear_case({17, 1368}, 13, DType::i8, DType::f32, false, "gelu"), // 24-row panel, int8 widened: a block of 85 bytes, a row alone
-        linear_case({9, 40}, 5, DType::bf16, DType::f32, true, "relu"),   // 16-row panel, 7 rows of padding, bf16 widened
+        linear_case({17, 1368}, 13, DType::f32, DType::f32, false, "gelu"), // 24-row panel: a last block of 1 byte, a row alone
+        linear_case({9, 40}, 5, DType::f32, DType::f32, true, "relu"),    // 16-row panel, 7 rows of padding
+        linear_case({17, 1368}, 13, DType::i8, DType::f32, false),        // int8 values at M = 17: the tiles (panels take f32 only)
         linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // rows packed over all of K, 3 column blocks
         linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // packed a column block at a time
         linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // the many-row blocking (M > 256)

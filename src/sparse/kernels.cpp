@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -466,9 +465,8 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
 // The weights are read where they lie, values and meta, with no repacking (which was a third of
 // the many-row kernel's time at M = 16); R rows at a time share each block of x, and x is cut
 // into column blocks of 64 KiB that stay in L2 while a chunk of 64 weight rows passes over them.
-// Non-f32 values are widened, R rows x one block at a time, into a scratch first. Measured against
-// the many-row kernel (alternating runs): M = 16 7-38% faster, M = 24 ~20%, M = 8 no faster (one
-// register per kept value: two loads per FMA), M = 32 even.
+// Measured against the many-row kernel (alternating runs): M = 16 7-38% faster, M = 24 ~20%,
+// M = 8 no faster (one register per kept value: two loads per FMA), M = 32 even.
 template <int NV> struct PanelOffsets {  // meta byte -> its 4 kept columns' byte offsets in the panel, 16 bits each
   uint64_t at[256];
   PanelOffsets() {
@@ -506,8 +504,8 @@ SINTER_INLINE void panel_rows(const float* const* v, const uint8_t* const* mt, i
     for (int u = 0; u < NV; ++u) _mm256_store_ps(yb + PW * r + 8 * u, a[r][u]);
 }
 
-template <int NV, int kR, class V>
-void column_major_panel(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales,
+template <int NV, int kR>
+void column_major_panel(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales,
                         const float* bias, Act act, float* y, int64_t N) {
   constexpr int64_t PW = 8 * NV, kRows = 64;
   constexpr int64_t KB = 2048 / NV / 8 * 8;  // columns per block (~64 KiB of x), whole meta bytes
@@ -518,7 +516,6 @@ void column_major_panel(const float* x, int64_t M, int64_t K, const V* values, c
   const int64_t K2 = K / 2, K8 = K / 8;
   parallel_dynamic(0, (N + kRows - 1) / kRows, [&](const auto& next) {
     alignas(32) float yb[kRows * PW];
-    std::vector<float> scratch(std::is_same_v<V, float> ? 0 : size_t(kR * KB / 2));
     for (int64_t c; (c = next()) >= 0;) {
       const int64_t n0 = c * kRows, n1 = std::min(N, n0 + kRows);
       std::fill(yb, yb + kRows * PW, 0.0f);
@@ -529,28 +526,12 @@ void column_major_panel(const float* x, int64_t M, int64_t K, const V* values, c
           const int rows = int(std::min<int64_t>(kR, n1 - n));
           const float* v[kR] = {};
           const uint8_t* mt[kR] = {};
-          for (int r = 0; r < rows; ++r) {
-            mt[r] = meta + (n + r) * K8 + k0 / 8;
-            const V* src = values + (n + r) * K2 + k0 / 2;
-            if constexpr (std::is_same_v<V, float>) {
-              v[r] = src;
-            } else {  // widen this block of the row to f32
-              float* d = scratch.data() + r * KB / 2;
-              int64_t j = 0;
-              for (; j + 8 <= 4 * bytes; j += 8) store8f(d + j, load_values(src + j));
-              for (; j < 4 * bytes; ++j) d[j] = float(src[j]);
-              v[r] = d;
-            }
-          }
+          for (int r = 0; r < rows; ++r) v[r] = values + (n + r) * K2 + k0 / 2, mt[r] = meta + (n + r) * K8 + k0 / 8;
           float* yr = yb + (n - n0) * PW;
           switch (rows) {
             case 1: panel_rows<1, NV>(v, mt, bytes, xb, yr); break;
             case 2: panel_rows<2, NV>(v, mt, bytes, xb, yr); break;
             case 3: panel_rows<3, NV>(v, mt, bytes, xb, yr); break;
-            case 4: panel_rows<4, NV>(v, mt, bytes, xb, yr); break;
-            case 5: panel_rows<5, NV>(v, mt, bytes, xb, yr); break;
-            case 6: panel_rows<6, NV>(v, mt, bytes, xb, yr); break;
-            case 7: panel_rows<7, NV>(v, mt, bytes, xb, yr); break;
             default: panel_rows<kR, NV>(v, mt, bytes, xb, yr); break;
           }
         }
@@ -562,8 +543,10 @@ void column_major_panel(const float* x, int64_t M, int64_t K, const V* values, c
   });
 }
 
-template <class V>
-void few_rows(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
+// f32 values only: with int8 or bf16 values widened into a scratch first it measured no faster
+// than the many-row kernel (int8 M = 16 K=4096 N=11008: 14.5 ms, against 10.8 ms in the bench run
+// before; the other two shapes 3-5% slower).
+void few_rows(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales, const float* bias,
               Act act, float* y, int64_t N) {
   if (M <= 16) return column_major_panel<2, 4>(x, M, K, values, meta, scales, bias, act, y, N);
   return column_major_panel<3, 4>(x, M, K, values, meta, scales, bias, act, y, N);
@@ -596,12 +579,8 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
                 const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
 #if defined(__AVX2__)
-  if (M > 8 && M <= kColumnMajorM) switch (vt) {
-      case DType::f32: return few_rows(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-      case DType::bf16: return few_rows(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
-      case DType::i8: return few_rows(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-      default: break;
-    }
+  if (M > 8 && M <= kColumnMajorM && vt == DType::f32)
+    return few_rows(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
   if (M > kSmallM) switch (vt) {
       case DType::f32: return interleaved(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
       case DType::bf16: return interleaved(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
