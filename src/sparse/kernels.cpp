@@ -544,8 +544,8 @@ void column_major_panel(const float* x, int64_t M, int64_t K, const float* value
 }
 
 // f32 values only: with int8 or bf16 values widened into a scratch first it measured no faster
-// than the many-row kernel (int8 M = 16 K=4096 N=11008: 14.5 ms, against 10.8 ms in the bench run
-// before; the other two shapes 3-5% slower).
+// than the many-row kernel (int8 M = 16, the three bench shapes: 5.2 / 14.5 / 13.4 ms widened,
+// 6.8 / 13.5 / 14.0 ms on the tiles in the next run: even within this machine's noise).
 void few_rows(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales, const float* bias,
               Act act, float* y, int64_t N) {
   if (M <= 16) return column_major_panel<2, 4>(x, M, K, values, meta, scales, bias, act, y, N);
