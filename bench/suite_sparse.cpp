@@ -1,7 +1,8 @@
 // 2:4 sparse linear against oneDNN's dense matmul on the same (pruned) weights, with the weights
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run
-// (from kSparseDenseFromRows rows, linear() runs its dense fallback: the 2:4 kernel is timed alone too). f32, int8 and bf16 values; decode sizes
-// (M = 1, 16: memory-bound, 2:4 halves the bytes) and compute-bound sizes (M = 128 ... 2048).
+// (from kSparseDenseFromRows rows linear() runs its dense fallback; the 2:4 kernel is timed alone
+// too). f32, int8 and bf16 values; decode sizes (M = 1, 16: memory-bound, 2:4 halves the bytes)
+// and compute-bound sizes (M = 128 ... 2048).
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 

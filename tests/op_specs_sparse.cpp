@@ -1,6 +1,7 @@
-// Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 8 < M <= 24
-// a column-major panel of x, larger M in 8-row tiles against 8 interleaved weight rows; K with a tail byte and partial column blocks; a
-// partial last tile and group of weight rows; every value dtype; the activation epilogue),
+// Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 9 <= M <= 24
+// with f32 values a column-major panel of x, other M in 8-row tiles against 8 interleaved weight
+// rows; K with a tail byte and partial column blocks; a partial last tile and group of weight
+// rows; every value dtype; the activation epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
 #include <cmath>
 

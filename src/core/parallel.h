@@ -27,7 +27,6 @@ template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, 
   }
 }
 
-
 // For jobs of uneven cost (or cores slowed by other work): each thread calls f(next) once and
 // takes jobs with next() (the next index of [begin, end), -1 when none is left) as it frees up,
 // so no thread waits at the end with its share done while another has half of its own left.

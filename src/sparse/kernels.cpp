@@ -459,7 +459,7 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
   });
 }
 
-// Few rows (8 < M <= kColumnMajorM): x packed column-major as one panel of 8 NV rows
+// Few rows (kColumnMajorMinM <= M <= kColumnMajorM): x packed column-major as one panel of 8 NV rows
 // (xp[k][8 NV], zero past M), so a kept value (n, k) multiplies NV contiguous registers of x: one
 // broadcast and NV loads feeding NV FMAs, the column found through a table from the meta byte.
 // The weights are read where they lie, values and meta, with no repacking (which was a third of
@@ -504,9 +504,10 @@ SINTER_INLINE void panel_rows(const float* const* v, const uint8_t* const* mt, i
     for (int u = 0; u < NV; ++u) _mm256_store_ps(yb + PW * r + 8 * u, a[r][u]);
 }
 
-template <int NV, int kR>
+template <int NV>
 void column_major_panel(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales,
                         const float* bias, Act act, float* y, int64_t N) {
+  constexpr int kR = 4;  // weight rows per pass over a block of x
   constexpr int64_t PW = 8 * NV, kRows = 64;
   constexpr int64_t KB = 2048 / NV / 8 * 8;  // columns per block (~64 KiB of x), whole meta bytes
   Tensor xp_buf = Tensor::empty({K * PW}, DType::f32);  // caching allocator: 64-byte aligned
@@ -548,8 +549,8 @@ void column_major_panel(const float* x, int64_t M, int64_t K, const float* value
 // 6.8 / 13.5 / 14.0 ms on the tiles in the next run: even within this machine's noise).
 void few_rows(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales, const float* bias,
               Act act, float* y, int64_t N) {
-  if (M <= 16) return column_major_panel<2, 4>(x, M, K, values, meta, scales, bias, act, y, N);
-  return column_major_panel<3, 4>(x, M, K, values, meta, scales, bias, act, y, N);
+  if (M <= 16) return column_major_panel<2>(x, M, K, values, meta, scales, bias, act, y, N);
+  return column_major_panel<3>(x, M, K, values, meta, scales, bias, act, y, N);
 }
 #endif
 
@@ -579,7 +580,7 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
                 const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
 #if defined(__AVX2__)
-  if (M > 8 && M <= kColumnMajorM && vt == DType::f32)
+  if (M >= kColumnMajorMinM && M <= kColumnMajorM && vt == DType::f32)
     return few_rows(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
   if (M > kSmallM) switch (vt) {
       case DType::f32: return interleaved(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);

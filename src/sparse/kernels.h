@@ -13,15 +13,17 @@ Act parse_activation(const std::string& name);  // throws naming sparse24_linear
 
 // x (M, K) f32 row-major; values of dtype vt (f32, bf16, i8); bias (N) or null; y (M, N) f32.
 // M <= kSmallM: one streaming pass over the weights (decode), kept columns of x gathered with
-// in-register permutes, four rows of x per pass over an L2-sized block of weight rows; 8 < M <=
-// kColumnMajorM with f32 values: x as one column-major panel, each kept value broadcast against its column
-// of the panel, the weights read in place; larger M: vectors over 8 weight rows, x's kept columns picked per lane by an in-lane permute indexed by
-// the meta nibbles, weights repacked (per group of 8 rows over all of K for M <= 128, else per
-// L1-sized block) and reused for every 8-row tile of x.
+// in-register permutes, four rows of x per pass over an L2-sized block of weight rows;
+// kColumnMajorMinM <= M <= kColumnMajorM with f32 values: x as one column-major panel, each kept
+// value broadcast against its column of the panel, the weights read in place; other M: vectors
+// over 8 weight rows, x's kept columns picked per lane by an in-lane permute indexed by the meta
+// nibbles, weights repacked (per group of 8 rows over all of K for M <= 128, else per L1-sized
+// block) and reused for every 8-row tile of x.
 // Without AVX2 every M takes the streaming path.
 constexpr int64_t kSmallM = 4;
-// 8 < M <= kColumnMajorM (AVX2, f32 values): x as one column-major panel, the weights read in place.
-constexpr int64_t kColumnMajorM = 24;
+// kColumnMajorMinM <= M <= kColumnMajorM (AVX2, f32 values): x as one column-major panel, the
+// weights read in place (measured no faster at M = 8, even at M = 32).
+constexpr int64_t kColumnMajorMinM = 9, kColumnMajorM = 24;
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N);
 // The same in f64, plainly (the reference the gradient checks differentiate); values f64.

@@ -262,6 +262,14 @@ static std::atomic<bool>& dense_fallback_setting() {
 void set_sparse_dense_fallback(bool on) { dense_fallback_setting() = on; }
 bool sparse_dense_fallback() { return dense_fallback_setting(); }
 
+// The activation as its own op (the dense fallback, and calls that need its gradient).
+static Tensor activate(const Tensor& y, const std::string& activation) {
+  if (activation == "relu") return relu(y);
+  if (activation == "silu") return silu(y);
+  if (activation == "gelu") return gelu(y);
+  return y;
+}
+
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, const std::string& activation) {
   static const OpDef& op = get_op("sparse24_linear");
   sparse::parse_activation(activation);
@@ -283,19 +291,12 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
       }
       dense = c.dense;
     }
-    Tensor y = sinter::linear(x, dense, b);
-    if (activation == "relu") return relu(y);
-    if (activation == "silu") return silu(y);
-    if (activation == "gelu") return gelu(y);
-    return y;
+    return activate(sinter::linear(x, dense, b), activation);
   }
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
   if (activation == "none" || !grads) return call1(op, in, {{"activation", activation}});
-  Tensor y = call1(op, in, {{"activation", std::string("none")}});  // differentiable: the activation as its own op
-  if (activation == "relu") return relu(y);
-  if (activation == "silu") return silu(y);
-  return gelu(y);
+  return activate(call1(op, in, {{"activation", std::string("none")}}), activation);  // differentiable: the activation as its own op
 }
 
 }  // namespace sinter
