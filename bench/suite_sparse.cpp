@@ -1,8 +1,7 @@
 // 2:4 sparse linear against oneDNN's dense matmul on the same (pruned) weights, with the weights
-// plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run
-// (from kSparseDenseFromRows rows linear() runs its dense fallback; the 2:4 kernel is timed alone
-// too). f32, int8 and bf16 values; decode sizes (M = 1, 16: memory-bound, 2:4 halves the bytes)
-// and compute-bound sizes (M = 128 ... 2048).
+// plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
+// f32, int8 and bf16 values; decode sizes (M = 1, 16: memory-bound, 2:4 halves the bytes) and
+// compute-bound sizes (M = 128 ... 2048).
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 
@@ -24,7 +23,7 @@ void suite_sparse(const Options& o, Report& r) {
   struct Plan { const char* name; DType vt; std::vector<int64_t> ms; };
   const std::vector<Plan> plans = o.quick ? std::vector<Plan>{{"f32", DType::f32, {1, 128}}, {"int8", DType::i8, {1}}}
                                           : std::vector<Plan>{{"f32", DType::f32, {1, 16, 128, 512, 2048}},
-                                                              {"int8", DType::i8, {1, 16}},
+                                                              {"int8", DType::i8, {1, 16, 128}},
                                                               {"bf16", DType::bf16, {1, 128}}};
   for (auto [K, N] : shapes) {
     Tensor w = prune_2_4(randn({N, K}) * 0.02);
@@ -45,14 +44,6 @@ void suite_sparse(const Options& o, Report& r) {
         const bool use_packed = time_it([&] { packed.run(); }, 1, 3, 0).best_ms < time_it([&] { plain.run(); }, 1, 3, 0).best_ms;
         RawMatmul& dense = use_packed ? packed : plain;
         auto [ours, peer] = time_pair([&] { (void)linear(x, s); }, [&] { dense.run(); }, 1, reps, M >= 512 ? 0.0 : 0.6);
-        // From kSparseDenseFromRows rows linear() takes the dense fallback; the 2:4 kernel alone
-        // is timed too and shown in the note.
-        double kernel_ms = 0;
-        if (M >= kSparseDenseFromRows && sparse_dense_fallback()) {
-          set_sparse_dense_fallback(false);
-          kernel_ms = time_it([&] { (void)linear(x, s); }, 1, reps, 0).best_ms;
-          set_sparse_dense_fallback(true);
-        }
         char note[200];
         const double dense_mb = double(N * K * (dense_dt == DType::f32 ? 4 : 2)) / 1e6, sparse_mb = double(s.nbytes()) / 1e6;
         if (M <= 16)
@@ -64,12 +55,6 @@ void suite_sparse(const Options& o, Report& r) {
                         100 * 2.0 * M * N * K / (peer.best_ms * 1e-3) / 1e9 / peak);
         std::string peer_name = std::string("oneDNN dense ") + (dense_dt == DType::f32 ? "f32" : "bf16") + (use_packed ? ", prepacked" : ", plain");
         std::string n = note;
-        if (kernel_ms > 0) {
-          char fb[160];
-          std::snprintf(fb, sizeof fb, "; dense fallback (M >= %lld; its dense copy +%.0f MB): the 2:4 kernel alone %.4g ms = %.2fx dense",
-                        (long long)kSparseDenseFromRows, double(N * K * (xt == DType::bf16 ? 2 : 4)) / 1e6, kernel_ms, peer.best_ms / kernel_ms);
-          n += fb;
-        }
         if (p.vt == DType::i8) n += "; no int8-weight dense kernel in oneDNN 2.6: against f32";
         if (p.vt == DType::bf16 && !bf16_dense) n += "; no bf16 matmul on this CPU: against f32";
         r.add(std::string(p.name) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N), ours,

@@ -1,7 +1,8 @@
 // Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 9 <= M <= 24
-// with f32 values a column-major panel of x, other M in 8-row tiles against 8 interleaved weight
-// rows; K with a tail byte and partial column blocks; a partial last tile and group of weight
-// rows; every value dtype; the activation epilogue),
+// with f32 values a column-major panel of x, M > 24 K-major over 64-row panels of x, other M in
+// 8-row tiles against 8 interleaved weight rows; K with a tail byte and partial column blocks; a
+// partial last tile, panel, chunk and group of weight rows; every value dtype; the activation
+// epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
 #include <cmath>
 
@@ -64,15 +65,17 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({2, 2, 40}, 9, DType::bf16, DType::f32, true),        // (B, T, K) input
         linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
         linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
-        linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // a partial tile, two column blocks
+        linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // K-major: one 32-row panel, a last block of one byte
         linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // x as a 24-row column-major panel
         linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // 16-row panel: 3 column blocks (the last one byte), a tail of 6 rows
         linear_case({17, 1368}, 13, DType::f32, DType::f32, false, "gelu"), // 24-row panel: a last block of 1 byte, a row alone
         linear_case({9, 40}, 5, DType::f32, DType::f32, true, "relu"),    // 16-row panel, 7 rows of padding
         linear_case({17, 1368}, 13, DType::i8, DType::f32, false),        // int8 values at M = 17: the tiles (panels take f32 only)
-        linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // rows packed over all of K, 3 column blocks
-        linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // packed a column block at a time
-        linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // the many-row blocking (M > 256)
+        linear_case({20, 264}, 13, DType::bf16, DType::f32, true),        // bf16 values at M = 20: the tiles
+        linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // K-major: 9 blocks (the last one byte), a partial chunk
+        linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // two full 64-row panels and one of 16
+        linear_case({64, 136}, 203, DType::i8, DType::f32, true, "silu"), // one full panel; chunks of 8+ rows, the last partial
+        linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // four full panels and one of 48; a 64 + 8 column K
         linear_case({26, 48}, 6, DType::bf16, DType::bf16, true),         // bf16 activations
         linear_case({1, 32}, 3, DType::i8, DType::bf16, false),
         linear_case({0, 16}, 4, DType::f32, DType::f32, true),            // no rows

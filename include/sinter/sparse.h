@@ -7,8 +7,6 @@
 //   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
 //   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
 //   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -22,20 +20,8 @@ namespace sinter {
 //                    low bits), two groups per byte, the earlier group in the low nibble;
 //   scales (N)       f32 per-row multipliers: w = values * scale (1 for float values).
 // Only the values are ever trained (fine-tuning keeps the pattern): `values` may require grad.
-namespace detail {
-struct DenseCopy {  // the dense fallback's copy of a 2:4 weight and the values it was made from
-  std::mutex mu;
-  Tensor dense;
-  const void *values = nullptr, *meta = nullptr, *scales = nullptr;  // what it was made from
-  uint64_t values_version = 0, scales_version = 0;
-};
-}  // namespace detail
-
 struct SemiStructuredSparse {
   Tensor values, meta, scales;
-  // The dense fallback's copy of the weight (see linear below), made on first use and shared by
-  // copies of this struct; rebuilt when the values change.
-  std::shared_ptr<detail::DenseCopy> dense_copy = std::make_shared<detail::DenseCopy>();
 
   bool defined() const { return values.defined(); }
   int64_t rows() const { return values.size(0); }
@@ -60,15 +46,6 @@ Tensor mask_2_4(const Tensor& w);
 // y = act(x w^T + b) with a 2:4 weight (N, K); x (..., K) f32 or bf16, y in x's dtype. activation:
 // "none", "relu", "silu" or "gelu" (erf), applied in the kernel's epilogue. Differentiable in x,
 // b and the weight's values (the gradient of the kept entries only: the pattern stays).
-// Dense fallback: where the 2:4 kernels lose to the dense GEMM (on an AVX2 CPU, x with
-// kSparseDenseFromRows rows or more; `sinter bench sparse` measures it), a call without gradients
-// runs the dense linear on a dense copy of the weight kept with it: the weight's dense bytes
-// (f32, or bf16 for bf16 values) are held on top of the 2:4 ones from the first such call.
-// set_sparse_dense_fallback(false) (or SINTER_SPARSE_DENSE_FALLBACK=0) keeps every call on the
-// 2:4 kernels and holds no copy.
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b = {}, const std::string& activation = "none");
-inline constexpr int64_t kSparseDenseFromRows = 512;
-void set_sparse_dense_fallback(bool on);
-bool sparse_dense_fallback();
 
 }  // namespace sinter

@@ -271,16 +271,18 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
     }
   });
 }
-// More rows: vectors run over 8 weight rows. For a group of four columns each row keeps two, so
+// 4 < M <= kColumnMajorM (all of it for int8 and bf16 values, M <= 8 for f32): vectors run over
+// 8 weight rows. For a group of four columns each row keeps two, so
 // per row of x the group's four values are broadcast into both 128-bit lanes and vpermilps picks
 // each weight row's kept column (the meta nibbles are the permute indices, shifted into place):
 // one in-lane shuffle and one FMA per 8 kept values. The outputs of 8 rows of x x 8 weight rows
 // stay in registers over a block of columns. Weights are repacked (8-row interleave, converted
 // to f32) and reused for every tile of x; x is packed once per call as tiles of 8 rows (per
 // group: 8 rows x 4 values), column-block major.
-// Measured on Zen 3: the shuffle port (one vpermilps per cycle) is the bound, about half the FMA
-// peak on half the FLOPs; the earlier design (x panels K-major, one load per FMA plus decoded
-// (value, offset) records) was load- and decode-bound and slower at every M (BENCHMARKS.md).
+// Measured on Zen 3: the shuffle port (one vpermilps per cycle, on a pipe the FMAs share) is the
+// bound, about half the FMA peak on half the FLOPs; from M = 32 the K-major kernel below, which
+// picks x by address instead, is 1.1-1.5x faster (BENCHMARKS.md), at M = 16 with int8 or bf16
+// values it was 0.8-0.96x of this one.
 #if defined(__AVX2__)
 constexpr int kTileRows = 8;                 // rows of x per register tile
 constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
@@ -389,10 +391,8 @@ void tile_rows(int r, const float* wp, int64_t nq, const float* xt, float* c, in
 template <class V>
 void interleaved(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
                  Act act, float* y, int64_t N) {
-  // Blocks (measured, `sinter bench sparse`): 256 columns x 8 row-groups of weights (17 KiB
-  // packed) up to M = 256; beyond, 128 columns x 32 row-groups, so x (re-read once per block of
-  // weight rows) streams from the L3 fewer times.
-  const int64_t qb = M <= 256 ? 8 : 4, row_groups = M <= 256 ? 8 : 32;
+  // Blocks (measured, `sinter bench sparse`): 256 columns x 8 row-groups of weights (17 KiB packed).
+  constexpr int64_t qb = 8, row_groups = 8;
   const int64_t tiles = (M + kTileRows - 1) / kTileRows, Q = (K + 31) / 32, G = K / 4;
   // x tile t, column block q: column-block major, so all tiles of one block are contiguous.
   auto x_at = [&](int64_t t, int64_t q) {
@@ -413,11 +413,11 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
       }
   });
   const int64_t chunk = 8 * row_groups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + qb - 1) / qb;
-  // Few tiles of x (M <= 128): each group of 8 weight rows is packed over all of K up front, in
-  // long runs per row that the hardware prefetcher follows (the chunk's packed rows then stay in
-  // L2/L3); measured 25-45% faster at M = 16 than packing a column block of all 64 rows at a time,
-  // whose short runs in 64 rows stalled on memory. Many tiles: one column block at a time (kept in
-  // L1 for every tile), the next block's lines requested while the first tile computes.
+  // Each group of 8 weight rows is packed over all of K up front, in long runs per row that the
+  // hardware prefetcher follows (the chunk's packed rows then stay in L2/L3); measured 25-45%
+  // faster at M = 16 than packing a column block of all 64 rows at a time, whose short runs in 64
+  // rows stalled on memory. Past 8 MiB per thread (K beyond ~60,000): one column block at a time,
+  // the next block's lines requested while the first tile computes.
   const bool whole_k = tiles <= kWholeKTiles && row_groups * Q * kQFloats * 4 <= (int64_t(8) << 20);  // <= 8 MiB per thread
   const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
@@ -544,6 +544,134 @@ void column_major_panel(const float* x, int64_t M, int64_t K, const float* value
   });
 }
 
+// Many rows (M > kColumnMajorM): x packed as column-major panels of 64 rows (xp[p][k][64], the
+// last panel 8 NV rows wide for the rows left), so a kept value (n, k) multiplies the NV registers
+// of column k: one broadcast and NV loads feeding NV FMAs, the column found through PanelOffsets
+// from the meta byte; kept values pick x by address (the load ports) instead of by permute (on
+// Zen 3 the shuffles share a pipe with the FMAs: the permute kernel above ran at half the FMA
+// peak). Each thread packs a chunk of weight rows block-major (per 64 columns: every row's 32
+// values, as f32, and 8 meta bytes), so its pass over the chunk streams one buffer in order; a
+// block of x (64 columns x 64 rows, 16 KiB) stays in L1 while the chunk's rows pass over it.
+// Measured (2 threads, alternating with the permute kernel in one process, the three bench
+// shapes): M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x. A first
+// K-major version (session 13) read each row's 64-column block in place, short runs across many
+// rows that stalled on memory, and ran at 0.6-0.7x; packing the chunk and requesting the next
+// block of x ahead made the difference.
+constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
+constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
+
+template <int NV>
+SINTER_INLINE void k_major_row(const float* wr, const float* xb, float* acc_out) {
+  static const PanelOffsets<NV> tab;
+  constexpr int PW = 8 * NV;
+  const uint8_t* mt = reinterpret_cast<const uint8_t*>(wr + kKmCols / 2);
+  __m256 a[NV];
+  for (int u = 0; u < NV; ++u) a[u] = _mm256_load_ps(acc_out + 8 * u);
+  const char* x = reinterpret_cast<const char*>(xb);
+#pragma GCC unroll 2
+  for (int i = 0; i < kKmCols / 8; ++i, x += 8 * PW * 4) {
+    const uint64_t o = tab.at[mt[i]];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const float* xr = reinterpret_cast<const float*>(x + ((o >> (16 * t)) & 0xffff));
+      const __m256 w = _mm256_broadcast_ss(wr + 4 * i + t);
+#pragma GCC unroll 8
+      for (int u = 0; u < NV; ++u) a[u] = _mm256_fmadd_ps(w, _mm256_load_ps(xr + 8 * u), a[u]);
+    }
+  }
+  for (int u = 0; u < NV; ++u) _mm256_store_ps(acc_out + 8 * u, a[u]);
+}
+
+// Rows [0, nr) of a packed chunk over one block of a panel 8 NV rows wide; acc: nr x 8 NV floats.
+// The next block of x (`lines` cache lines at `next`) is requested a few lines per row.
+template <int NV> void k_major_rows(const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
+  const int64_t per_row = (lines + nr - 1) / std::max<int64_t>(nr, 1);
+  for (int64_t r = 0; r < nr; ++r) {
+    for (int64_t l = r * per_row; next && l < std::min(lines, (r + 1) * per_row); ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+    k_major_row<NV>(wb + r * kKmRowFloats, xb, acc + r * 8 * NV);
+  }
+}
+
+void k_major_block(int nv, const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
+  switch (nv) {
+    case 1: return k_major_rows<1>(wb, nr, xb, acc, next, lines);
+    case 2: return k_major_rows<2>(wb, nr, xb, acc, next, lines);
+    case 3: return k_major_rows<3>(wb, nr, xb, acc, next, lines);
+    case 4: return k_major_rows<4>(wb, nr, xb, acc, next, lines);
+    case 5: return k_major_rows<5>(wb, nr, xb, acc, next, lines);
+    case 6: return k_major_rows<6>(wb, nr, xb, acc, next, lines);
+    case 7: return k_major_rows<7>(wb, nr, xb, acc, next, lines);
+    default: return k_major_rows<8>(wb, nr, xb, acc, next, lines);
+  }
+}
+
+template <class V>
+void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
+             Act act, float* y, int64_t N) {
+  constexpr int64_t PW = 64;  // rows of x per full panel
+  const int64_t KB = (K + kKmCols - 1) / kKmCols, Kp = KB * kKmCols;  // x padded with zero columns to whole blocks
+  const int64_t full = M / PW, rest = M % PW, nv_last = (rest + 7) / 8, P = full + (rest > 0);
+  auto panel_width = [&](int64_t p) { return p < full ? PW : 8 * nv_last; };
+  Tensor xp_buf = Tensor::empty({Kp * (full * PW + 8 * nv_last)}, DType::f32);  // caching allocator: 64-byte aligned
+  float* xp = xp_buf.data<float>();
+  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t pw = panel_width(p), m0 = p * PW;
+      float* d = xp + p * PW * Kp;
+      for (int64_t k0 = 0; k0 < Kp; k0 += 8)  // 8 columns at a time: a cache line of each row of x
+        for (int64_t r = 0; r < pw; ++r) {
+          const float* src = x + (m0 + r) * K;
+          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = m0 + r < M && k < K ? src[k] : 0.0f;
+        }
+    }
+  });
+  // Weight rows per chunk: each chunk reads all of x once, so more rows when x is large
+  // (measured: 64 rows at M = 128, 128 at M = 512, 256 at M = 2048), but four chunks per thread.
+  const int64_t want = M <= 256 ? 64 : M <= 1024 ? 128 : 256;
+  const int64_t NC = std::max<int64_t>(8, std::min(want, (N / (4 * num_threads()) + 7) / 8 * 8));
+  const int64_t chunks = (N + NC - 1) / NC, K2 = K / 2, K8 = K / 8;
+  parallel_dynamic(0, chunks, [&](const auto& next) {
+    Tensor w_buf = Tensor::empty({KB * NC * kKmRowFloats}, DType::f32);
+    Tensor acc_buf = Tensor::empty({(full * PW + 8 * nv_last) * NC}, DType::f32);  // per panel p: NC rows x its width
+    float* wp = w_buf.data<float>();
+    float* acc = acc_buf.data<float>();
+    for (int64_t c; (c = next()) >= 0;) {
+      const int64_t n0 = c * NC, nr = std::min(NC, N - n0);
+      for (int64_t r = 0; r < nr; ++r) {  // each row read in order: the hardware prefetcher follows it
+        const V* vs = values + (n0 + r) * K2;
+        const uint8_t* ms = meta + (n0 + r) * K8;
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          float* d = wp + (kb * NC + r) * kKmRowFloats;
+          const int64_t k0 = kb * kKmCols, kc = std::min(kKmCols, K - k0);
+          if (kc == kKmCols) {
+            for (int64_t i = 0; i < kKmCols / 2; i += 8) _mm256_storeu_ps(d + i, (__m256)load_values(vs + k0 / 2 + i));
+            std::memcpy(d + kKmCols / 2, ms + k0 / 8, kKmCols / 8);
+          } else {  // the last, partial block: zero values and meta past K (they pick padded zero columns)
+            std::memset(d, 0, kKmRowFloats * sizeof(float));
+            for (int64_t i = 0; i < kc / 2; ++i) d[i] = float(vs[k0 / 2 + i]);
+            std::memcpy(d + kKmCols / 2, ms + k0 / 8, size_t(kc / 8));
+          }
+        }
+      }
+      std::memset(acc, 0, size_t(acc_buf.numel()) * sizeof(float));
+      for (int64_t kb = 0; kb < KB; ++kb)
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t pw = panel_width(p);
+          const int64_t np = p + 1 < P ? p + 1 : 0, nkb = p + 1 < P ? kb : kb + 1;  // the block after this one
+          const float* next = nkb < KB ? xp + np * PW * Kp + nkb * kKmCols * panel_width(np) : nullptr;
+          k_major_block(int(pw / 8), wp + kb * NC * kKmRowFloats, nr, xp + p * PW * Kp + kb * kKmCols * pw, acc + p * PW * NC,
+                        reinterpret_cast<const char*>(next), kKmCols * panel_width(np) * 4 / 64);
+        }
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t p = m / PW, pw = panel_width(p);
+        const float* a = acc + p * PW * NC + (m - p * PW);
+        for (int64_t n = 0; n < nr; ++n)
+          y[m * N + n0 + n] = activate(a[n * pw] * scales[n0 + n] + (bias ? bias[n0 + n] : 0.0f), act);
+      }
+    }
+  });
+}
+
 // f32 values only: with int8 or bf16 values widened into a scratch first it measured no faster
 // than the many-row kernel (int8 M = 16, the three bench shapes: 5.2 / 14.5 / 13.4 ms widened,
 // 6.8 / 13.5 / 14.0 ms on the tiles in the next run: even within this machine's noise).
@@ -582,6 +710,12 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
 #if defined(__AVX2__)
   if (M >= kColumnMajorMinM && M <= kColumnMajorM && vt == DType::f32)
     return few_rows(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
+  if (M > kColumnMajorM) switch (vt) {
+      case DType::f32: return k_major(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
+      case DType::bf16: return k_major(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
+      case DType::i8: return k_major(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
+      default: break;
+    }
   if (M > kSmallM) switch (vt) {
       case DType::f32: return interleaved(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
       case DType::bf16: return interleaved(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);

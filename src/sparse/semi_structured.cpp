@@ -4,10 +4,7 @@
 //   sparse24_gather(dense, meta) -> kept (N, K/2)
 // One op definition serves eager calls, autograd (gradients for x, bias and the float values:
 // the weight gradient of the kept entries, so fine-tuning keeps the pattern) and tracing.
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <mutex>
 #include <sstream>
 
 #include "ops/common.h"
@@ -252,17 +249,7 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
   return s;
 }
 
-static std::atomic<bool>& dense_fallback_setting() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("SINTER_SPARSE_DENSE_FALLBACK");
-    return !(e && std::string(e) == "0");
-  }()};
-  return on;
-}
-void set_sparse_dense_fallback(bool on) { dense_fallback_setting() = on; }
-bool sparse_dense_fallback() { return dense_fallback_setting(); }
-
-// The activation as its own op (the dense fallback, and calls that need its gradient).
+// The activation as its own op (for calls that need its gradient).
 static Tensor activate(const Tensor& y, const std::string& activation) {
   if (activation == "relu") return relu(y);
   if (activation == "silu") return silu(y);
@@ -274,25 +261,6 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   static const OpDef& op = get_op("sparse24_linear");
   sparse::parse_activation(activation);
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));
-  const int64_t rows = x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
-  if (!grads && rows >= kSparseDenseFromRows && w.dense_copy && sparse_dense_fallback() && x.dtype() != DType::f64 &&
-      w.defined() && x.dim() > 0 && x.size(-1) == w.cols()) {
-    Tensor dense;
-    {
-      std::lock_guard<std::mutex> lock(w.dense_copy->mu);
-      detail::DenseCopy& c = *w.dense_copy;
-      if (!c.dense.defined() || c.dense.dtype() != x.dtype() || c.values != w.values.data_ptr() || c.meta != w.meta.data_ptr() ||
-          c.scales != w.scales.data_ptr() || c.values_version != w.values.version() || c.scales_version != w.scales.version()) {
-        NoGradGuard no_grad;
-        c.dense = Tensor();  // the old copy's memory back first
-        c.dense = w.to_dense().to(x.dtype()).contiguous();
-        c.values = w.values.data_ptr(), c.meta = w.meta.data_ptr(), c.scales = w.scales.data_ptr();
-        c.values_version = w.values.version(), c.scales_version = w.scales.version();
-      }
-      dense = c.dense;
-    }
-    return activate(sinter::linear(x, dense, b), activation);
-  }
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
   if (activation == "none" || !grads) return call1(op, in, {{"activation", activation}});
