@@ -271,8 +271,7 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
     }
   });
 }
-// 4 < M <= kColumnMajorM (all of it for int8 and bf16 values, M <= 8 for f32): vectors run over
-// 8 weight rows. For a group of four columns each row keeps two, so
+// kSmallM < M < kKMajorM: vectors run over 8 weight rows. For a group of four columns each row keeps two, so
 // per row of x the group's four values are broadcast into both 128-bit lanes and vpermilps picks
 // each weight row's kept column (the meta nibbles are the permute indices, shifted into place):
 // one in-lane shuffle and one FMA per 8 kept values. The outputs of 8 rows of x x 8 weight rows
@@ -280,9 +279,8 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 // to f32) and reused for every tile of x; x is packed once per call as tiles of 8 rows (per
 // group: 8 rows x 4 values), column-block major.
 // Measured on Zen 3: the shuffle port (one vpermilps per cycle, on a pipe the FMAs share) is the
-// bound, about half the FMA peak on half the FLOPs; from M = 32 the K-major kernel below, which
-// picks x by address instead, is 1.1-1.5x faster (BENCHMARKS.md), at M = 16 with int8 or bf16
-// values it was 0.8-0.96x of this one.
+// bound, about half the FMA peak on half the FLOPs; from M = 9 the K-major kernel below, which
+// picks x by address instead, is even (M = 9-24) or 1.1-1.6x faster (M >= 32).
 #if defined(__AVX2__)
 constexpr int kTileRows = 8;                 // rows of x per register tile
 constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
@@ -459,15 +457,8 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
   });
 }
 
-// Few rows (kColumnMajorMinM <= M <= kColumnMajorM): x packed column-major as one panel of 8 NV rows
-// (xp[k][8 NV], zero past M), so a kept value (n, k) multiplies NV contiguous registers of x: one
-// broadcast and NV loads feeding NV FMAs, the column found through a table from the meta byte.
-// The weights are read where they lie, values and meta, with no repacking (which was a third of
-// the many-row kernel's time at M = 16); R rows at a time share each block of x, and x is cut
-// into column blocks of 64 KiB that stay in L2 while a chunk of 64 weight rows passes over them.
-// Measured against the many-row kernel (alternating runs): M = 16 7-38% faster, M = 24 ~20%,
-// M = 8 no faster (one register per kept value: two loads per FMA), M = 32 even.
-template <int NV> struct PanelOffsets {  // meta byte -> its 4 kept columns' byte offsets in the panel, 16 bits each
+// A meta byte's four kept columns as byte offsets into a column-major panel of x 8 NV rows wide.
+template <int NV> struct PanelOffsets {  // 16 bits each
   uint64_t at[256];
   PanelOffsets() {
     for (int b = 0; b < 256; ++b) {
@@ -479,117 +470,66 @@ template <int NV> struct PanelOffsets {  // meta byte -> its 4 kept columns' byt
   }
 };
 
+// M >= kKMajorM: x packed as column-major panels of 64 rows (xp[p][k][64]; the last panel 8 NV
+// rows wide for the rows left), so a kept value (n, k) multiplies the NV registers of column k:
+// one broadcast and NV loads feeding NV FMAs, the column found through PanelOffsets from the meta
+// byte. Kept values pick x by address (the load ports) instead of by permute (on Zen 3 the
+// shuffles share a pipe with the FMAs: the permute kernel above runs at half the FMA peak). Each
+// thread packs a chunk of weight rows block-major (per 64 columns: every row's 32 values, as f32,
+// then its 8 meta bytes), so its pass over the chunk streams one buffer in order; a block of x
+// (64 columns x up to 64 rows, <= 16 KiB) stays in L1 while the chunk's rows pass over it, and
+// the next block is requested ahead.
+// Measured (2 threads, alternating in one process, the three bench shapes) against the permute
+// kernel: M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x; against
+// the column-major panel kernel that served f32 at 9 <= M <= 24 (weights read in place, now gone)
+// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x.
+// A first K-major version (session 13) read each row's 64-column block in place, short runs
+// across many rows that stalled on memory, and ran at 0.6-0.7x of the permute kernel: packing the
+// chunk and requesting the next block of x ahead made the difference.
+constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
+constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
+
+// R consecutive rows of a packed block (NV <= 2: one row's 2 NV accumulators alone would wait on
+// the FMA latency, so R rows run side by side).
 template <int R, int NV>
-SINTER_INLINE void panel_rows(const float* const* v, const uint8_t* const* mt, int64_t bytes, const float* xb, float* yb) {
+SINTER_INLINE void k_major_row(const float* wr, const float* xb, float* acc_out) {
   static const PanelOffsets<NV> tab;
   constexpr int PW = 8 * NV;
   __m256 a[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int u = 0; u < NV; ++u) a[r][u] = _mm256_load_ps(yb + PW * r + 8 * u);
+    for (int u = 0; u < NV; ++u) a[r][u] = _mm256_load_ps(acc_out + PW * r + 8 * u);
   const char* x = reinterpret_cast<const char*>(xb);
-  for (int64_t i = 0; i < bytes; ++i, x += 8 * PW * 4) {
-#pragma GCC unroll 8
+#pragma GCC unroll 2
+  for (int i = 0; i < kKmCols / 8; ++i, x += 8 * PW * 4) {
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const uint64_t o = tab.at[mt[r][i]];
+      const float* w = wr + r * kKmRowFloats;
+      const uint64_t o = tab.at[reinterpret_cast<const uint8_t*>(w + kKmCols / 2)[i]];
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         const float* xr = reinterpret_cast<const float*>(x + ((o >> (16 * t)) & 0xffff));
-        const __m256 w = _mm256_broadcast_ss(v[r] + 4 * i + t);
-#pragma GCC unroll 4
-        for (int u = 0; u < NV; ++u) a[r][u] = _mm256_fmadd_ps(w, _mm256_load_ps(xr + 8 * u), a[r][u]);
+        const __m256 v = _mm256_broadcast_ss(w + 4 * i + t);
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; ++u) a[r][u] = _mm256_fmadd_ps(v, _mm256_load_ps(xr + 8 * u), a[r][u]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int u = 0; u < NV; ++u) _mm256_store_ps(yb + PW * r + 8 * u, a[r][u]);
-}
-
-template <int NV>
-void column_major_panel(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales,
-                        const float* bias, Act act, float* y, int64_t N) {
-  constexpr int kR = 4;  // weight rows per pass over a block of x
-  constexpr int64_t PW = 8 * NV, kRows = 64;
-  constexpr int64_t KB = 2048 / NV / 8 * 8;  // columns per block (~64 KiB of x), whole meta bytes
-  Tensor xp_buf = Tensor::empty({K * PW}, DType::f32);  // caching allocator: 64-byte aligned
-  float* xp = xp_buf.data<float>();
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t r = 0; r < PW; ++r) xp[k * PW + r] = r < M ? x[r * K + k] : 0.0f;
-  const int64_t K2 = K / 2, K8 = K / 8;
-  parallel_dynamic(0, (N + kRows - 1) / kRows, [&](const auto& next) {
-    alignas(32) float yb[kRows * PW];
-    for (int64_t c; (c = next()) >= 0;) {
-      const int64_t n0 = c * kRows, n1 = std::min(N, n0 + kRows);
-      std::fill(yb, yb + kRows * PW, 0.0f);
-      for (int64_t k0 = 0; k0 < K; k0 += KB) {
-        const int64_t bytes = std::min(KB, K - k0) / 8;
-        const float* xb = xp + k0 * PW;
-        for (int64_t n = n0; n < n1; n += kR) {
-          const int rows = int(std::min<int64_t>(kR, n1 - n));
-          const float* v[kR] = {};
-          const uint8_t* mt[kR] = {};
-          for (int r = 0; r < rows; ++r) v[r] = values + (n + r) * K2 + k0 / 2, mt[r] = meta + (n + r) * K8 + k0 / 8;
-          float* yr = yb + (n - n0) * PW;
-          switch (rows) {
-            case 1: panel_rows<1, NV>(v, mt, bytes, xb, yr); break;
-            case 2: panel_rows<2, NV>(v, mt, bytes, xb, yr); break;
-            case 3: panel_rows<3, NV>(v, mt, bytes, xb, yr); break;
-            default: panel_rows<kR, NV>(v, mt, bytes, xb, yr); break;
-          }
-        }
-      }
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n)
-          y[m * N + n] = activate(yb[(n - n0) * PW + m] * scales[n] + (bias ? bias[n] : 0.0f), act);
-    }
-  });
-}
-
-// Many rows (M > kColumnMajorM): x packed as column-major panels of 64 rows (xp[p][k][64], the
-// last panel 8 NV rows wide for the rows left), so a kept value (n, k) multiplies the NV registers
-// of column k: one broadcast and NV loads feeding NV FMAs, the column found through PanelOffsets
-// from the meta byte; kept values pick x by address (the load ports) instead of by permute (on
-// Zen 3 the shuffles share a pipe with the FMAs: the permute kernel above ran at half the FMA
-// peak). Each thread packs a chunk of weight rows block-major (per 64 columns: every row's 32
-// values, as f32, and 8 meta bytes), so its pass over the chunk streams one buffer in order; a
-// block of x (64 columns x 64 rows, 16 KiB) stays in L1 while the chunk's rows pass over it.
-// Measured (2 threads, alternating with the permute kernel in one process, the three bench
-// shapes): M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x. A first
-// K-major version (session 13) read each row's 64-column block in place, short runs across many
-// rows that stalled on memory, and ran at 0.6-0.7x; packing the chunk and requesting the next
-// block of x ahead made the difference.
-constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
-constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
-
-template <int NV>
-SINTER_INLINE void k_major_row(const float* wr, const float* xb, float* acc_out) {
-  static const PanelOffsets<NV> tab;
-  constexpr int PW = 8 * NV;
-  const uint8_t* mt = reinterpret_cast<const uint8_t*>(wr + kKmCols / 2);
-  __m256 a[NV];
-  for (int u = 0; u < NV; ++u) a[u] = _mm256_load_ps(acc_out + 8 * u);
-  const char* x = reinterpret_cast<const char*>(xb);
-#pragma GCC unroll 2
-  for (int i = 0; i < kKmCols / 8; ++i, x += 8 * PW * 4) {
-    const uint64_t o = tab.at[mt[i]];
-#pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t) {
-      const float* xr = reinterpret_cast<const float*>(x + ((o >> (16 * t)) & 0xffff));
-      const __m256 w = _mm256_broadcast_ss(wr + 4 * i + t);
-#pragma GCC unroll 8
-      for (int u = 0; u < NV; ++u) a[u] = _mm256_fmadd_ps(w, _mm256_load_ps(xr + 8 * u), a[u]);
-    }
-  }
-  for (int u = 0; u < NV; ++u) _mm256_store_ps(acc_out + 8 * u, a[u]);
+    for (int u = 0; u < NV; ++u) _mm256_store_ps(acc_out + PW * r + 8 * u, a[r][u]);
 }
 
 // Rows [0, nr) of a packed chunk over one block of a panel 8 NV rows wide; acc: nr x 8 NV floats.
 // The next block of x (`lines` cache lines at `next`) is requested a few lines per row.
 template <int NV> void k_major_rows(const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
+  constexpr int R = NV == 1 ? 8 : NV == 2 ? 4 : NV <= 4 ? 2 : 1;
   const int64_t per_row = (lines + nr - 1) / std::max<int64_t>(nr, 1);
-  for (int64_t r = 0; r < nr; ++r) {
-    for (int64_t l = r * per_row; next && l < std::min(lines, (r + 1) * per_row); ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
-    k_major_row<NV>(wb + r * kKmRowFloats, xb, acc + r * 8 * NV);
+  int64_t r = 0;
+  for (; r < nr; r += R) {
+    for (int64_t l = r * per_row; next && l < std::min(lines, (r + R) * per_row); ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+    if (r + R > nr) break;
+    k_major_row<R, NV>(wb + r * kKmRowFloats, xb, acc + r * 8 * NV);
   }
+  for (; r < nr; ++r) k_major_row<1, NV>(wb + r * kKmRowFloats, xb, acc + r * 8 * NV);
 }
 
 void k_major_block(int nv, const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
@@ -672,14 +612,6 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
   });
 }
 
-// f32 values only: with int8 or bf16 values widened into a scratch first it measured no faster
-// than the many-row kernel (int8 M = 16, the three bench shapes: 5.2 / 14.5 / 13.4 ms widened,
-// 6.8 / 13.5 / 14.0 ms on the tiles in the next run: even within this machine's noise).
-void few_rows(const float* x, int64_t M, int64_t K, const float* values, const uint8_t* meta, const float* scales, const float* bias,
-              Act act, float* y, int64_t N) {
-  if (M <= 16) return column_major_panel<2>(x, M, K, values, meta, scales, bias, act, y, N);
-  return column_major_panel<3>(x, M, K, values, meta, scales, bias, act, y, N);
-}
 #endif
 
 // Row by row, plainly, accumulating in T: the f64 reference the gradient checks differentiate, and
@@ -708,9 +640,7 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
                 const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
 #if defined(__AVX2__)
-  if (M >= kColumnMajorMinM && M <= kColumnMajorM && vt == DType::f32)
-    return few_rows(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-  if (M > kColumnMajorM) switch (vt) {
+  if (M >= kKMajorM) switch (vt) {
       case DType::f32: return k_major(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
       case DType::bf16: return k_major(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
       case DType::i8: return k_major(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
