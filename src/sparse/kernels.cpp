@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -105,6 +106,20 @@ SINTER_INLINE float hsum(v8f v) {
   float s = 0;
   for (int l = 0; l < 8; ++l) s += v[l];
   return s;
+}
+
+// f(std::integral_constant<int, n>) for n in 1..8 (larger n as 8): a runtime count as a template argument.
+template <class F> SINTER_INLINE void with_1_to_8(int n, const F& f) {
+  switch (n) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
 }
 
 constexpr int64_t kPf = 2048;  // prefetch distance in the values stream, bytes (1-4 KiB measured; 2 KiB best)
@@ -374,16 +389,7 @@ __attribute__((noinline)) void interleaved_tile(const float* wp, int64_t nq, con
 }
 
 void tile_rows(int r, const float* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
-  switch (r) {
-    case 1: return interleaved_tile<1>(wp, nq, xt, c, ldc, first);
-    case 2: return interleaved_tile<2>(wp, nq, xt, c, ldc, first);
-    case 3: return interleaved_tile<3>(wp, nq, xt, c, ldc, first);
-    case 4: return interleaved_tile<4>(wp, nq, xt, c, ldc, first);
-    case 5: return interleaved_tile<5>(wp, nq, xt, c, ldc, first);
-    case 6: return interleaved_tile<6>(wp, nq, xt, c, ldc, first);
-    case 7: return interleaved_tile<7>(wp, nq, xt, c, ldc, first);
-    default: return interleaved_tile<8>(wp, nq, xt, c, ldc, first);
-  }
+  with_1_to_8(r, [&](auto R) { interleaved_tile<R>(wp, nq, xt, c, ldc, first); });
 }
 
 template <class V>
@@ -533,16 +539,7 @@ template <int NV> void k_major_rows(const float* wb, int64_t nr, const float* xb
 }
 
 void k_major_block(int nv, const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
-  switch (nv) {
-    case 1: return k_major_rows<1>(wb, nr, xb, acc, next, lines);
-    case 2: return k_major_rows<2>(wb, nr, xb, acc, next, lines);
-    case 3: return k_major_rows<3>(wb, nr, xb, acc, next, lines);
-    case 4: return k_major_rows<4>(wb, nr, xb, acc, next, lines);
-    case 5: return k_major_rows<5>(wb, nr, xb, acc, next, lines);
-    case 6: return k_major_rows<6>(wb, nr, xb, acc, next, lines);
-    case 7: return k_major_rows<7>(wb, nr, xb, acc, next, lines);
-    default: return k_major_rows<8>(wb, nr, xb, acc, next, lines);
-  }
+  with_1_to_8(nv, [&](auto NV) { k_major_rows<NV>(wb, nr, xb, acc, next, lines); });
 }
 
 template <class V>
