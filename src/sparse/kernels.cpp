@@ -176,9 +176,9 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
 // 8-11] and B = [4-7 | 12-15]; kept value j of a 16-column step sits in the lane j of group j / 2,
 // so permuting A and B by the meta bits (value j's offset is bits 2j, 2j+1 of the step's two
 // meta bytes, shifted into place) and blending lanes 2, 3, 6, 7 from B gives its x.
-// S streams: the block's rows are split into S runs read side by side; one core's read bandwidth
-// grows with the streams it keeps in flight (measured here, 2 threads: 19 GB/s with one stream
-// each, 28 with two, 38 with four).
+// S streams: the block's rows are split into S runs read side by side, so a core keeps more reads
+// in flight than one stream gives it (a plain 2-thread read here: 19 / 28 / 38 GB/s with 1 / 2 / 4
+// streams per thread; in this kernel, from cold on the three bench shapes, 2 beat 4 for f32 values).
 template <int M, int S, class V>
 void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* values, const uint8_t* meta, int64_t n0, int64_t n1,
                         float* dots) {
@@ -265,8 +265,10 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 #if defined(__AVX2__)
         const float* xrm = xr + m0 * K;
         switch (std::min<int64_t>(4, M - m0)) {
-          // int8 values are bound by their widening, not by the stream: one stream (measured)
-          case 1: small_m_rows_lanes<1, sizeof(V) == 1 ? 1 : 4>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
+          // Streams per thread (measured in alternating runs, each after a dense GEMV so every one
+          // starts cold): f32 values 2 (8-25% faster than 4 on the three bench shapes, 6 no better),
+          // bf16 4 (2 even), int8 1 (bound by the widening, not by the stream).
+          case 1: small_m_rows_lanes<1, sizeof(V) == 4 ? 2 : sizeof(V) == 2 ? 4 : 1>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
           case 2: small_m_rows_lanes<2, sizeof(V) == 1 ? 1 : 2>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
           case 3: small_m_rows_lanes<3, 1>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
           default: small_m_rows_lanes<4, 1>(xm, xrm, K, values, meta, n0, n1, dots.data()); break;
