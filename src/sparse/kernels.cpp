@@ -559,13 +559,14 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
       float* d = xp + p * PW * Kp;
       for (int64_t k0 = 0; k0 < Kp; k0 += 8)  // 8 columns at a time: a cache line of each row of x
         for (int64_t r = 0; r < pw; ++r) {
-          const float* src = x + (m0 + r) * K;
-          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = m0 + r < M && k < K ? src[k] : 0.0f;
+          const float* src = m0 + r < M ? x + (m0 + r) * K : nullptr;  // rows past M are zero
+          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = src && k < K ? src[k] : 0.0f;
         }
     }
   });
   // Weight rows per chunk: each chunk reads all of x once, so more rows when x is large
-  // (measured: 64 rows at M = 128, 128 at M = 512, 256 at M = 2048), but four chunks per thread.
+  // (measured: 64 rows best at M = 128, 256 at M = 2048; at M = 512 64-256 were even), but at
+  // least four chunks per thread.
   const int64_t want = M <= 256 ? 64 : M <= 1024 ? 128 : 256;
   const int64_t NC = std::max<int64_t>(8, std::min(want, (N / (4 * num_threads()) + 7) / 8 * 8));
   const int64_t chunks = (N + NC - 1) / NC, K2 = K / 2, K8 = K / 8;
