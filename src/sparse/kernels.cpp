@@ -302,7 +302,6 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 constexpr int kTileRows = 8;                 // rows of x per register tile
 constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
 constexpr int64_t kTileQFloats = 8 * kTileRows * 4;  // 8 groups of a tile of x
-constexpr int64_t kWholeKTiles = 16;  // up to this many tiles of x (M <= 128), weight rows are packed over all of K
 
 // 8 weight rows [n0, n0 + 8), column blocks of 32 [32 q0, 32 (q0 + nq)) -> out; rows past N and
 // columns past K are zero.
@@ -424,7 +423,7 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
   // faster at M = 16 than packing a column block of all 64 rows at a time, whose short runs in 64
   // rows stalled on memory. Past 8 MiB per thread (K beyond ~60,000): one column block at a time,
   // the next block's lines requested while the first tile computes.
-  const bool whole_k = tiles <= kWholeKTiles && row_groups * Q * kQFloats * 4 <= (int64_t(8) << 20);  // <= 8 MiB per thread
+  const bool whole_k = row_groups * Q * kQFloats * 4 <= (int64_t(8) << 20);  // <= 8 MiB per thread
   const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     Tensor wbuf = Tensor::empty({row_groups * wq * kQFloats}, DType::f32);
@@ -497,8 +496,8 @@ template <int NV> struct PanelOffsets {  // 16 bits each
 constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
 constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
 
-// R consecutive rows of a packed block (NV <= 2: one row's 2 NV accumulators alone would wait on
-// the FMA latency, so R rows run side by side).
+// R consecutive rows of a packed block (for narrow panels, NV <= 4, one row's NV accumulators
+// alone would wait on the FMA latency, so R rows run side by side).
 template <int R, int NV>
 SINTER_INLINE void k_major_row(const float* wr, const float* xb, float* acc_out) {
   static const PanelOffsets<NV> tab;
@@ -639,24 +638,18 @@ void plain_rows(const T* x, int64_t M, int64_t K, const Value& value, const uint
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
+  // One choice of kernel by M for every value dtype (the values are widened as the kernel reads them).
+  const auto run = [&](const auto* v) {
 #if defined(__AVX2__)
-  if (M >= kKMajorM) switch (vt) {
-      case DType::f32: return k_major(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-      case DType::bf16: return k_major(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
-      case DType::i8: return k_major(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-      default: break;
-    }
-  if (M > kSmallM) switch (vt) {
-      case DType::f32: return interleaved(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-      case DType::bf16: return interleaved(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
-      case DType::i8: return interleaved(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-      default: break;
-    }
+    if (M >= kKMajorM) return k_major(x, M, K, v, meta, scales, bias, act, y, N);
+    if (M > kSmallM) return interleaved(x, M, K, v, meta, scales, bias, act, y, N);
 #endif
+    small_m(x, M, K, v, meta, scales, bias, act, y, N);
+  };
   switch (vt) {
-    case DType::f32: return small_m(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-    case DType::bf16: return small_m(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
-    case DType::i8: return small_m(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
+    case DType::f32: return run(static_cast<const float*>(values));
+    case DType::bf16: return run(static_cast<const bf16*>(values));
+    case DType::i8: return run(static_cast<const int8_t*>(values));
     default: return plain_rows(x, M, K, [&](int64_t i) { return value_at(values, vt, i); }, meta, scales, bias, act, y, N);
   }
 }
