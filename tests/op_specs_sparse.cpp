@@ -1,7 +1,6 @@
 // Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 5 <= M <= 8
 // in 8-row tiles against 8 interleaved weight rows, M >= 9 K-major over panels of x of up to 64
-// rows, side by side rows for narrow panels, f32 values at M <= 40 read in place with the blocks
-// ahead requested; K with a tail byte and partial column blocks; a
+// rows, side by side rows for narrow panels; K with a tail byte and partial column blocks; a
 // partial last tile, panel, chunk and group of weight rows; every value dtype; the activation
 // epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
@@ -67,15 +66,15 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
         linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
         linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // K-major: one 32-row panel, a last block of one byte
-        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // a 24-row panel: two rows side by side, 9 blocks (in place: 4 + 1 byte)
+        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // a 24-row panel: two rows side by side, 9 blocks
         linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // 16-row panel: 4 rows side by side, rows left over alone
         linear_case({17, 1368}, 13, DType::f32, DType::f32, false, "gelu"), // 24-row panel: a last block of 3 bytes, a row alone
         linear_case({9, 40}, 5, DType::f32, DType::f32, true, "relu"),    // 16-row panel, 7 rows of padding; one partial block
         linear_case({8, 40}, 5, DType::bf16, DType::f32, true),           // M = 8: the tiles
         linear_case({17, 1368}, 13, DType::i8, DType::f32, false),        // int8 values at M = 17
         linear_case({20, 264}, 13, DType::bf16, DType::f32, true),        // bf16 values at M = 20
-        linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // K-major in place at M = 36: 5 blocks (the last one byte), a partial chunk
-        linear_case({48, 520}, 70, DType::f32, DType::f32, true),         // f32 at M = 48: packed
+        linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // K-major: 9 blocks (the last one byte), a partial chunk
+        linear_case({48, 520}, 70, DType::f32, DType::f32, true),         // a 48-row panel (NV = 6)
         linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // two full 64-row panels and one of 16
         linear_case({64, 136}, 203, DType::i8, DType::f32, true, "silu"), // one full panel; chunks of 8+ rows, the last partial
         linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // four full panels and one of 48; a 64 + 8 column K

@@ -492,17 +492,14 @@ template <int NV> struct PanelOffsets {  // 16 bits each
 // and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x.
 // A first K-major version (session 13) read each row's 64-column block in place, short runs
 // across many rows that stalled on memory, and ran at 0.6-0.7x of the permute kernel: packing the
-// chunk and requesting the next block of x ahead made the difference. With one panel of f32
-// values (M <= kInPlaceM, below) the rows are read in place again, now a block of every row
-// requested two blocks ahead by software prefetch: 1.05-1.39x the packed chunk there.
+// chunk and requesting the next block of x ahead made the difference.
 constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
 constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
 
-// R consecutive rows over nb meta bytes of a block of x: row r's values at v + r vs, its meta bytes
-// at mt + r ms (a packed chunk, or the weights where they lie). For narrow panels (NV <= 4) one
-// row's NV accumulators alone would wait on the FMA latency, so R rows run side by side.
+// R consecutive rows of a packed block (for narrow panels, NV <= 4, one row's NV accumulators
+// alone would wait on the FMA latency, so R rows run side by side).
 template <int R, int NV>
-SINTER_INLINE void k_major_row(const float* v, int64_t vs, const uint8_t* mt, int64_t ms, int64_t nb, const float* xb, float* acc_out) {
+SINTER_INLINE void k_major_row(const float* wr, const float* xb, float* acc_out) {
   static const PanelOffsets<NV> tab;
   constexpr int PW = 8 * NV;
   __m256 a[R][NV];
@@ -510,17 +507,17 @@ SINTER_INLINE void k_major_row(const float* v, int64_t vs, const uint8_t* mt, in
     for (int u = 0; u < NV; ++u) a[r][u] = _mm256_load_ps(acc_out + PW * r + 8 * u);
   const char* x = reinterpret_cast<const char*>(xb);
 #pragma GCC unroll 2
-  for (int64_t i = 0; i < nb; ++i, x += 8 * PW * 4) {
+  for (int i = 0; i < kKmCols / 8; ++i, x += 8 * PW * 4) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const float* w = v + r * vs;
-      const uint64_t o = tab.at[mt[r * ms + i]];
+      const float* w = wr + r * kKmRowFloats;
+      const uint64_t o = tab.at[reinterpret_cast<const uint8_t*>(w + kKmCols / 2)[i]];
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         const float* xr = reinterpret_cast<const float*>(x + ((o >> (16 * t)) & 0xffff));
-        const __m256 wv = _mm256_broadcast_ss(w + 4 * i + t);
+        const __m256 v = _mm256_broadcast_ss(w + 4 * i + t);
 #pragma GCC unroll 8
-        for (int u = 0; u < NV; ++u) a[r][u] = _mm256_fmadd_ps(wv, _mm256_load_ps(xr + 8 * u), a[r][u]);
+        for (int u = 0; u < NV; ++u) a[r][u] = _mm256_fmadd_ps(v, _mm256_load_ps(xr + 8 * u), a[r][u]);
       }
     }
   }
@@ -528,56 +525,18 @@ SINTER_INLINE void k_major_row(const float* v, int64_t vs, const uint8_t* mt, in
     for (int u = 0; u < NV; ++u) _mm256_store_ps(acc_out + PW * r + 8 * u, a[r][u]);
 }
 
-template <int NV> constexpr int kSideBySide = NV == 1 ? 8 : NV == 2 ? 4 : NV <= 4 ? 2 : 1;
-
 // Rows [0, nr) of a packed chunk over one block of a panel 8 NV rows wide; acc: nr x 8 NV floats.
 // The next block of x (`lines` cache lines at `next`) is requested a few lines per row.
 template <int NV> void k_major_rows(const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
-  constexpr int R = kSideBySide<NV>;
-  constexpr int64_t rs = kKmRowFloats;
-  const uint8_t* mt = reinterpret_cast<const uint8_t*>(wb + kKmCols / 2);
+  constexpr int R = NV == 1 ? 8 : NV == 2 ? 4 : NV <= 4 ? 2 : 1;
   const int64_t per_row = (lines + nr - 1) / std::max<int64_t>(nr, 1);
   int64_t r = 0;
   for (; r < nr; r += R) {
     for (int64_t l = r * per_row; next && l < std::min(lines, (r + R) * per_row); ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     if (r + R > nr) break;
-    k_major_row<R, NV>(wb + r * rs, rs, mt + r * rs * 4, rs * 4, kKmCols / 8, xb, acc + r * 8 * NV);
+    k_major_row<R, NV>(wb + r * kKmRowFloats, xb, acc + r * 8 * NV);
   }
-  for (; r < nr; ++r) k_major_row<1, NV>(wb + r * rs, rs, mt + r * rs * 4, rs * 4, kKmCols / 8, xb, acc + r * 8 * NV);
-}
-
-// One panel (M <= kInPlaceM) with f32 values: the chunk's rows are read where they lie, a block of
-// kIpCols columns at a time, and each row's block kIpAhead blocks on is requested as the rows pass
-// (software prefetch: rows a full row apart are no stream the hardware prefetcher follows). With
-// one panel the packed chunk would be read once, so packing it was a pass over the weights that
-// did not overlap the compute (~40% of an M = 16 call).
-// Measured against the packed chunk (alternating in one process, 2 threads, the three bench
-// shapes): M = 9 1.19-1.39x, M = 16 1.15-1.36x, M = 32 1.05-1.21x, M = 40 1.07-1.28x; M = 48
-// 0.98-1.12x and M = 64 0.93-1.07x, so from 41 rows the chunk is packed. int8 and bf16 values
-// widened per block of rows into a scratch measured 0.96-1.08x (int8) and 0.81-0.97x (bf16) at
-// M = 16 and 32 (their packing reads a quarter or half the bytes), so they stay packed.
-constexpr int64_t kInPlaceM = 40, kIpCols = 128, kIpAhead = 2;
-template <int NV>
-void k_major_rows_in_place(const float* v, int64_t K2, const uint8_t* mt, int64_t K8, int64_t nr, int64_t nb, bool ahead,
-                           const float* xb, float* acc) {
-  constexpr int R = kSideBySide<NV>;
-  auto request = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; ahead && r < r1; ++r) {
-      const char* p = reinterpret_cast<const char*>(v + r * K2 + kIpAhead * kIpCols / 2);
-      for (int64_t b = 0; b < kIpCols * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-      const uint8_t* m = mt + r * K8 + (kIpAhead + 1) * kIpCols / 8 - 1;  // the block's last meta byte: its line once
-      if ((reinterpret_cast<uintptr_t>(m) & 63) < kIpCols / 8) _mm_prefetch(reinterpret_cast<const char*>(m), _MM_HINT_T0);
-    }
-  };
-  int64_t r = 0;
-  for (; r + R <= nr; r += R) {
-    request(r, r + R);
-    k_major_row<R, NV>(v + r * K2, K2, mt + r * K8, K8, nb, xb, acc + r * 8 * NV);
-  }
-  for (; r < nr; ++r) {
-    request(r, r + 1);
-    k_major_row<1, NV>(v + r * K2, K2, mt + r * K8, K8, nb, xb, acc + r * 8 * NV);
-  }
+  for (; r < nr; ++r) k_major_row<1, NV>(wb + r * kKmRowFloats, xb, acc + r * 8 * NV);
 }
 
 void k_major_block(int nv, const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
@@ -610,15 +569,14 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
   const int64_t want = M <= 256 ? 64 : M <= 1024 ? 128 : 256;
   const int64_t NC = std::max<int64_t>(8, std::min(want, (N / (4 * num_threads()) + 7) / 8 * 8));
   const int64_t chunks = (N + NC - 1) / NC, K2 = K / 2, K8 = K / 8;
-  const bool in_place = std::is_same_v<V, float> && M <= kInPlaceM;
   parallel_dynamic(0, chunks, [&](const auto& next) {
-    Tensor w_buf = Tensor::empty({in_place ? 0 : KB * NC * kKmRowFloats}, DType::f32);
+    Tensor w_buf = Tensor::empty({KB * NC * kKmRowFloats}, DType::f32);
     Tensor acc_buf = Tensor::empty({(full * PW + 8 * nv_last) * NC}, DType::f32);  // per panel p: NC rows x its width
     float* wp = w_buf.data<float>();
     float* acc = acc_buf.data<float>();
     for (int64_t c; (c = next()) >= 0;) {
       const int64_t n0 = c * NC, nr = std::min(NC, N - n0);
-      for (int64_t r = 0; !in_place && r < nr; ++r) {  // each row read in order: the hardware prefetcher follows it
+      for (int64_t r = 0; r < nr; ++r) {  // each row read in order: the hardware prefetcher follows it
         const V* vs = values + (n0 + r) * K2;
         const uint8_t* ms = meta + (n0 + r) * K8;
         for (int64_t kb = 0; kb < KB; ++kb) {
@@ -635,13 +593,7 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
         }
       }
       std::memset(acc, 0, size_t(acc_buf.numel()) * sizeof(float));
-      if constexpr (std::is_same_v<V, float>)
-        for (int64_t k0 = 0; in_place && k0 < K; k0 += kIpCols)
-          with_1_to_8(int(nv_last), [&](auto NV) {
-            k_major_rows_in_place<NV>(values + n0 * K2 + k0 / 2, K2, meta + n0 * K8 + k0 / 8, K8, nr, std::min(kIpCols, K - k0) / 8,
-                                      k0 + kIpAhead * kIpCols < K, xp + k0 * 8 * NV, acc);
-          });
-      for (int64_t kb = 0; !in_place && kb < KB; ++kb)
+      for (int64_t kb = 0; kb < KB; ++kb)
         for (int64_t p = 0; p < P; ++p) {
           const int64_t pw = panel_width(p);
           const int64_t np = p + 1 < P ? p + 1 : 0, nkb = p + 1 < P ? kb : kb + 1;  // the block after this one

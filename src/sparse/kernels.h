@@ -18,8 +18,7 @@ Act parse_activation(const std::string& name);  // throws naming sparse24_linear
 // in-lane permute indexed by the meta nibbles, weights repacked and reused for every 8-row tile;
 // M >= kKMajorM: K-major, x as column-major panels of up to 64 rows, each kept value broadcast
 // against its column of x (picked by address: the load ports, not the shuffle pipe), the
-// weights packed per chunk of rows block-major as f32 (f32 values at M <= 40: read in place, the
-// blocks ahead requested by software prefetch).
+// weights packed per chunk of rows block-major as f32.
 // Without AVX2 every M takes the streaming path.
 constexpr int64_t kSmallM = 4;
 constexpr int64_t kKMajorM = 9;  // measured: at M = 8 (one register per column of x) the 8-row tiles are 1.2x faster
