@@ -74,7 +74,6 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({17, 1368}, 13, DType::i8, DType::f32, false),        // int8 values at M = 17
         linear_case({20, 264}, 13, DType::bf16, DType::f32, true),        // bf16 values at M = 20
         linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // K-major: 9 blocks (the last one byte), a partial chunk
-        linear_case({48, 520}, 70, DType::f32, DType::f32, true),         // a 48-row panel (NV = 6)
         linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // two full 64-row panels and one of 16
         linear_case({64, 136}, 203, DType::i8, DType::f32, true, "silu"), // one full panel; chunks of 8+ rows, the last partial
         linear_case({300, 72}, 20, DType::bf16, DType::f32, true, "relu"), // four full panels and one of 48; a 64 + 8 column K
@@ -83,9 +82,6 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({0, 16}, 4, DType::f32, DType::f32, true),            // no rows
         linear_case({3, 16}, 4, DType::f64, DType::f64, true)};           // the f64 reference path
   };
-  // f32 sums of up to K / 2 = 1028 unit-variance products against a double reference: rounding
-  // alone reaches ~1e-5 near a cancelling output (a wrongly picked column is off by ~1).
-  li.atol = 5e-5;
   li.ref = [](const std::vector<R>& in, const Attrs& a) {
     const R& x = in[0];
     const int64_t N = in[1].shape[0], K = in[1].shape[1] * 2, M = K ? int64_t(x.v.size()) / K : 0;
