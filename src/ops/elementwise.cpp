@@ -109,6 +109,15 @@ const OpDef& define_binary(const char* name, cpu::BinaryOp k, Rule rule, Backwar
 const OpDef* g_unary[32];
 const OpDef* g_binary[32];
 
+// The tables are filled when the op registry is first used, and an elementwise op may be the
+// first op a program calls (`ones({2}) * 2.0`): touch the registry once before reading them.
+inline void ensure_tables() {
+  static const bool ready = find_op("add") != nullptr;
+  (void)ready;
+}
+const OpDef& unary_def(cpu::UnaryOp k) { return ensure_tables(), *g_unary[int(k)]; }
+const OpDef& binary_def(cpu::BinaryOp k) { return ensure_tables(), *g_binary[int(k)]; }
+
 }  // namespace
 
 namespace detail {
@@ -198,9 +207,9 @@ void register_elementwise_ops() {
 }  // namespace detail
 
 #define UNARY(F, name, rule, dx) \
-  Tensor name(const Tensor& x) { return call1(*g_unary[int(cpu::UnaryOp::F)], {x}); }
+  Tensor name(const Tensor& x) { return call1(unary_def(cpu::UnaryOp::F), {x}); }
 #define BINARY(F, name, rule, da, db) \
-  Tensor name(const Tensor& a, const Tensor& b) { return call1(*g_binary[int(cpu::BinaryOp::F)], {a, b}); }
+  Tensor name(const Tensor& a, const Tensor& b) { return call1(binary_def(cpu::BinaryOp::F), {a, b}); }
 #define gelu gelu_exact_
 #include "ops/elementwise.def"
 #undef gelu
