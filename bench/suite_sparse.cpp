@@ -62,6 +62,35 @@ void suite_sparse(const Options& o, Report& r) {
       }
     }
   }
+  if (o.quick) return;
+  // The default model's layers (128 wide, 512 inner): small enough to stay in cache, where the 2:4
+  // kernels lose to dense, so nn::Linear computes them densely (include/sinter/nn.h). Ours: the
+  // sparse layer's forward; peer: the dense layer with the same (pruned) weights, both through
+  // the same framework calls; the note gives the 2:4 kernel alone (linear(x, layer.sparse, b))
+  // against the same peer. Timed over batches of calls.
+  for (auto [K, N] : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {128, 512}, {512, 128}}) {
+    for (DType vt : {DType::f32, DType::i8}) {
+      nn::Linear layer(K, N), dense(K, N);
+      layer.sparsify(vt);
+      dense.weight.detach().copy_(layer.sparse.to_dense().to(DType::f32));
+      dense.bias.detach().copy_(layer.bias);
+      for (int64_t M : {int64_t(1), int64_t(2048)}) {
+        Tensor x = randn({M, K});
+        const int calls = int(std::max<int64_t>(1, (int64_t(1) << 22) / (M * N * K)));
+        auto batch = [calls](auto&& f) { return [calls, f] { for (int i = 0; i < calls; ++i) f(); }; };
+        auto per_call = [calls](Timing t) { return Timing{t.best_ms / calls, t.median_ms / calls}; };
+        const auto peer_run = batch([&] { (void)dense.forward(x); });
+        auto [ours, peer] = time_pair(batch([&] { (void)layer.forward(x); }), peer_run, 1, 9, 0.5);
+        auto [kernel, peer2] = time_pair(batch([&] { (void)linear(x, layer.sparse, layer.bias); }), peer_run, 1, 9, 0.5);
+        char note[200];
+        std::snprintf(note, sizeof note, "a %.0f KiB layer: computed densely; the 2:4 kernel alone %.2fx", double(N * K * 4) / 1024,
+                      peer2.best_ms / kernel.best_ms);
+        r.add(std::string(vt == DType::f32 ? "f32" : "int8") + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                  " N=" + std::to_string(N) + " (nn::Linear)",
+              per_call(ours), "dense nn::Linear", per_call(peer), note);
+      }
+    }
+  }
 }
 
 }  // namespace sinter::bench

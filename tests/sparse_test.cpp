@@ -96,5 +96,58 @@ TEST(Sparse24, GradientsMatchTheDenseComputationOnTheKeptEntries) {
   EXPECT_TRUE(test::all_close(grad_as_sparse.to_dense(), gd[1] * ne(w, zeros({})).to(DType::f32), 1e-5, 1e-5));
 }
 
+TEST(Sparse24, SmallLinearLayersComputeDenselyAndFollowTheirValues) {
+  // nn::Linear runs a 2:4 layer of at most kSmallSparseBytes densely (a copy without gradients,
+  // to_dense with them): it must compute what the 2:4 kernel computes, follow in-place changes
+  // and loaded values, give the kernel's gradients, and stay within its budget.
+  manual_seed(6);
+  const int64_t before = nn::Linear::sparse_dense_copy_bytes();
+  for (DType vt : {DType::f32, DType::i8, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(vt));
+    nn::Linear l(128, 96);
+    l.sparsify(vt);
+    Tensor x = randn({3, 5, 128});
+    NoGradGuard g;
+    Tensor y1 = l.forward(x);
+    EXPECT_TRUE(test::all_close(y1, linear(x, l.sparse, l.bias), 1e-5, 1e-5));
+    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    l.sparse.scales.mul_(-2.0);  // in place: the copy is remade
+    EXPECT_TRUE(test::all_close(l.forward(x), linear(x, l.sparse, l.bias), 1e-5, 1e-5));
+    EXPECT_TRUE(test::all_close(l.forward(x), y1 * -2.0 + l.bias * 3.0, 1e-4, 1e-4));
+    nn::Linear other(128, 96);
+    other.sparsify(vt);
+    l.load_state_dict(other.state_dict());
+    EXPECT_TRUE(test::all_close(l.forward(x), linear(x, other.sparse, other.bias), 1e-5, 1e-5));
+  }
+  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);  // released with their layers
+  {  // gradients through the dense form: those of the 2:4 op
+    nn::Linear l(64, 40);
+    l.sparsify();
+    Tensor x = randn({7, 64}).requires_grad_(), g = randn({7, 40});
+    auto gl = autograd::grad({sum(l.forward(x) * g)}, {x, l.sparse.values, l.bias});
+    auto gk = autograd::grad({sum(linear(x, l.sparse, l.bias) * g)}, {x, l.sparse.values, l.bias});
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(test::all_close(gl[i], gk[i], 1e-5, 1e-5)) << i;
+  }
+  {  // larger layers run the 2:4 kernels, and the copies stop at the budget
+    NoGradGuard g;
+    nn::Linear big(256, 512);
+    big.sparsify();
+    Tensor x = randn({2, 256});
+    EXPECT_TRUE(test::all_close(big.forward(x), linear(x, big.sparse, big.bias), 1e-6, 1e-6));
+    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
+    const int64_t n = nn::Linear::kSparseDenseCopyBudget / nn::Linear::kSmallSparseBytes + 3;
+    std::vector<std::shared_ptr<nn::Linear>> layers;
+    Tensor xs = randn({2, 128});
+    for (int64_t i = 0; i < n; ++i) {
+      layers.push_back(std::make_shared<nn::Linear>(128, 512));  // exactly kSmallSparseBytes dense
+      layers.back()->sparsify();
+      EXPECT_TRUE(test::all_close(layers.back()->forward(xs), linear(xs, layers.back()->sparse, layers.back()->bias), 1e-5, 1e-5));
+    }
+    EXPECT_LE(nn::Linear::sparse_dense_copy_bytes(), nn::Linear::kSparseDenseCopyBudget);
+    EXPECT_GE(nn::Linear::sparse_dense_copy_bytes(), nn::Linear::kSparseDenseCopyBudget - nn::Linear::kSmallSparseBytes);
+  }
+  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
+}
+
 }  // namespace
 }  // namespace sinter

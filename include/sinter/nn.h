@@ -101,7 +101,7 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out, bool bias = true);
   Tensor forward(const Tensor& x) const {
     if (parallel_style) return parallel_style->forward(*this, x);
-    return sparse.defined() ? linear(x, sparse, bias) : linear(x, weight, bias);
+    return sparse.defined() ? sparse_forward(x) : linear(x, weight, bias);
   }
   // Prunes the weight to 2:4 (magnitude, per group of four inputs) and keeps it packed: the state
   // dict then holds weight_values (a parameter when float: fine-tuning keeps the pattern),
@@ -109,6 +109,22 @@ class Linear : public Module {
   void sparsify(DType values_dtype = DType::f32);
   Tensor weight, bias;
   SemiStructuredSparse sparse;  // defined after sparsify()
+
+  // A 2:4 layer this small (its dense f32 weight, bytes) computes densely with f32 inputs: it
+  // lives in cache, where the 2:4 kernels' index decoding costs more than the bytes they save
+  // (measured 0.4-0.9x the dense kernel at M = 1 ... 2048, BENCHMARKS.md). Without gradients it
+  // multiplies by a dense copy, made once and remade when the values, meta or scales change
+  // (all such copies together are capped at kSparseDenseCopyBudget bytes: past it, a model is too
+  // big to stay in cache and the 2:4 kernels win); with gradients by sparse.to_dense(), whose
+  // backward keeps the pattern. linear(x, layer.sparse, layer.bias) always runs the 2:4 kernels.
+  static constexpr int64_t kSmallSparseBytes = int64_t(256) << 10;
+  static constexpr int64_t kSparseDenseCopyBudget = int64_t(16) << 20;
+  static int64_t sparse_dense_copy_bytes();  // held by all such copies now
+
+ private:
+  Tensor sparse_forward(const Tensor& x) const;
+  struct DenseCopy;
+  std::shared_ptr<DenseCopy> dense_copy_;
 };
 
 class Embedding : public Module {

@@ -1,4 +1,6 @@
+#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <sstream>
 
 #include "sinter/autograd.h"
@@ -141,7 +143,66 @@ void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t->set_grad({});
 }
 
-Linear::Linear(int64_t in, int64_t out, bool bias) {
+// The dense copy of a small 2:4 weight (Linear::sparse_forward), with what it was made from: the
+// storages (weakly held: a freed one never matches a new one at the same address), data
+// pointers and versions of values, meta and scales.
+struct Linear::DenseCopy {
+  struct Source {
+    std::weak_ptr<Storage> storage;
+    const void* data = nullptr;
+    uint64_t version = 0;
+    bool same(const Tensor& t) const {
+      return data == t.data_ptr() && version == t.version() && !storage.owner_before(t.storage()) && !t.storage().owner_before(storage);
+    }
+  };
+  std::mutex mu;
+  Tensor dense;
+  Source from[3];
+  int64_t held = 0;  // bytes counted against the budget
+  static std::atomic<int64_t>& budget_used() {
+    static std::atomic<int64_t> used{0};
+    return used;
+  }
+  ~DenseCopy() { budget_used() -= held; }
+
+  // The dense f32 weight, or an undefined tensor when the budget is spent.
+  Tensor get(const SemiStructuredSparse& s) {
+    std::lock_guard lock(mu);
+    const Tensor* parts[3] = {&s.values, &s.meta, &s.scales};
+    bool same = dense.defined();
+    for (int i = 0; i < 3 && same; ++i) same = from[i].same(*parts[i]);
+    if (same) return dense;
+    const int64_t bytes = s.rows() * s.cols() * int64_t(sizeof(float));
+    if (held == 0) {
+      if (budget_used().fetch_add(bytes) + bytes > kSparseDenseCopyBudget) {
+        budget_used() -= bytes;
+        return {};
+      }
+      held = bytes;
+    }
+    NoGradGuard no_grad;
+    Tensor d = s.to_dense();
+    dense = d.dtype() == DType::f32 ? d : d.to(DType::f32);
+    for (int i = 0; i < 3; ++i) from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
+    return dense;
+  }
+};
+
+int64_t Linear::sparse_dense_copy_bytes() { return DenseCopy::budget_used().load(); }
+
+Tensor Linear::sparse_forward(const Tensor& x) const {
+  if (x.dtype() != DType::f32 || x.is_symbolic() || sparse.rows() * sparse.cols() * int64_t(sizeof(float)) > kSmallSparseBytes)
+    return linear(x, sparse, bias);
+  const bool grads = grad_enabled() && (x.requires_grad() || sparse.values.requires_grad() || (bias.defined() && bias.requires_grad()));
+  if (grads) {
+    const Tensor w = sparse.to_dense();
+    return linear(x, w.dtype() == DType::f32 ? w : w.to(DType::f32), bias);
+  }
+  const Tensor w = dense_copy_->get(sparse);
+  return w.defined() ? linear(x, w, bias) : linear(x, sparse, bias);
+}
+
+Linear::Linear(int64_t in, int64_t out, bool bias) : dense_copy_(std::make_shared<DenseCopy>()) {
   const double bound = 1.0 / std::sqrt(double(std::max<int64_t>(in, 1)));
   register_parameter("weight", weight, (rand({out, in}) * 2.0 - 1.0) * bound);
   if (bias) register_parameter("bias", this->bias, (rand({out}) * 2.0 - 1.0) * bound);
