@@ -52,6 +52,9 @@ TEST(Readme, ExampleRunsAsWritten) {
 
   SemiStructuredSparse sw = to_sparse_semi_structured(prune_2_4(randn({16, 8})));
   Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
+  nn::Linear sl(8, 16);
+  sl.sparsify(DType::i8);                                          // a 2:4 layer, int8 values; one this small
+  Tensor yl = sl.forward(x);                                       // (<= 256 KiB dense) computes densely
 
   // 2-D parallel: the same code alone (a 1 x 1 mesh) or under `mpirun -np 4` (dp = 2 x tp = 2)
   const int64_t tp = dist::world_size() % 2 == 0 ? 2 : 1;
@@ -74,6 +77,7 @@ TEST(Readme, ExampleRunsAsWritten) {
   EXPECT_EQ(att.shape(), Shape({1, 8, 64, 32}));
   EXPECT_EQ(why.backend, SDPABackend::flash);
   EXPECT_TRUE(test::all_close(ys, gelu(linear(x, sw.to_dense(), b)), 1e-5, 1e-5));
+  EXPECT_TRUE(test::all_close(yl, linear(x, sl.sparse, sl.bias), 1e-5, 1e-5));
   EXPECT_EQ(opt.steps(), 1);
   EXPECT_NEAR(lm_loss.item<float>(), std::log(256.0), 0.5);
   EXPECT_EQ(y.shape(), Shape({4, 16}));
