@@ -392,19 +392,39 @@ SINTER_INLINE fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
 // Scores are computed transposed, S^T = K Q^T, over Q^T transposed once per job (not K once per
 // tile): K's rows are read in place, and the online softmax runs across query rows, a register of
 // rows at a time, with no horizontal reductions. P^T then feeds O += P V read transposed.
+// The forward's per-thread buffers, grown to the head dims of the call.
+struct ForwardScratch {
+  std::vector<float> qt, qs, sT, acc, m, l, alpha, z;
+  std::vector<int64_t> lim_of, first_of, row_keys, strip_keys;
+  std::vector<const float*> mask_of;
+  std::vector<uint64_t> element_of;
+  void reserve(int64_t D, int64_t Dv) {
+    auto at_least = [](auto& v, int64_t n) {
+      if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    at_least(qt, D * kFBr), at_least(qs, 4 * D), at_least(sT, std::max(kFewBc * kV, kFBc * kFBr)), at_least(acc, kFBr * Dv);
+    for (auto* v : {&m, &l, &alpha}) at_least(*v, kFBr);
+    at_least(z, kFewBc);
+    for (auto* v : {&lim_of, &first_of, &row_keys}) at_least(*v, kFBr);
+    at_least(strip_keys, kFBr / kNr), at_least(mask_of, kFBr), at_least(element_of, kFBr);
+  }
+};
+
 void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
                        float* lse) {
   static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
   const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
   parallel_dynamic(0, g.B * g.Hkv * tiles, [&](const auto& next) {
-    std::vector<float> qt(static_cast<size_t>(D * kFBr)), qs(static_cast<size_t>(4 * D)), sT(static_cast<size_t>(std::max(kFewBc * kV, kFBc * kFBr)), 0.0f),
-        acc(static_cast<size_t>(kFBr * Dv)), m(static_cast<size_t>(kFBr)), l(static_cast<size_t>(kFBr)),
-        alpha(static_cast<size_t>(kFBr)), z(static_cast<size_t>(kFewBc));
-    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr)),
-        row_keys(static_cast<size_t>(kFBr)), strip_keys(static_cast<size_t>(kFBr / kNr));
-    std::vector<const float*> mask_of(static_cast<size_t>(kFBr));
-    std::vector<uint64_t> element_of(static_cast<size_t>(kFBr));
+    // Each thread's scratch lives across calls: a decode step's attention is a few microseconds,
+    // and allocating (and zeroing) ~50 KiB of it per call had cost half of that.
+    thread_local ForwardScratch scratch;
+    ForwardScratch& sc = scratch;
+    sc.reserve(D, Dv);
+    std::vector<float>&qt = sc.qt, &qs = sc.qs, &sT = sc.sT, &acc = sc.acc, &m = sc.m, &l = sc.l, &alpha = sc.alpha, &z = sc.z;
+    std::vector<int64_t>&lim_of = sc.lim_of, &first_of = sc.first_of, &row_keys = sc.row_keys, &strip_keys = sc.strip_keys;
+    std::vector<const float*>& mask_of = sc.mask_of;
+    std::vector<uint64_t>& element_of = sc.element_of;
     for (int64_t job; (job = next()) >= 0;) {
       // A head's tiles last to first: under a causal mask the late ones see the most keys, so the
       // cheap ones come last and even the threads out.
@@ -423,7 +443,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         for (int64_t d = 0; d < D; ++d)
           for (int64_t r = rows; r < rows_r; ++r) qt[size_t(d * kFBr + r)] = 0.0f;
       }
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(acc.begin(), acc.begin() + (few ? rows : kFBr) * Dv, 0.0f);  // the rows the P V kernels touch
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), 0.0f);
       // Tiles before every row's first key or past every row's limit are fully masked.
@@ -448,6 +468,8 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
             strip_keys[size_t(r / kNr)] = std::max(strip_keys[size_t(r / kNr)], row_keys[size_t(r)]);
           }
         }
+        if (few && rows < kV)  // the softmax below reads whole registers of rows: padding lanes finite
+          for (int64_t c = 0; c < cols; ++c) std::fill(sT.data() + c * ld + rows, sT.data() + (c + 1) * ld, 0.0f);
         if (few) scores_few_rows(qs.data(), K + j0 * D, sT.data(), rows, cols, D, ld);
         else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
         // Keys outside a row's [first, lim) are -inf; then the explicit mask.

@@ -1,7 +1,8 @@
 #pragma once
-// CPU memory: 64-byte aligned blocks. Large blocks are cached by size class when freed, so a loop
-// that allocates the same shapes every step (every training step does) reuses pages instead of
-// paying the kernel to map and zero fresh ones each time.
+// CPU memory: 64-byte aligned blocks, cached by size class when freed, so a loop that allocates
+// the same shapes every step (every training and decode step does) reuses them instead of paying
+// the kernel to map and zero fresh pages (large blocks) or glibc's memalign path (small ones, at
+// most 64 kept per class).
 #include <cstdint>
 
 namespace sinter {
