@@ -387,11 +387,6 @@ void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_
 SINTER_INLINE fvec vexp_nonpos(fvec x) { return fn::exp_nonpos_vec<fvec, ivec>(x); }
 SINTER_INLINE fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
 
-// Rows of a job are the query heads of one kv head stacked (head-major, then position): at
-// decode (Lq = 1) the group's heads share every K/V tile read, which is what GQA saves.
-// Scores are computed transposed, S^T = K Q^T, over Q^T transposed once per job (not K once per
-// tile): K's rows are read in place, and the online softmax runs across query rows, a register of
-// rows at a time, with no horizontal reductions. P^T then feeds O += P V read transposed.
 // The forward's per-thread buffers, grown to the head dims of the call.
 struct ForwardScratch {
   std::vector<float> qt, qs, sT, acc, m, l, alpha, z;
@@ -410,6 +405,11 @@ struct ForwardScratch {
   }
 };
 
+// Rows of a job are the query heads of one kv head stacked (head-major, then position): at
+// decode (Lq = 1) the group's heads share every K/V tile read, which is what GQA saves.
+// Scores are computed transposed, S^T = K Q^T, over Q^T transposed once per job (not K once per
+// tile): K's rows are read in place, and the online softmax runs across query rows, a register of
+// rows at a time, with no horizontal reductions. P^T then feeds O += P V read transposed.
 void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
                        float* lse) {
   static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
@@ -418,8 +418,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
   parallel_dynamic(0, g.B * g.Hkv * tiles, [&](const auto& next) {
     // Each thread's scratch lives across calls: a decode step's attention is a few microseconds,
     // and allocating (and zeroing) ~50 KiB of it per call had cost half of that.
-    thread_local ForwardScratch scratch;
-    ForwardScratch& sc = scratch;
+    thread_local ForwardScratch sc;
     sc.reserve(D, Dv);
     std::vector<float>&qt = sc.qt, &qs = sc.qs, &sT = sc.sT, &acc = sc.acc, &m = sc.m, &l = sc.l, &alpha = sc.alpha, &z = sc.z;
     std::vector<int64_t>&lim_of = sc.lim_of, &first_of = sc.first_of, &row_keys = sc.row_keys, &strip_keys = sc.strip_keys;

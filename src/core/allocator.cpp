@@ -11,7 +11,13 @@
 namespace sinter {
 namespace {
 
-constexpr int64_t kCacheFrom = 256 << 10;  // from here blocks are cached without a count limit
+// Every block is cached by size class when freed. Small ones too: aligned_alloc goes through
+// glibc's memalign path (carve an aligned block, free the padding), whose internals
+// (_int_malloc, malloc_consolidate, unlink_chunk) were 7.2% of a decode step of the default model
+// and are 2.5% with the cache (perf, one thread). Below kKeepAllFrom a class keeps at most
+// kSmallKeep blocks; from it, as many as the cache limit allows.
+constexpr int64_t kKeepAllFrom = 256 << 10;
+constexpr size_t kSmallKeep = 64;
 
 int64_t cache_limit() {
   static const int64_t limit = [] {
@@ -21,9 +27,11 @@ int64_t cache_limit() {
   return limit;
 }
 
-// Size classes 2^k and 1.5 * 2^k: at most a third wasted, and shapes that differ a little share.
+// Size classes 64 B, then 2^k and 1.5 * 2^k (multiples of 64, as aligned_alloc requires): at
+// most a third wasted, and shapes that differ a little share.
 int64_t size_class(int64_t n) {
-  int64_t p = kCacheFrom;
+  if (n <= 64) return 64;
+  int64_t p = 128;
   while (p < n) {
     if (p + p / 2 >= n) return p + p / 2;
     p *= 2;
@@ -31,25 +39,9 @@ int64_t size_class(int64_t n) {
   return p;
 }
 
-// Small blocks (under kCacheFrom) by class too: aligned_alloc goes through glibc's memalign path
-// (carve an aligned block, free the padding), whose internals (_int_malloc, malloc_consolidate,
-// unlink_chunk) were 7.2% of a decode step of the default model and are 2.5% with this cache
-// (perf, one thread); a class keeps at most kSmallKeep blocks.
-constexpr int kSmallClasses = 24;  // 64 B, then 2^k and 1.5 * 2^k from 128 B to 256 KiB (multiples of 64: aligned_alloc's rule)
-constexpr size_t kSmallKeep = 64;
-int small_class(int64_t n, int64_t* bytes) {
-  if (n <= 64) return *bytes = 64, 0;
-  int64_t p = 128;
-  for (int i = 1;; i += 2, p *= 2) {
-    if (n <= p) return *bytes = p, i;
-    if (n <= p + p / 2) return *bytes = p + p / 2, i + 1;
-  }
-}
-
 struct Cache {
   std::mutex mu;
   std::unordered_map<int64_t, std::vector<void*>> free;
-  std::vector<void*> small[kSmallClasses];
   int64_t bytes = 0;
 };
 Cache& cache() {
@@ -75,31 +67,14 @@ void cpu_reset_peak() { g_peak = g_live.load(); }
 void* cpu_alloc(int64_t nbytes) {
   const int64_t n = std::max<int64_t>(nbytes, 1);
   count_alloc(n);
-  if (n >= kCacheFrom) {
-    const int64_t cls = size_class(n);
-    Cache& c = cache();
-    {
-      std::lock_guard lock(c.mu);
-      auto it = c.free.find(cls);
-      if (it != c.free.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        c.bytes -= cls;
-        return p;
-      }
-    }
-    void* p = std::aligned_alloc(64, size_t(cls));
-    SINTER_CHECK_T(Error, p != nullptr, "[alloc] out of memory allocating ", nbytes, " bytes");
-    return p;
-  }
-  int64_t cls = 0;
-  const int i = small_class(n, &cls);
+  const int64_t cls = size_class(n);
   Cache& c = cache();
   {
     std::lock_guard lock(c.mu);
-    if (!c.small[i].empty()) {
-      void* p = c.small[i].back();
-      c.small[i].pop_back();
+    auto it = c.free.find(cls);
+    if (it != c.free.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
       c.bytes -= cls;
       return p;
     }
@@ -113,22 +88,13 @@ void cpu_free(void* p, int64_t nbytes) {
   if (!p) return;
   const int64_t n = std::max<int64_t>(nbytes, 1);
   g_live.fetch_sub(n, std::memory_order_relaxed);
-  if (n >= kCacheFrom) {
-    const int64_t cls = size_class(n);
-    Cache& c = cache();
+  const int64_t cls = size_class(n);
+  Cache& c = cache();
+  {
     std::lock_guard lock(c.mu);
-    if (c.bytes + cls <= cache_limit()) {
-      c.free[cls].push_back(p);
-      c.bytes += cls;
-      return;
-    }
-  } else {
-    int64_t cls = 0;
-    const int i = small_class(n, &cls);
-    Cache& c = cache();
-    std::lock_guard lock(c.mu);
-    if (c.small[i].size() < kSmallKeep && c.bytes + cls <= cache_limit()) {
-      c.small[i].push_back(p);
+    std::vector<void*>& list = c.free[cls];
+    if (c.bytes + cls <= cache_limit() && (cls >= kKeepAllFrom || list.size() < kSmallKeep)) {
+      list.push_back(p);
       c.bytes += cls;
       return;
     }
@@ -147,10 +113,6 @@ void cpu_empty_cache() {
   for (auto& [cls, v] : c.free)
     for (void* p : v) std::free(p);
   c.free.clear();
-  for (auto& v : c.small) {
-    for (void* p : v) std::free(p);
-    v.clear();
-  }
   c.bytes = 0;
 }
 

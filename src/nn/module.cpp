@@ -143,6 +143,15 @@ void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t->set_grad({});
 }
 
+namespace {
+int64_t dense_f32_bytes(const SemiStructuredSparse& s) { return s.rows() * s.cols() * int64_t(sizeof(float)); }
+// The (N, K) f32 matrix of a 2:4 weight; differentiable in the float values (to_dense's backward).
+Tensor dense_f32(const SemiStructuredSparse& s) {
+  const Tensor d = s.to_dense();
+  return d.dtype() == DType::f32 ? d : d.to(DType::f32);
+}
+}  // namespace
+
 // The dense copy of a small 2:4 weight (Linear::sparse_forward), with what it was made from: the
 // storages (weakly held: a freed one never matches a new one at the same address), data
 // pointers and versions of values, meta and scales.
@@ -172,7 +181,7 @@ struct Linear::DenseCopy {
     bool same = dense.defined();
     for (int i = 0; i < 3 && same; ++i) same = from[i].same(*parts[i]);
     if (same) return dense;
-    const int64_t bytes = s.rows() * s.cols() * int64_t(sizeof(float));
+    const int64_t bytes = dense_f32_bytes(s);
     if (held == 0) {
       if (budget_used().fetch_add(bytes) + bytes > kSparseDenseCopyBudget) {
         budget_used() -= bytes;
@@ -181,8 +190,7 @@ struct Linear::DenseCopy {
       held = bytes;
     }
     NoGradGuard no_grad;
-    Tensor d = s.to_dense();
-    dense = d.dtype() == DType::f32 ? d : d.to(DType::f32);
+    dense = dense_f32(s);
     for (int i = 0; i < 3; ++i) from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
     return dense;
   }
@@ -191,13 +199,9 @@ struct Linear::DenseCopy {
 int64_t Linear::sparse_dense_copy_bytes() { return DenseCopy::budget_used().load(); }
 
 Tensor Linear::sparse_forward(const Tensor& x) const {
-  if (x.dtype() != DType::f32 || x.is_symbolic() || sparse.rows() * sparse.cols() * int64_t(sizeof(float)) > kSmallSparseBytes)
-    return linear(x, sparse, bias);
+  if (x.dtype() != DType::f32 || x.is_symbolic() || dense_f32_bytes(sparse) > kSmallSparseBytes) return linear(x, sparse, bias);
   const bool grads = grad_enabled() && (x.requires_grad() || sparse.values.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (grads) {
-    const Tensor w = sparse.to_dense();
-    return linear(x, w.dtype() == DType::f32 ? w : w.to(DType::f32), bias);
-  }
+  if (grads) return linear(x, dense_f32(sparse), bias);
   const Tensor w = dense_copy_->get(sparse);
   return w.defined() ? linear(x, w, bias) : linear(x, sparse, bias);
 }
