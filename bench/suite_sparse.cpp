@@ -1,7 +1,7 @@
 // 2:4 sparse linear against oneDNN's dense matmul on the same (pruned) weights, with the weights
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
-// f32, int8 and bf16 values; decode sizes (M = 1, 16: memory-bound, 2:4 halves the bytes) and
-// compute-bound sizes (M = 128 ... 2048).
+// f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
+// sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048).
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 
@@ -22,7 +22,7 @@ void suite_sparse(const Options& o, Report& r) {
                                                                   : std::vector<std::pair<int64_t, int64_t>>{{4096, 4096}, {4096, 11008}, {11008, 4096}};
   struct Plan { const char* name; DType vt; std::vector<int64_t> ms; };
   const std::vector<Plan> plans = o.quick ? std::vector<Plan>{{"f32", DType::f32, {1, 128}}, {"int8", DType::i8, {1}}}
-                                          : std::vector<Plan>{{"f32", DType::f32, {1, 16, 128, 512, 2048}},
+                                          : std::vector<Plan>{{"f32", DType::f32, {1, 4, 16, 32, 128, 512, 2048}},
                                                               {"int8", DType::i8, {1, 16, 128}},
                                                               {"bf16", DType::bf16, {1, 128}}};
   for (auto [K, N] : shapes) {

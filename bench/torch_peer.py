@@ -218,7 +218,7 @@ def suite_sparse(a, rows):
     # peer is the dense linear on the same pruned weights, what a PyTorch user runs on a CPU.
     shapes = [(4096, 4096)] if a.quick else [(4096, 4096), (4096, 11008), (11008, 4096)]
     plans = [("f32", torch.float32, [1, 128]), ("int8", torch.float32, [1])] if a.quick else \
-        [("f32", torch.float32, [1, 16, 128, 512, 2048]), ("int8", torch.float32, [1, 16]), ("bf16", torch.bfloat16, [1, 128])]
+        [("f32", torch.float32, [1, 4, 16, 32, 128, 512, 2048]), ("int8", torch.float32, [1, 16, 128]), ("bf16", torch.bfloat16, [1, 128])]
     with torch.no_grad():
         for K, N in shapes:
             w = torch.randn(N, K) * 0.02
