@@ -1,5 +1,5 @@
-// Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 5 <= M <= 8
-// in 8-row tiles against 8 interleaved weight rows, M >= 9 K-major over panels of x of up to 64
+// Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 5 <= M <= 22
+// in 8-row tiles against 8 interleaved weight rows, M >= 23 K-major over panels of x of up to 64
 // rows, side by side rows for narrow panels; K with a tail byte and partial column blocks; a
 // partial last tile, panel, chunk and group of weight rows; every value dtype; the activation
 // epilogue),
@@ -68,13 +68,15 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({4, 8}, 5, DType::i8, DType::f32, true, "relu"),      // int8 values, tail only
         linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
         linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // K-major: one 32-row panel, a last block of one byte
-        linear_case({20, 520}, 70, DType::f32, DType::f32, true),         // a 24-row panel: two rows side by side, 9 blocks
-        linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // 16-row panel: 4 rows side by side, rows left over alone
-        linear_case({17, 1368}, 13, DType::f32, DType::f32, false, "gelu"), // 24-row panel: a last block of 3 bytes, a row alone
-        linear_case({9, 40}, 5, DType::f32, DType::f32, true, "relu"),    // 16-row panel, 7 rows of padding; one partial block
-        linear_case({8, 40}, 5, DType::bf16, DType::f32, true),           // M = 8: the tiles
-        linear_case({17, 1368}, 13, DType::i8, DType::f32, false),        // int8 values at M = 17
-        linear_case({20, 264}, 13, DType::bf16, DType::f32, true),        // bf16 values at M = 20
+        linear_case({24, 520}, 70, DType::f32, DType::f32, true),         // K-major: a 24-row panel, two rows side by side, 9 blocks
+        linear_case({76, 1032}, 70, DType::f32, DType::f32, true),        // a 64-row panel and a 16-row one: 4 rows side by side, rows left over alone
+        linear_case({23, 1368}, 13, DType::f32, DType::f32, false, "gelu"), // 24-row panel (a row of padding): a last block of 3 bytes, a row alone
+        linear_case({73, 40}, 5, DType::f32, DType::f32, true, "relu"),   // a 16-row panel with 7 rows of padding; one partial block
+        linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // tiles of 8 and 4 rows
+        linear_case({9, 40}, 5, DType::f32, DType::f32, true, "relu"),    // tiles of 8 and 1 rows; a partial column block
+        linear_case({8, 40}, 5, DType::bf16, DType::f32, true),           // M = 8: one tile
+        linear_case({17, 1368}, 13, DType::i8, DType::f32, false),        // int8 values at M = 17: three tiles
+        linear_case({22, 264}, 13, DType::bf16, DType::f32, true),        // bf16 values at M = 22, the last M in tiles
         linear_case({36, 520}, 70, DType::f32, DType::f32, true),         // K-major: 9 blocks (the last one byte), a partial chunk
         linear_case({140, 520}, 20, DType::f32, DType::f32, false),       // two full 64-row panels and one of 16
         linear_case({64, 136}, 203, DType::i8, DType::f32, true, "silu"), // one full panel; chunks of 8+ rows, the last partial

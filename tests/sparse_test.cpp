@@ -54,7 +54,7 @@ TEST(Sparse24, LinearEqualsDenseLinearOfThePrunedWeight) {
   manual_seed(3);
   for (int64_t K : {int64_t(8), int64_t(40), int64_t(264)})
     for (DType vt : {DType::f32, DType::bf16, DType::i8})
-      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 33, 64, 130, 200}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 22, 23, 33, 64, 130, 200}) {
         SCOPED_TRACE("K=" + std::to_string(K) + " " + dtype_name(vt) + " M=" + std::to_string(M));
         const int64_t N = 67;
         SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), vt);

@@ -296,8 +296,9 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 // to f32) and reused for every tile of x; x is packed once per call as tiles of 8 rows (per
 // group: 8 rows x 4 values), column-block major.
 // Measured on Zen 3: the shuffle port (one vpermilps per cycle, on a pipe the FMAs share) is the
-// bound, about half the FMA peak on half the FLOPs; from M = 9 the K-major kernel below, which
-// picks x by address instead, is even (M = 9-24) or 1.1-1.6x faster (M >= 32).
+// bound, about half the FMA peak on half the FLOPs; the K-major kernel below, which picks x by
+// address instead, is 1.1-1.6x faster from M = 32 and loses below M = 22, where it pads x to
+// 16- and 24-row panels and its packing pass weighs more (kernels.h, kKMajorM).
 #if defined(__AVX2__)
 constexpr int kTileRows = 8;                 // rows of x per register tile
 constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
@@ -489,7 +490,8 @@ template <int NV> struct PanelOffsets {  // 16 bits each
 // Measured (2 threads, alternating in one process, the three bench shapes) against the permute
 // kernel: M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x; against
 // the column-major panel kernel that served f32 at 9 <= M <= 24 (weights read in place, now gone)
-// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x.
+// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x (session
+// 14; in session 17 the permute kernel measured faster up to M = 21, see kKMajorM).
 // A first K-major version (session 13) read each row's 64-column block in place, short runs
 // across many rows that stalled on memory, and ran at 0.6-0.7x of the permute kernel: packing the
 // chunk and requesting the next block of x ahead made the difference.

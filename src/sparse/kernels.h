@@ -21,7 +21,12 @@ Act parse_activation(const std::string& name);  // throws naming sparse24_linear
 // weights packed per chunk of rows block-major as f32.
 // Without AVX2 every M takes the streaming path.
 constexpr int64_t kSmallM = 4;
-constexpr int64_t kKMajorM = 9;  // measured: at M = 8 (one register per column of x) the 8-row tiles are 1.2x faster
+// Measured (session 17, alternating in-process runs, 2 threads, f32 values, 4096 x 4096 and
+// 4096 x 11008): the 8-row tiles against the K-major kernel 1.11-1.45x at M = 9-18 (int8, bf16
+// values at M = 10-16: 0.98-1.33x), 0.98-1.15x at M = 20-21, even at 22, 0.91-0.93x at 24 (where
+// K-major's 24-row panel has no padding); session 14 had measured them even at M = 9-24 before
+// the tiles' weights were packed in long runs.
+constexpr int64_t kKMajorM = 23;
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N);
 // The same in f64, plainly (the reference the gradient checks differentiate); values f64.
