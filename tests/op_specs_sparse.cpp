@@ -51,7 +51,9 @@ Case linear_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::
   // x scaled by 1/sqrt(K/2) so an output is O(1) at every K, as in a model (the f32 rounding of a
   // sum of K/2 unit-variance products grows with K: unscaled, K = 4104 misses 1e-5 by 5-9x).
   // int8 values come with scales near 1/127, as quantisation gives them (dequantised weights ~ 1)
-  std::vector<Tensor> in{mul(randn(xs, DType::f64), 1.0 / std::sqrt(std::max<double>(1.0, double(K) / 2))).to(xt), rand_values(N, K, vt), rand_meta(N, K), vt == DType::i8 ? mul(rand_scales(N), 1.0 / 127) : rand_scales(N)};
+  Tensor x = mul(randn(xs, DType::f64), 1.0 / std::sqrt(std::max<double>(1.0, double(K) / 2))).to(xt);
+  Tensor scales = vt == DType::i8 ? mul(rand_scales(N), 1.0 / 127) : rand_scales(N);
+  std::vector<Tensor> in{x, rand_values(N, K, vt), rand_meta(N, K), scales};
   if (bias) in.push_back(rn({N}, xt));
   return {in, {{"activation", act}}};
 }
@@ -69,7 +71,7 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({5, 64}, 70, DType::f32, DType::f32, true, "silu"),   // tiles from M = 5; a partial row group
         linear_case({30, 264}, 13, DType::i8, DType::f32, false, "gelu"), // K-major: one 32-row panel, a last block of one byte
         linear_case({24, 520}, 70, DType::f32, DType::f32, true),         // K-major: a 24-row panel, two rows side by side, 9 blocks
-        linear_case({76, 1032}, 70, DType::f32, DType::f32, true),        // a 64-row panel and a 16-row one: 4 rows side by side, rows left over alone
+        linear_case({76, 1032}, 70, DType::f32, DType::f32, true),        // 64 + 16-row panels: 4 rows side by side, rows left over alone
         linear_case({23, 1368}, 13, DType::f32, DType::f32, false, "gelu"), // 24-row panel (a row of padding): a last block of 3 bytes, a row alone
         linear_case({73, 40}, 5, DType::f32, DType::f32, true, "relu"),   // a 16-row panel with 7 rows of padding; one partial block
         linear_case({12, 2056}, 70, DType::f32, DType::f32, true),        // tiles of 8 and 4 rows
