@@ -1,13 +1,16 @@
 // 2:4 sparse linear against oneDNN's dense matmul on the same (pruned) weights, with the weights
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
 // f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
-// sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048).
+// sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
+// (SemiStructuredSparse::prepack, read at 2 <= M <= 32); the note of those rows gives the ratio
+// from the values + meta layout alone, timed right after.
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 
 #include "cpu/cpu.h"
 #include "dnnl_peer.h"
 #include "harness.h"
+#include "sparse/kernels.h"
 
 namespace sinter::bench {
 
@@ -23,12 +26,14 @@ void suite_sparse(const Options& o, Report& r) {
   struct Plan { const char* name; DType vt; std::vector<int64_t> ms; };
   const std::vector<Plan> plans = o.quick ? std::vector<Plan>{{"f32", DType::f32, {1, 128}}, {"int8", DType::i8, {1}}}
                                           : std::vector<Plan>{{"f32", DType::f32, {1, 4, 16, 32, 128, 512, 2048}},
-                                                              {"int8", DType::i8, {1, 16, 128}},
-                                                              {"bf16", DType::bf16, {1, 128}}};
+                                                              {"int8", DType::i8, {1, 4, 16, 128}},
+                                                              {"bf16", DType::bf16, {1, 16, 128}}};
   for (auto [K, N] : shapes) {
     Tensor w = prune_2_4(randn({N, K}) * 0.02);
     for (const Plan& p : plans) {
-      const SemiStructuredSparse s = to_sparse_semi_structured(w, p.vt);
+      SemiStructuredSparse s = to_sparse_semi_structured(w, p.vt);
+      const SemiStructuredSparse unpacked{s.values, s.meta, s.scales};
+      s.prepack();  // as the dense peer may be (oneDNN's blocked layout)
       // The dense peer: the same weights in the dtype oneDNN can run (f32 for int8 values: oneDNN
       // 2.6 has no weight-only int8; f32 for bf16 where the CPU has no bf16 matmul).
       const bool bf16_dense = p.vt == DType::bf16 && cpu::dnnl_has_bf16();
@@ -55,6 +60,12 @@ void suite_sparse(const Options& o, Report& r) {
                         100 * 2.0 * M * N * K / (peer.best_ms * 1e-3) / 1e9 / peak);
         std::string peer_name = std::string("oneDNN dense ") + (dense_dt == DType::f32 ? "f32" : "bf16") + (use_packed ? ", prepacked" : ", plain");
         std::string n = note;
+        if (M >= sparse::kPrepackedMinM && M <= sparse::kPrepackedMaxM) {
+          const Timing u = time_it([&] { (void)linear(x, unpacked); }, 1, reps, M >= 512 ? 0.0 : 0.3);
+          char more[120];
+          std::snprintf(more, sizeof more, "; prepacked (values + meta alone: %.3g ms, %.2fx)", u.best_ms, peer.best_ms / u.best_ms);
+          n += more;
+        }
         if (p.vt == DType::i8) n += "; no int8-weight dense kernel in oneDNN 2.6: against f32";
         if (p.vt == DType::bf16 && !bf16_dense) n += "; no bf16 matmul on this CPU: against f32";
         r.add(std::string(p.name) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N), ours,

@@ -5,6 +5,7 @@
 // epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
 #include <cmath>
+#include <cstring>
 
 #include "op_specs.h"
 
@@ -56,6 +57,51 @@ Case linear_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::
   std::vector<Tensor> in{x, rand_values(N, K, vt), rand_meta(N, K), scales};
   if (bias) in.push_back(rn({N}, xt));
   return {in, {{"activation", act}}};
+}
+
+// The prepacked form of a random weight: inputs x, packed, scales[, bias]; attrs cols, values.
+Case prepacked_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::string& act = "none") {
+  Case c = linear_case(std::move(xs), N, vt, xt, bias, act);
+  SemiStructuredSparse s{c.in[1], c.in[2], c.in[3]};
+  s.prepack();
+  std::vector<Tensor> in{c.in[0], s.packed, s.scales};
+  if (bias) in.push_back(c.in[4]);
+  return {in, {{"activation", act}, {"cols", s.cols()}, {"values", vt}}};
+}
+
+// Kept value j (of 16) of row r in a block of the documented tile layout (sparse/kernels.h), from
+// its bytes: f32 little-endian, bf16 the high half of an f32, i8 two's complement.
+double packed_value(const R& bytes, int64_t at, DType vt) {
+  auto byte = [&](int64_t i) { return uint32_t(bytes.v[size_t(at + i)]); };
+  if (vt == DType::i8) return double(int8_t(uint8_t(byte(0))));
+  uint32_t bits = vt == DType::bf16 ? (byte(0) | byte(1) << 8) << 16 : byte(0) | byte(1) << 8 | byte(2) << 16 | byte(3) << 24;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Dense (N, K) of a prepacked weight, read plainly from the layout: chunks of 64 rows (groups of 8),
+// column blocks of 256, then group, then blocks of 32 columns (8 meta words, 16 x 8 values).
+std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
+  const int64_t N = scales.shape[0], Q = (K + 31) / 32, es = vt == DType::f32 ? 4 : vt == DType::bf16 ? 2 : 1, blk = 32 + 128 * es;
+  std::vector<double> w(size_t(N * K), 0.0);
+  int64_t at = 0;
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    const int64_t groups = std::min<int64_t>(8, (N - n0 + 7) / 8);
+    for (int64_t q0 = 0; q0 < Q; q0 += 8)
+      for (int64_t b = 0; b < groups; ++b)
+        for (int64_t q = q0; q < std::min(Q, q0 + 8); ++q, at += blk)
+          for (int64_t r = 0; r < 8 && n0 + 8 * b + r < N; ++r) {
+            const int64_t n = n0 + 8 * b + r;
+            for (int64_t g = 0; g < 8 && 32 * q + 4 * g < K; ++g) {
+              const int nib = (int(packed.v[size_t(at + 4 * r + g / 2)]) >> (4 * (g % 2))) & 15;
+              const int64_t col = 32 * q + 4 * g;
+              w[size_t(n * K + col + (nib & 3))] = packed_value(packed, at + 32 + (8 * (2 * g) + r) * es, vt) * scales.v[size_t(n)];
+              w[size_t(n * K + col + (nib >> 2))] = packed_value(packed, at + 32 + (8 * (2 * g + 1) + r) * es, vt) * scales.v[size_t(n)];
+            }
+          }
+  }
+  return w;
 }
 
 }  // namespace
@@ -122,6 +168,57 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
     return std::vector<Case>{linear_case({2, 16}, 3, DType::f64, DType::f64, true), linear_case({1, 2, 8}, 2, DType::f64, DType::f64, false)};
   };
   m["sparse24_linear"] = li;
+
+  Spec lp;
+  lp.cases = [] {
+    return std::vector<Case>{
+        prepacked_case({2, 64}, 7, DType::f32, DType::f32, true),             // a partial group of rows
+        prepacked_case({5, 24}, 70, DType::f32, DType::f32, false, "silu"),   // a block of 3 meta bytes; two chunks
+        prepacked_case({2, 3, 40}, 9, DType::bf16, DType::f32, true),         // (B, T, K) input; bf16 values
+        prepacked_case({9, 296}, 13, DType::i8, DType::f32, true, "relu"),    // two column blocks, the last of 2 blocks (1 partial)
+        prepacked_case({16, 520}, 136, DType::f32, DType::f32, true),         // three chunks, the last a group of 8
+        prepacked_case({32, 264}, 64, DType::bf16, DType::f32, false, "gelu"),  // four full tiles, a whole chunk
+        prepacked_case({17, 1032}, 70, DType::i8, DType::f32, true),          // three tiles; five column blocks
+        prepacked_case({3, 48}, 6, DType::f32, DType::bf16, true),            // bf16 activations
+        prepacked_case({1, 32}, 3, DType::i8, DType::f32, false),             // M = 1 and M = 40 (linear() takes
+        prepacked_case({40, 72}, 20, DType::f32, DType::f32, true),           //   other kernels there; the op runs them all)
+        prepacked_case({0, 16}, 4, DType::f32, DType::f32, true),             // no rows
+        prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true)};         // a model's K
+  };
+  lp.ref = [](const std::vector<R>& in, const Attrs& a) {
+    const R& x = in[0];
+    const int64_t N = in[2].shape[0], K = a.i("cols"), M = int64_t(x.v.size()) / K;
+    const std::vector<double> w = dense_of_prepacked(in[1], in[2], K, a.dtype("values"));
+    Shape os = x.shape;
+    os.back() = N;
+    R y{os, std::vector<double>(size_t(M * N)), x.dtype};
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = in.size() == 4 ? in[3].v[size_t(n)] : 0.0;
+        for (int64_t k = 0; k < K; ++k) s += x.v[size_t(i * K + k)] * w[size_t(n * K + k)];
+        y.v[size_t(i * N + n)] = act_ref(s, a.str("activation"));
+      }
+    return std::vector<R>{y};
+  };
+  lp.bad = [] {
+    Case wrong_k = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false);
+    wrong_k.in[0] = rn({2, 24});
+    Case short_packed = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);
+    short_packed.in[1] = short_packed.in[1].narrow(0, 0, 100).contiguous();
+    Case other_dtype = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);  // f32 bytes read as int8 values
+    other_dtype.attrs.set("values", DType::i8);
+    Case f64_values = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);
+    f64_values.attrs.set("values", DType::f64);
+    Case wrong_bias = prepacked_case({2, 16}, 3, DType::f32, DType::f32, true);
+    wrong_bias.in[3] = rn({4});
+    Case wrong_act = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false, "tanh");
+    Case odd_cols = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false);
+    odd_cols.attrs.set("cols", int64_t(12));
+    odd_cols.in[0] = rn({2, 12});
+    return std::vector<Case>{wrong_k, short_packed, other_dtype, f64_values, wrong_bias, wrong_act, odd_cols};
+  };
+  lp.rtol = lp.atol = 2e-5;
+  m["sparse24_linear_prepacked"] = lp;
 
   Spec td;
   td.cases = [] {

@@ -65,6 +65,45 @@ TEST(Sparse24, LinearEqualsDenseLinearOfThePrunedWeight) {
       }
 }
 
+TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
+  // prepack() adds the tile layout that linear() reads at 2 <= M <= 32 without gradients; every M
+  // must still equal the dense linear of the same weight, and an in-place change of the values
+  // (as fine-tuning makes) must not leave linear() reading the stale copy.
+  manual_seed(13);
+  for (int64_t K : {int64_t(40), int64_t(296)})
+    for (DType vt : {DType::f32, DType::bf16, DType::i8})
+      for (int64_t N : {int64_t(67), int64_t(136)}) {
+        SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), vt);
+        s.prepack();
+        ASSERT_TRUE(s.packed_current());
+        EXPECT_EQ(s.packed.numel(), (N + 7) / 8 * ((K + 31) / 32) * (32 + 128 * s.values.element_size()));
+        const Tensor wd = s.to_dense().to(DType::f64), b = randn({N});
+        for (int64_t M : {1, 2, 3, 8, 9, 17, 32, 33}) {
+          SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N) + " " + dtype_name(vt) + " M=" + std::to_string(M));
+          Tensor x = randn({M, K});
+          EXPECT_TRUE(test::all_close(linear(x, s, b, "relu"), relu(linear(x.to(DType::f64), wd, b.to(DType::f64))).to(DType::f32), 1e-5, 3e-5));
+        }
+      }
+  SemiStructuredSparse s = to_sparse_semi_structured(pruned(24, 64));
+  s.prepack();
+  Tensor x = randn({8, 64});
+  {
+    NoGradGuard ng;
+    s.values.mul_(-2.0);
+  }
+  EXPECT_FALSE(s.packed_current());
+  EXPECT_TRUE(test::all_close(linear(x, s), linear(x, s.to_dense()), 1e-5, 1e-5));
+  s.prepack();
+  EXPECT_TRUE(s.packed_current());
+  EXPECT_TRUE(test::all_close(linear(x, s), linear(x, s.to_dense()), 1e-5, 1e-5));
+  // with a gradient wanted, the differentiable op runs (the prepacked one has no backward)
+  Tensor xg = x.detach().requires_grad_();
+  Tensor gx = autograd::grad({sum(linear(xg, s))}, {xg})[0];
+  EXPECT_TRUE(test::all_close(gx, sum(s.to_dense(), {0}).reshape({1, 64}).expand({8, 64}), 1e-5, 1e-5));
+  SemiStructuredSparse d = to_sparse_semi_structured(pruned(4, 16), DType::f64);
+  EXPECT_TRUE(test::throws_naming("prepack", [&] { d.prepack(); }));
+}
+
 TEST(Sparse24, FusedActivationsAndBf16Activations) {
   manual_seed(4);
   SemiStructuredSparse s = to_sparse_semi_structured(pruned(20, 48));

@@ -7,8 +7,10 @@
 //   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
 //   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
 //   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
+//   s.prepack();                                      // faster at 2 <= M <= 32, twice the memory
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "sinter/tensor.h"
 
@@ -22,15 +24,28 @@ namespace sinter {
 // Only the values are ever trained (fine-tuning keeps the pattern): `values` may require grad.
 struct SemiStructuredSparse {
   Tensor values, meta, scales;
+  SemiStructuredSparse() = default;
+  SemiStructuredSparse(Tensor v, Tensor m, Tensor s) : values(std::move(v)), meta(std::move(m)), scales(std::move(s)) {}
+  // prepack(): the weights again in the layout the kernels for 2 <= M <= 32 read (8-row tiles, the
+  // values' dtype; as many bytes as values + meta), so such a call streams them once instead of
+  // repacking them first (as oneDNN's prepacked dense weights). linear() uses it when no gradient
+  // is needed and values and meta are still the ones it was made from (an in-place change, as
+  // fine-tuning makes, leaves it unused until prepack() is called again).
+  Tensor packed;
+  void prepack();
+  bool packed_current() const;
 
   bool defined() const { return values.defined(); }
   int64_t rows() const { return values.size(0); }
   int64_t cols() const { return values.size(1) * 2; }
   Shape shape() const { return {rows(), cols()}; }
   DType dtype() const { return values.dtype(); }
-  int64_t nbytes() const;  // values + meta + scales
+  int64_t nbytes() const;  // values + meta + scales (not the packed copy)
   // The dense (N, K) matrix: the values' dtype for float values, f32 (dequantised) for int8.
   Tensor to_dense() const;
+
+  struct PackedFrom { const void* values = nullptr; const void* meta = nullptr; uint64_t values_version = 0, meta_version = 0; };
+  PackedFrom packed_from;  // what `packed` was made from
 };
 
 // Packs a dense (N, K) matrix that is already in the 2:4 pattern. values_dtype: f32, bf16

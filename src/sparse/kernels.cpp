@@ -19,12 +19,12 @@
 
 namespace sinter::sparse {
 
-Act parse_activation(const std::string& name) {
+Act parse_activation(const std::string& name, const char* op) {
   if (name == "none") return Act::none;
   if (name == "relu") return Act::relu;
   if (name == "silu") return Act::silu;
   if (name == "gelu") return Act::gelu;
-  SINTER_THROW(Error, "[sparse24_linear] unknown activation '", name, "' (none, relu, silu, gelu)");
+  SINTER_THROW(Error, "[", op, "] unknown activation '", name, "' (none, relu, silu, gelu)");
 }
 
 namespace {
@@ -288,6 +288,21 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
     }
   });
 }
+// The tile layout (kernels.h): a block of 8 weight rows x 32 columns is 8 meta words (u32, one
+// per row: its 4 meta bytes), then the 16 kept values of each row interleaved (value j of row r
+// at 8 j + r: V0, V1 of each of 8 groups of four columns), of type W; chunks of 64 weight rows
+// (8 groups of 8), column blocks of 256 (8 blocks of 32), chunk-major, then column block, group,
+// block.
+template <class W> constexpr int64_t kBlockBytes = 32 + 128 * int64_t(sizeof(W));
+constexpr int64_t kTilesQb = 8, kTilesRowGroups = 8;
+
+// Byte offset of group b's block q0 (a multiple of kTilesQb) in chunk ch of a prepacked weight.
+template <class V> int64_t prepacked_at(int64_t N, int64_t K, int64_t ch, int64_t b, int64_t q0) {
+  const int64_t Q = (K + 31) / 32, n0 = ch * 8 * kTilesRowGroups, groups = std::min(kTilesRowGroups, (N - n0 + 7) / 8);
+  const int64_t nq = std::min(kTilesQb, Q - q0);
+  return (ch * kTilesRowGroups * Q + q0 * groups + b * nq) * kBlockBytes<V>;
+}
+
 // kSmallM < M < kKMajorM: vectors run over 8 weight rows. For a group of four columns each row keeps two, so
 // per row of x the group's four values are broadcast into both 128-bit lanes and vpermilps picks
 // each weight row's kept column (the meta nibbles are the permute indices, shifted into place):
@@ -301,16 +316,16 @@ void small_m(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 // 16- and 24-row panels and its packing pass weighs more (kernels.h, kKMajorM).
 #if defined(__AVX2__)
 constexpr int kTileRows = 8;                 // rows of x per register tile
-constexpr int64_t kQFloats = 8 + 8 * 16;     // 8 groups of 8 weight rows: 8 meta words, then V0, V1 per group
 constexpr int64_t kTileQFloats = 8 * kTileRows * 4;  // 8 groups of a tile of x
 
 // 8 weight rows [n0, n0 + 8), column blocks of 32 [32 q0, 32 (q0 + nq)) -> out; rows past N and
 // columns past K are zero.
 template <class V>
-void pack_rows8(const V* values, const uint8_t* meta, int64_t K, int64_t n0, int64_t N, int64_t q0, int64_t nq, float* out) {
+void pack_rows8(const V* values, const uint8_t* meta, int64_t K, int64_t n0, int64_t N, int64_t q0, int64_t nq, uint8_t* out_bytes) {
+  float* out = reinterpret_cast<float*>(out_bytes);
   const int64_t K2 = K / 2, K8 = K / 8;
   for (int64_t q = 0; q < nq; ++q) {
-    float* o = out + q * kQFloats;
+    float* o = out + q * (kBlockBytes<float> / 4);
     const int64_t c0 = (q0 + q) * 32;
     uint32_t* W = reinterpret_cast<uint32_t*>(o);
     __m256 rows[8][2];
@@ -368,17 +383,20 @@ void prefetch_block(const V* values, const uint8_t* meta, int64_t K, int64_t n0,
 }
 
 // c (R rows x 8 weight rows, row stride ldc) (+)= the tile of x (R of its 8 rows) times 8 packed
-// weight rows over nq blocks of 32 columns.
-template <int R>
-__attribute__((noinline)) void interleaved_tile(const float* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
+// weight rows over nq blocks of 32 columns, each block 8 meta words then 16 x 8 kept values of
+// type W (f32 when packed per call, the values' own dtype when prepacked: widened here, once per
+// 8 values for the R rows of the tile).
+template <int R, class W>
+__attribute__((noinline)) void interleaved_tile(const uint8_t* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
   __m256 acc[R];
   for (int m = 0; m < R; ++m) acc[m] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + m * ldc);
-  for (int64_t q = 0; q < nq; ++q, wp += kQFloats, xt += kTileQFloats) {
-    const __m256i W = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+  for (int64_t q = 0; q < nq; ++q, wp += kBlockBytes<W>, xt += kTileQFloats) {
+    const __m256i W8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
+    const W* vals = reinterpret_cast<const W*>(wp + 32);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
-      const __m256i i0 = _mm256_srli_epi32(W, 4 * g), i1 = _mm256_srli_epi32(W, 4 * g + 2);  // vpermilps reads bits 0-1
-      const __m256 v0 = _mm256_load_ps(wp + 8 + 16 * g), v1 = _mm256_load_ps(wp + 16 + 16 * g);
+      const __m256i i0 = _mm256_srli_epi32(W8, 4 * g), i1 = _mm256_srli_epi32(W8, 4 * g + 2);  // vpermilps reads bits 0-1
+      const __m256 v0 = (__m256)load_values(vals + 16 * g), v1 = (__m256)load_values(vals + 16 * g + 8);
 #pragma GCC unroll 8
       for (int m = 0; m < R; ++m) {
         const __m256 xb = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xt + (g * kTileRows + m) * 4));
@@ -390,15 +408,30 @@ __attribute__((noinline)) void interleaved_tile(const float* wp, int64_t nq, con
   for (int m = 0; m < R; ++m) _mm256_storeu_ps(c + m * ldc, acc[m]);
 }
 
-void tile_rows(int r, const float* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
-  with_1_to_8(r, [&](auto R) { interleaved_tile<R>(wp, nq, xt, c, ldc, first); });
+template <class W> void tile_rows(int r, const uint8_t* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
+  with_1_to_8(r, [&](auto R) { interleaved_tile<R, W>(wp, nq, xt, c, ldc, first); });
 }
 
+// c (rows x cols of a group of 8 weight rows, cols <= 8) (+)= one tile over nq blocks; a partial
+// group goes through a scratch tile.
+template <class W>
+void group_tile(int rows, int64_t cols, const uint8_t* wb, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
+  if (cols == 8) return tile_rows<W>(rows, wb, nq, xt, c, ldc, first);  // straight into y, accumulated across column blocks
+  alignas(32) float tmp[kTileRows * 8] = {};
+  for (int m = 0; m < rows; ++m)
+    for (int64_t l = 0; l < cols && !first; ++l) tmp[m * 8 + l] = c[m * ldc + l];
+  tile_rows<W>(rows, wb, nq, xt, tmp, 8, first);
+  for (int m = 0; m < rows; ++m)
+    for (int64_t l = 0; l < cols; ++l) c[m * ldc + l] = tmp[m * 8 + l];
+}
+
+// y = act(scale * (x W^T) + b) in 8-row tiles of x against groups of 8 weight rows. Weights come
+// prepacked (the values' dtype, widened in the tile) or are packed per call here, as f32.
 template <class V>
-void interleaved(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
-                 Act act, float* y, int64_t N) {
+void interleaved(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const uint8_t* prepacked,
+                 const float* scales, const float* bias, Act act, float* y, int64_t N) {
   // Blocks (measured, `sinter bench sparse`): 256 columns x 8 row-groups of weights (17 KiB packed).
-  constexpr int64_t qb = 8, row_groups = 8;
+  constexpr int64_t qb = kTilesQb, row_groups = kTilesRowGroups;
   const int64_t tiles = (M + kTileRows - 1) / kTileRows, Q = (K + 31) / 32, G = K / 4;
   // x tile t, column block q: column-block major, so all tiles of one block are contiguous.
   auto x_at = [&](int64_t t, int64_t q) {
@@ -419,42 +452,39 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
       }
   });
   const int64_t chunk = 8 * row_groups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + qb - 1) / qb;
-  // Each group of 8 weight rows is packed over all of K up front, in long runs per row that the
-  // hardware prefetcher follows (the chunk's packed rows then stay in L2/L3); measured 25-45%
-  // faster at M = 16 than packing a column block of all 64 rows at a time, whose short runs in 64
-  // rows stalled on memory. Past 8 MiB per thread (K beyond ~60,000): one column block at a time,
-  // the next block's lines requested while the first tile computes.
-  const bool whole_k = row_groups * Q * kQFloats * 4 <= (int64_t(8) << 20);  // <= 8 MiB per thread
+  // Unless prepacked, each group of 8 weight rows is packed over all of K up front, in long runs
+  // per row that the hardware prefetcher follows (the chunk's packed rows then stay in L2/L3);
+  // measured 25-45% faster at M = 16 than packing a column block of all 64 rows at a time, whose
+  // short runs in 64 rows stalled on memory. Past 8 MiB per thread (K beyond ~60,000): one column
+  // block at a time, the next block's lines requested while the first tile computes.
+  // Packing and computing do not overlap (session 17: nothing tried made them), so a prepacked
+  // weight, read once in order by the tiles, saves the whole packing pass.
+  const bool whole_k = row_groups * Q * kBlockBytes<float> <= (int64_t(8) << 20);  // <= 8 MiB per thread
   const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    Tensor wbuf = Tensor::empty({row_groups * wq * kQFloats}, DType::f32);
-    float* wp = wbuf.data<float>();
+    Tensor wbuf = prepacked ? Tensor() : Tensor::empty({row_groups * wq * kBlockBytes<float>}, DType::u8);
+    uint8_t* wp = prepacked ? nullptr : wbuf.data<uint8_t>();
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t n0 = ch * chunk, groups = std::min(row_groups, (N - n0 + 7) / 8);
-      if (whole_k)
-        for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, 0, Q, wp + b * Q * kQFloats);
+      if (!prepacked && whole_k)
+        for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, 0, Q, wp + b * Q * kBlockBytes<float>);
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t q0 = kb * qb, nq = std::min(qb, Q - q0);
-        if (!whole_k)
-          for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, q0, nq, wp + b * qb * kQFloats);
+        if (!prepacked && !whole_k)
+          for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, q0, nq, wp + b * qb * kBlockBytes<float>);
         const int64_t wo = whole_k ? q0 : 0;  // this block's offset within a group's packed rows
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t m0 = t * kTileRows;
           const int rows = int(std::min<int64_t>(kTileRows, M - m0));
           for (int64_t b = 0; b < groups; ++b) {
             const int64_t nb = n0 + 8 * b, cols = std::min<int64_t>(8, N - nb);
-            const float* wb = wp + (b * wq + wo) * kQFloats;
-            if (!whole_k && t == 0 && kb + 1 < kblocks) prefetch_block(values, meta, K, nb, cols, (q0 + qb) * 32, qb * 32);
-            if (cols == 8) {  // straight into y, accumulated across column blocks
-              tile_rows(rows, wb, nq, xt + x_at(t, q0), y + m0 * N + nb, N, kb == 0);
+            float* c = y + m0 * N + nb;
+            if (prepacked) {
+              group_tile<V>(rows, cols, prepacked + prepacked_at<V>(N, K, ch, b, q0), nq, xt + x_at(t, q0), c, N, kb == 0);
               continue;
             }
-            alignas(32) float tmp[kTileRows * 8] = {};  // the last, partial group of weight rows
-            for (int m = 0; m < rows; ++m)
-              for (int64_t l = 0; l < cols && kb > 0; ++l) tmp[m * 8 + l] = y[(m0 + m) * N + nb + l];
-            tile_rows(rows, wb, nq, xt + x_at(t, q0), tmp, 8, kb == 0);
-            for (int m = 0; m < rows; ++m)
-              for (int64_t l = 0; l < cols; ++l) y[(m0 + m) * N + nb + l] = tmp[m * 8 + l];
+            if (!whole_k && t == 0 && kb + 1 < kblocks) prefetch_block(values, meta, K, nb, cols, (q0 + qb) * 32, qb * 32);
+            group_tile<float>(rows, cols, wp + (b * wq + wo) * kBlockBytes<float>, nq, xt + x_at(t, q0), c, N, kb == 0);
           }
         }
       }
@@ -641,7 +671,94 @@ void plain_rows(const T* x, int64_t M, int64_t K, const Value& value, const uint
   });
 }
 
+// The portable reading of a prepacked weight: row by row, plainly (the tile kernel needs AVX2).
+template <class V>
+void prepacked_rows(const float* x, int64_t M, int64_t K, const uint8_t* packed, const float* scales, const float* bias, Act act,
+                    float* y, int64_t N) {
+  const int64_t Q = (K + 31) / 32;
+  parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        float s = 0;
+        const int64_t ch = n / (8 * kTilesRowGroups), b = n % (8 * kTilesRowGroups) / 8, r = n % 8;
+        for (int64_t q = 0; q < Q; ++q) {
+          const int64_t q0 = q / kTilesQb * kTilesQb;
+          const uint8_t* blk = packed + prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>;
+          uint32_t word;
+          std::memcpy(&word, blk + 4 * r, 4);
+          const V* vals = reinterpret_cast<const V*>(blk + 32);
+          for (int64_t g = 0; g < 8 && 32 * q + 4 * g < K; ++g) {
+            const float* xg = x + m * K + 32 * q + 4 * g;
+            const uint32_t nib = (word >> (4 * g)) & 15;
+            s += float(vals[8 * (2 * g) + r]) * xg[nib & 3] + float(vals[8 * (2 * g + 1) + r]) * xg[nib >> 2];
+          }
+        }
+        y[m * N + n] = activate(s * scales[n] + (bias ? bias[n] : 0.0f), act);
+      }
+  });
+}
+
+template <class V> void prepack_as(const V* values, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
+  const int64_t Q = (K + 31) / 32, K2 = K / 2, K8 = K / 8, chunk = 8 * kTilesRowGroups;
+  parallel_for(0, (N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t groups = std::min(kTilesRowGroups, (N - ch * chunk + 7) / 8);
+      for (int64_t b = 0; b < groups; ++b)
+        for (int64_t q = 0; q < Q; ++q) {
+          const int64_t q0 = q / kTilesQb * kTilesQb;
+          uint8_t* blk = out + prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>;
+          std::memset(blk, 0, size_t(kBlockBytes<V>));  // rows past N, columns past K: zero values, meta 0
+          V* vals = reinterpret_cast<V*>(blk + 32);
+          for (int64_t r = 0; r < 8; ++r) {
+            const int64_t n = ch * chunk + 8 * b + r;
+            if (n >= N) break;
+            std::memcpy(blk + 4 * r, meta + n * K8 + 4 * q, size_t(std::min<int64_t>(4, K8 - 4 * q)));
+            for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) vals[8 * j + r] = values[n * K2 + 16 * q + j];
+          }
+        }
+    }
+  });
+}
+
 }  // namespace
+
+int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
+  const int64_t blocks = (N + 7) / 8 * ((K + 31) / 32);
+  switch (vt) {
+    case DType::f32: return blocks * kBlockBytes<float>;
+    case DType::bf16: return blocks * kBlockBytes<bf16>;
+    case DType::i8: return blocks * kBlockBytes<int8_t>;
+    default: SINTER_THROW(DTypeError, "[prepack] values must be f32, bf16 or i8, got ", vt);
+  }
+}
+
+void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
+  switch (vt) {
+    case DType::f32: return prepack_as(static_cast<const float*>(values), meta, N, K, out);
+    case DType::bf16: return prepack_as(static_cast<const bf16*>(values), meta, N, K, out);
+    case DType::i8: return prepack_as(static_cast<const int8_t*>(values), meta, N, K, out);
+    default: SINTER_THROW(DTypeError, "[prepack] values must be f32, bf16 or i8, got ", vt);
+  }
+}
+
+void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
+                          const float* bias, Act act, float* y, int64_t N) {
+  if (M == 0 || N == 0) return;
+  const auto run = [&](auto tag) {
+    using V = decltype(tag);
+#if defined(__AVX2__)
+    interleaved<V>(x, M, K, nullptr, nullptr, packed, scales, bias, act, y, N);
+#else
+    prepacked_rows<V>(x, M, K, packed, scales, bias, act, y, N);
+#endif
+  };
+  switch (vt) {
+    case DType::f32: return run(float{});
+    case DType::bf16: return run(bf16{});
+    case DType::i8: return run(int8_t{});
+    default: SINTER_THROW(DTypeError, "[sparse24_linear_prepacked] values must be f32, bf16 or i8, got ", vt);
+  }
+}
 
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N) {
@@ -650,7 +767,7 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
   const auto run = [&](const auto* v) {
 #if defined(__AVX2__)
     if (M >= kKMajorM) return k_major(x, M, K, v, meta, scales, bias, act, y, N);
-    if (M > kSmallM) return interleaved(x, M, K, v, meta, scales, bias, act, y, N);
+    if (M > kSmallM) return interleaved(x, M, K, v, meta, nullptr, scales, bias, act, y, N);
 #endif
     small_m(x, M, K, v, meta, scales, bias, act, y, N);
   };

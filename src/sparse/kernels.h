@@ -9,7 +9,7 @@
 namespace sinter::sparse {
 
 enum class Act { none, relu, silu, gelu };
-Act parse_activation(const std::string& name);  // throws naming sparse24_linear on an unknown name
+Act parse_activation(const std::string& name, const char* op = "sparse24_linear");  // throws naming op on an unknown name
 
 // x (M, K) f32 row-major; values of dtype vt (f32, bf16, i8); bias (N) or null; y (M, N) f32.
 // M <= kSmallM: one streaming pass over the weights (decode), kept columns of x gathered with
@@ -29,6 +29,18 @@ constexpr int64_t kSmallM = 4;
 constexpr int64_t kKMajorM = 23;
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N);
+// Prepacked weights (SemiStructuredSparse::prepack): the 8-row tiles' layout built once, in the
+// values' dtype (f32, bf16, i8), so a call at kPrepackedMinM <= M <= kPrepackedMaxM reads the
+// weights once, in order, instead of packing them first. Blocks of 8 weight rows x 32 columns:
+// 8 meta words (u32, a row's 4 meta bytes), then the 16 kept values of each row interleaved
+// (value j of row r at 8 j + r); chunk-major (64 rows: 8 groups of 8), then column block (256
+// columns), group, block. Rows and columns are padded to 8 and 32 with zero values: the same
+// bytes as values + meta when N % 8 == 0 and K % 32 == 0.
+int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
+void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
+void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
+                          const float* bias, Act act, float* y, int64_t N);
+constexpr int64_t kPrepackedMinM = 2, kPrepackedMaxM = 64;
 // The same in f64, plainly (the reference the gradient checks differentiate); values f64.
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
                 const double* bias, Act act, double* y, int64_t N);

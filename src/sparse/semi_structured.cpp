@@ -1,5 +1,6 @@
 // 2:4 semi-structured sparse weights: packing, pruning, and the ops that use them.
 //   sparse24_linear(x, values, meta, scales[, bias]) -> y         attr activation
+//   sparse24_linear_prepacked(x, packed, scales[, bias]) -> y     attrs activation, cols, values
 //   sparse24_to_dense(values, meta, scales) -> dense (N, K)
 //   sparse24_gather(dense, meta) -> kept (N, K/2)
 // One op definition serves eager calls, autograd (gradients for x, bias and the float values:
@@ -101,6 +102,54 @@ void register_sparse_ops() {
   };
   add_op(std::move(li));
 
+  // The same product from prepacked weights (SemiStructuredSparse::prepack, layout in
+  // sparse/kernels.h): packed u8, cols = K, values = the kept values' dtype. Inference only (no
+  // backward): linear() takes it for calls without gradients.
+  OpDef lp;
+  lp.name = "sparse24_linear_prepacked";  // x (..., K), packed, scales (N)[, bias (N)]; attrs activation, cols, values
+  lp.num_inputs = -1;
+  lp.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    SINTER_CHECK(in.size() == 3 || in.size() == 4,
+                 "[sparse24_linear_prepacked] takes x, packed, scales and an optional bias, got ", in.size(), " inputs");
+    const int64_t K = a.i("cols");
+    const DType vt = a.dtype("values");
+    SINTER_CHECK_SHAPE(in[2].shape.size() == 1 && K > 0 && K % 8 == 0, "[sparse24_linear_prepacked] scales", in[2].shape,
+                       " and cols ", K, " (want scales (N) and cols a positive multiple of 8)");
+    const int64_t N = in[2].shape[0];
+    SINTER_CHECK_DTYPE(vt == DType::f32 || vt == DType::bf16 || vt == DType::i8,
+                       "[sparse24_linear_prepacked] values must be f32, bf16 or i8, got ", vt);
+    const int64_t want = sparse::prepacked_bytes(vt, N, K);
+    SINTER_CHECK_SHAPE(in[1].dtype == DType::u8 && in[1].shape == Shape{want}, "[sparse24_linear_prepacked] packed ", in[1].dtype,
+                       in[1].shape, " is not a prepacked (", N, ", ", K, ") weight of ", vt, " values (want u8 (", want, "))");
+    SINTER_CHECK_DTYPE(is_floating(in[2].dtype), "[sparse24_linear_prepacked] scales must be floating, got ", in[2].dtype);
+    const Shape& x = in[0].shape;
+    SINTER_CHECK_SHAPE(!x.empty() && x.back() == K, "[sparse24_linear_prepacked] x", x, " does not match the 2:4 weight (", N, ", ",
+                       K, ") (want x (..., K))");
+    SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::bf16, "[sparse24_linear_prepacked] x must be f32 or bf16, got ",
+                       in[0].dtype);
+    if (in.size() == 4) {
+      SINTER_CHECK_SHAPE(in[3].shape == Shape{N}, "[sparse24_linear_prepacked] bias", in[3].shape, " does not match the weight's ", N,
+                         " rows");
+      SINTER_CHECK_DTYPE(in[3].dtype == in[0].dtype, "[sparse24_linear_prepacked] bias dtype ", in[3].dtype, " differs from x's ",
+                         in[0].dtype);
+    }
+    sparse::parse_activation(a.has("activation") ? a.str("activation") : "none", "sparse24_linear_prepacked");
+    Shape out = x;
+    out.back() = N;
+    return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+  };
+  lp.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const int64_t N = in[2].size(0), K = a.i("cols"), M = in[0].numel() / K;
+    const sparse::Act act = sparse::parse_activation(a.has("activation") ? a.str("activation") : "none", "sparse24_linear_prepacked");
+    Tensor packed = contiguous_as(in[1], DType::u8), scales = contiguous_as(in[2], DType::f32);
+    Tensor x = contiguous_as(in[0], DType::f32), b = in.size() == 4 ? contiguous_as(in[3], DType::f32) : Tensor();
+    Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
+    sparse::linear_prepacked_f32(x.data<float>(), M, K, packed.data<uint8_t>(), a.dtype("values"), scales.data<float>(),
+                                 b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
+    if (out[0].dtype() != DType::f32) out[0].copy_(y);
+  };
+  add_op(std::move(lp));
+
   OpDef td;
   td.name = "sparse24_to_dense";  // values, meta, scales -> (N, K)
   td.num_inputs = 3;
@@ -163,6 +212,24 @@ void register_sparse_ops() {
 
 int64_t SemiStructuredSparse::nbytes() const {
   return values.numel() * values.element_size() + meta.numel() + (scales.defined() ? scales.numel() * scales.element_size() : 0);
+}
+
+void SemiStructuredSparse::prepack() {
+  SINTER_CHECK_DTYPE(dtype() == DType::f32 || dtype() == DType::bf16 || dtype() == DType::i8,
+                     "[prepack] values must be f32, bf16 or i8, got ", dtype());
+  const int64_t N = rows(), K = cols();
+  Tensor v = detail::contiguous_as(values.detach(), dtype()), m = detail::contiguous_as(meta, DType::u8);
+  SINTER_CHECK_SHAPE(m.shape() == Shape({N, K / 8}), "[prepack] meta", m.shape(), " does not match values", values.shape());
+  Tensor p = Tensor::empty({sparse::prepacked_bytes(dtype(), N, K)}, DType::u8);
+  sparse::prepack(v.data_ptr(), dtype(), m.data<uint8_t>(), N, K, p.data<uint8_t>());
+  packed = p;
+  packed_from = {values.data_ptr(), meta.data_ptr(), values.version(), meta.version()};
+}
+
+bool SemiStructuredSparse::packed_current() const {
+  return packed.defined() && values.defined() && meta.defined() && values.data_ptr() == packed_from.values &&
+         meta.data_ptr() == packed_from.meta && values.version() == packed_from.values_version &&
+         meta.version() == packed_from.meta_version;
 }
 
 Tensor SemiStructuredSparse::to_dense() const {
@@ -263,6 +330,13 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
+  const int64_t M = w.cols() ? x.numel() / w.cols() : 0;
+  if (!grads && w.packed_current() && M >= sparse::kPrepackedMinM && M <= sparse::kPrepackedMaxM && x.size(-1) == w.cols()) {
+    static const OpDef& pre = get_op("sparse24_linear_prepacked");
+    std::vector<Tensor> pin{x, w.packed, w.scales};
+    if (b.defined()) pin.push_back(b);
+    return call1(pre, pin, {{"activation", activation}, {"cols", w.cols()}, {"values", w.dtype()}});
+  }
   if (activation == "none" || !grads) return call1(op, in, {{"activation", activation}});
   return activate(call1(op, in, {{"activation", std::string("none")}}), activation);  // differentiable: the activation as its own op
 }
