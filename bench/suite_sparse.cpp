@@ -2,7 +2,7 @@
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
 // f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
 // sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
-// (SemiStructuredSparse::prepack, read at 2 <= M <= 32); the note of those rows gives the ratio
+// (SemiStructuredSparse::prepack, read at 2 <= M <= 32 and by int8 values at M = 1); the note of those rows gives the ratio
 // from the values + meta layout alone, timed right after.
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
@@ -60,7 +60,7 @@ void suite_sparse(const Options& o, Report& r) {
                         100 * 2.0 * M * N * K / (peer.best_ms * 1e-3) / 1e9 / peak);
         std::string peer_name = std::string("oneDNN dense ") + (dense_dt == DType::f32 ? "f32" : "bf16") + (use_packed ? ", prepacked" : ", plain");
         std::string n = note;
-        if (M >= sparse::kPrepackedMinM && M <= sparse::kPrepackedMaxM) {
+        if (sparse::prepacked_serves(p.vt, M)) {
           const Timing u = time_it([&] { (void)linear(x, unpacked); }, 1, reps, M >= 512 ? 0.0 : 0.3);
           char more[120];
           std::snprintf(more, sizeof more, "; prepacked (values + meta alone: %.3g ms, %.2fx)", u.best_ms, peer.best_ms / u.best_ms);

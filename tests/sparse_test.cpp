@@ -96,6 +96,9 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
   s.prepack();
   EXPECT_TRUE(s.packed_current());
   EXPECT_TRUE(test::all_close(linear(x, s), linear(x, s.to_dense()), 1e-5, 1e-5));
+  s.values = s.values.clone();  // new tensors in the slots: the copy is not theirs
+  EXPECT_FALSE(s.packed_current());
+  s.prepack();
   // with a gradient wanted, the differentiable op runs (the prepacked one has no backward)
   Tensor xg = x.detach().requires_grad_();
   Tensor gx = autograd::grad({sum(linear(xg, s))}, {xg})[0];

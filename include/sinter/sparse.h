@@ -7,7 +7,8 @@
 //   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
 //   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
 //   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
-//   s.prepack();                                      // faster at 2 <= M <= 32, twice the memory
+//   s.prepack();                                      // faster at 2 <= M <= 32: the weights again, in the kernels' layout
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,9 +29,10 @@ struct SemiStructuredSparse {
   SemiStructuredSparse(Tensor v, Tensor m, Tensor s) : values(std::move(v)), meta(std::move(m)), scales(std::move(s)) {}
   // prepack(): the weights again in the layout the kernels for 2 <= M <= 32 read (8-row tiles, the
   // values' dtype; as many bytes as values + meta), so such a call streams them once instead of
-  // repacking them first (as oneDNN's prepacked dense weights). linear() uses it when no gradient
-  // is needed and values and meta are still the ones it was made from (an in-place change, as
-  // fine-tuning makes, leaves it unused until prepack() is called again).
+  // repacking them first (as oneDNN's prepacked dense weights); int8 values use it at M = 1 too
+  // (prepacked_serves below). linear() uses it when no gradient is needed and values and meta are
+  // still the ones it was made from (an in-place change, as fine-tuning makes, or new tensors in
+  // their place leave it unused until prepack() is called again).
   Tensor packed;
   void prepack();
   bool packed_current() const;
@@ -44,8 +46,15 @@ struct SemiStructuredSparse {
   // The dense (N, K) matrix: the values' dtype for float values, f32 (dequantised) for int8.
   Tensor to_dense() const;
 
-  struct PackedFrom { const void* values = nullptr; const void* meta = nullptr; uint64_t values_version = 0, meta_version = 0; };
-  PackedFrom packed_from;  // what `packed` was made from
+  // What `packed` was made from, for values and meta: the storage (weakly held: a freed one never
+  // matches a new one at the same address), data pointer and version.
+  struct Source {
+    std::weak_ptr<Storage> storage;
+    const void* data = nullptr;
+    uint64_t version = 0;
+    bool same(const Tensor& t) const;
+  };
+  Source packed_from[2];
 };
 
 // Packs a dense (N, K) matrix that is already in the 2:4 pattern. values_dtype: f32, bf16
@@ -57,6 +66,10 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
 // zeroes the other two; mask_2_4 is the boolean mask of what it keeps.
 Tensor prune_2_4(const Tensor& w);
 Tensor mask_2_4(const Tensor& w);
+
+// Whether linear() reads a prepacked weight of these values for M rows of x (2 <= M <= 32, and
+// M = 1 for i8 values, on AVX2 CPUs; the other sizes run kernels faster from values + meta).
+bool prepacked_serves(DType values, int64_t M);
 
 // y = act(x w^T + b) with a 2:4 weight (N, K); x (..., K) f32 or bf16, y in x's dtype. activation:
 // "none", "relu", "silu" or "gelu" (erf), applied in the kernel's epilogue. Differentiable in x,

@@ -388,6 +388,22 @@ void prefetch_block(const V* values, const uint8_t* meta, int64_t K, int64_t n0,
 // 8 values for the R rows of the tile).
 template <int R, class W>
 __attribute__((noinline)) void interleaved_tile(const uint8_t* wp, int64_t nq, const float* xt, float* c, int64_t ldc, bool first) {
+  if constexpr (R == 1) {  // one row of x: four accumulator chains, or the FMA latency is the bound
+    __m256 a[4] = {first ? _mm256_setzero_ps() : _mm256_loadu_ps(c), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t q = 0; q < nq; ++q, wp += kBlockBytes<W>, xt += kTileQFloats) {
+      const __m256i W8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
+      const W* vals = reinterpret_cast<const W*>(wp + 32);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m256i i0 = _mm256_srli_epi32(W8, 4 * g), i1 = _mm256_srli_epi32(W8, 4 * g + 2);
+        const __m256 xb = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xt + g * kTileRows * 4));
+        a[2 * (g & 1)] = _mm256_fmadd_ps((__m256)load_values(vals + 16 * g), _mm256_permutevar_ps(xb, i0), a[2 * (g & 1)]);
+        a[2 * (g & 1) + 1] = _mm256_fmadd_ps((__m256)load_values(vals + 16 * g + 8), _mm256_permutevar_ps(xb, i1), a[2 * (g & 1) + 1]);
+      }
+    }
+    _mm256_storeu_ps(c, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+    return;
+  }
   __m256 acc[R];
   for (int m = 0; m < R; ++m) acc[m] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + m * ldc);
   for (int64_t q = 0; q < nq; ++q, wp += kBlockBytes<W>, xt += kTileQFloats) {
@@ -459,6 +475,31 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
   // block at a time, the next block's lines requested while the first tile computes.
   // Packing and computing do not overlap (session 17: nothing tried made them), so a prepacked
   // weight, read once in order by the tiles, saves the whole packing pass.
+  auto epilogue = [&](int64_t n0) {
+    const int64_t n1 = std::min(N, n0 + chunk);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) y[m * N + n] = activate(y[m * N + n] * scales[n] + (bias ? bias[n] : 0.0f), act);
+  };
+  if (prepacked) {
+    // Column block kb of chunk ch, every tile of x against every group of its rows.
+    auto block = [&](int64_t ch, int64_t kb) {
+      const int64_t n0 = ch * chunk, groups = std::min(row_groups, (N - n0 + 7) / 8), q0 = kb * qb, nq = std::min(qb, Q - q0);
+      for (int64_t t = 0; t < tiles; ++t)
+        for (int64_t b = 0; b < groups; ++b) {
+          const int rows = int(std::min<int64_t>(kTileRows, M - t * kTileRows));
+          group_tile<V>(rows, std::min<int64_t>(8, N - n0 - 8 * b), prepacked + prepacked_at<V>(N, K, ch, b, q0), nq,
+                        xt + x_at(t, q0), y + t * kTileRows * N + n0 + 8 * b, N, kb == 0);
+        }
+    };
+    // One stream per thread: two or four chunks read side by side measured no faster at M = 1.
+    parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        for (int64_t kb = 0; kb < kblocks; ++kb) block(ch, kb);
+        epilogue(ch * chunk);
+      }
+    });
+    return;
+  }
   const bool whole_k = row_groups * Q * kBlockBytes<float> <= (int64_t(8) << 20);  // <= 8 MiB per thread
   const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
@@ -488,9 +529,7 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
           }
         }
       }
-      const int64_t n1 = std::min(N, n0 + chunk);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n) y[m * N + n] = activate(y[m * N + n] * scales[n] + (bias ? bias[n] : 0.0f), act);
+      epilogue(n0);
     }
   });
 }
@@ -721,6 +760,15 @@ template <class V> void prepack_as(const V* values, const uint8_t* meta, int64_t
 }
 
 }  // namespace
+
+bool prepacked_serves(DType vt, int64_t M) {
+#if defined(__AVX2__)
+  return M <= kPrepackedMaxM && (M >= 2 || (M == 1 && vt == DType::i8));
+#else
+  (void)vt, (void)M;
+  return false;
+#endif
+}
 
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
   const int64_t blocks = (N + 7) / 8 * ((K + 31) / 32);

@@ -30,8 +30,8 @@ constexpr int64_t kKMajorM = 23;
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                 const float* bias, Act act, float* y, int64_t N);
 // Prepacked weights (SemiStructuredSparse::prepack): the 8-row tiles' layout built once, in the
-// values' dtype (f32, bf16, i8), so a call at kPrepackedMinM <= M <= kPrepackedMaxM reads the
-// weights once, in order, instead of packing them first. Blocks of 8 weight rows x 32 columns:
+// values' dtype (f32, bf16, i8), so a call where prepacked_serves(vt, M) reads the weights once,
+// in order, instead of packing them first (the values are widened in the tile). Blocks of 8 weight rows x 32 columns:
 // 8 meta words (u32, a row's 4 meta bytes), then the 16 kept values of each row interleaved
 // (value j of row r at 8 j + r); chunk-major (64 rows: 8 groups of 8), then column block (256
 // columns), group, block. Rows and columns are padded to 8 and 32 with zero values: the same
@@ -40,7 +40,14 @@ int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
                           const float* bias, Act act, float* y, int64_t N);
-constexpr int64_t kPrepackedMinM = 2, kPrepackedMaxM = 64;
+// Where linear() reads a prepacked weight (scratch A/B in session 18, 2 threads, the three bench
+// shapes, against the values + meta kernels of the same call): 2 <= M <= 32 1.0-2.1x (from 1.3x at
+// M = 4 and more), K-major ahead from M = 40 (0.94-0.98x); at M = 1 int8 values 1.0-1.25x, f32 and
+// bf16 values 0.8-0.95x (their decode kernel reads two or four rows side by side; the tiles' one
+// stream per thread measured no faster with two or four). Without AVX2 never (the portable
+// reading of the layout is a plain loop, kept for the op's other callers).
+constexpr int64_t kPrepackedMaxM = 32;
+bool prepacked_serves(DType vt, int64_t M);
 // The same in f64, plainly (the reference the gradient checks differentiate); values f64.
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
                 const double* bias, Act act, double* y, int64_t N);

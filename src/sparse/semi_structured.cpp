@@ -223,13 +223,19 @@ void SemiStructuredSparse::prepack() {
   Tensor p = Tensor::empty({sparse::prepacked_bytes(dtype(), N, K)}, DType::u8);
   sparse::prepack(v.data_ptr(), dtype(), m.data<uint8_t>(), N, K, p.data<uint8_t>());
   packed = p;
-  packed_from = {values.data_ptr(), meta.data_ptr(), values.version(), meta.version()};
+  packed_from[0] = {values.storage(), values.data_ptr(), values.version()};
+  packed_from[1] = {meta.storage(), meta.data_ptr(), meta.version()};
+}
+
+bool prepacked_serves(DType values, int64_t M) { return sparse::prepacked_serves(values, M); }
+
+bool SemiStructuredSparse::Source::same(const Tensor& t) const {
+  return t.defined() && data == t.data_ptr() && version == t.version() && !storage.owner_before(t.storage()) &&
+         !t.storage().owner_before(storage);
 }
 
 bool SemiStructuredSparse::packed_current() const {
-  return packed.defined() && values.defined() && meta.defined() && values.data_ptr() == packed_from.values &&
-         meta.data_ptr() == packed_from.meta && values.version() == packed_from.values_version &&
-         meta.version() == packed_from.meta_version;
+  return packed.defined() && packed_from[0].same(values) && packed_from[1].same(meta);
 }
 
 Tensor SemiStructuredSparse::to_dense() const {
@@ -331,7 +337,7 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
   const int64_t M = w.cols() ? x.numel() / w.cols() : 0;
-  if (!grads && w.packed_current() && M >= sparse::kPrepackedMinM && M <= sparse::kPrepackedMaxM && x.size(-1) == w.cols()) {
+  if (!grads && w.packed_current() && sparse::prepacked_serves(w.dtype(), M) && x.size(-1) == w.cols()) {
     static const OpDef& pre = get_op("sparse24_linear_prepacked");
     std::vector<Tensor> pin{x, w.packed, w.scales};
     if (b.defined()) pin.push_back(b);
