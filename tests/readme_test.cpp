@@ -52,6 +52,8 @@ TEST(Readme, ExampleRunsAsWritten) {
 
   SemiStructuredSparse sw = to_sparse_semi_structured(prune_2_4(randn({16, 8})));
   Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
+  sw.prepack();                                                    // + the kernels' layout (same bytes again):
+  Tensor yp = linear(x, sw);                                       // 2..32 rows without gradients stream it
   nn::Linear sl(8, 16);
   sl.sparsify(DType::i8);                                          // a 2:4 layer, int8 values; one this small
   Tensor yl = sl.forward(x);                                       // (<= 256 KiB dense) computes densely
@@ -77,6 +79,8 @@ TEST(Readme, ExampleRunsAsWritten) {
   EXPECT_EQ(att.shape(), Shape({1, 8, 64, 32}));
   EXPECT_EQ(why.backend, SDPABackend::flash);
   EXPECT_TRUE(test::all_close(ys, gelu(linear(x, sw.to_dense(), b)), 1e-5, 1e-5));
+  EXPECT_TRUE(sw.packed_current());
+  EXPECT_TRUE(test::all_close(yp, linear(x, sw.to_dense()), 1e-5, 1e-5));
   EXPECT_TRUE(test::all_close(yl, linear(x, sl.sparse, sl.bias), 1e-5, 1e-5));
   EXPECT_EQ(opt.steps(), 1);
   EXPECT_NEAR(lm_loss.item<float>(), std::log(256.0), 0.5);

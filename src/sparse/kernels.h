@@ -15,7 +15,8 @@ Act parse_activation(const std::string& name, const char* op = "sparse24_linear"
 // M <= kSmallM: one streaming pass over the weights (decode), kept columns of x gathered with
 // in-register permutes, four rows of x per pass over an L2-sized block of weight rows;
 // kSmallM < M < kKMajorM: vectors over 8 weight rows, x's kept columns picked per lane by an
-// in-lane permute indexed by the meta nibbles, weights repacked and reused for every 8-row tile;
+// in-lane permute indexed by the meta nibbles, weights repacked and reused for every 8-row tile
+// (a prepacked weight, below, skips the repacking and serves 2 <= M <= 32 with these tiles);
 // M >= kKMajorM: K-major, x as column-major panels of up to 64 rows, each kept value broadcast
 // against its column of x (picked by address: the load ports, not the shuffle pipe), the
 // weights packed per chunk of rows block-major as f32.
