@@ -53,7 +53,7 @@ TEST(Readme, ExampleRunsAsWritten) {
   SemiStructuredSparse sw = to_sparse_semi_structured(prune_2_4(randn({16, 8})));
   Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
   sw.prepack();                                                    // + the kernels' layout (same bytes again):
-  Tensor yp = linear(x, sw);                                       // 2..32 rows without gradients stream it
+  Tensor yp = linear(x, sw);                                       // 2..40 rows without gradients stream it
   nn::Linear sl(8, 16);
   sl.sparsify(DType::i8);                                          // a 2:4 layer, int8 values; one this small
   Tensor yl = sl.forward(x);                                       // (<= 256 KiB dense) computes densely

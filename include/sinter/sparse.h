@@ -7,7 +7,7 @@
 //   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
 //   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
 //   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
-//   s.prepack();                                      // faster at 2 <= M <= 32: the weights again, in the kernels' layout
+//   s.prepack();                                      // faster at 2 <= M <= 40: the weights again, in the kernels' layout
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +27,7 @@ struct SemiStructuredSparse {
   Tensor values, meta, scales;
   SemiStructuredSparse() = default;
   SemiStructuredSparse(Tensor v, Tensor m, Tensor s) : values(std::move(v)), meta(std::move(m)), scales(std::move(s)) {}
-  // prepack(): the weights again in the layout the kernels for 2 <= M <= 32 read (8-row tiles, the
+  // prepack(): the weights again in the layout the kernels for 2 <= M <= 40 read (8-row tiles, the
   // values' dtype; as many bytes as values + meta), so such a call streams them once instead of
   // repacking them first (as oneDNN's prepacked dense weights); int8 values use it at M = 1 too
   // (prepacked_serves below). linear() uses it when no gradient is needed and values and meta are
@@ -67,7 +67,7 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
 Tensor prune_2_4(const Tensor& w);
 Tensor mask_2_4(const Tensor& w);
 
-// Whether linear() reads a prepacked weight of these values for M rows of x (2 <= M <= 32, and
+// Whether linear() reads a prepacked weight of these values for M rows of x (2 <= M <= 40, and
 // M = 1 for i8 values, on AVX2 CPUs; the other sizes run kernels faster from values + meta).
 bool prepacked_serves(DType values, int64_t M);
 

@@ -16,7 +16,7 @@ Act parse_activation(const std::string& name, const char* op = "sparse24_linear"
 // in-register permutes, four rows of x per pass over an L2-sized block of weight rows;
 // kSmallM < M < kKMajorM: vectors over 8 weight rows, x's kept columns picked per lane by an
 // in-lane permute indexed by the meta nibbles, weights repacked and reused for every 8-row tile
-// (a prepacked weight, below, skips the repacking and serves 2 <= M <= 32 with these tiles);
+// (a prepacked weight, below, skips the repacking and serves 2 <= M <= 40 with these tiles);
 // M >= kKMajorM: K-major, x as column-major panels of up to 64 rows, each kept value broadcast
 // against its column of x (picked by address: the load ports, not the shuffle pipe), the
 // weights packed per chunk of rows block-major as f32.
@@ -42,12 +42,13 @@ void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
                           const float* bias, Act act, float* y, int64_t N);
 // Where linear() reads a prepacked weight (scratch A/B in session 18, 2 threads, the three bench
-// shapes, against the values + meta kernels of the same call): 2 <= M <= 32 1.0-2.1x (from 1.3x at
-// M = 4 and more), K-major ahead from M = 40 (0.94-0.98x); at M = 1 int8 values 1.0-1.25x, f32 and
-// bf16 values 0.8-0.95x (their decode kernel reads two or four rows side by side; the tiles' one
-// stream per thread measured no faster with two or four). Without AVX2 never (the portable
-// reading of the layout is a plain loop, kept for the op's other callers).
-constexpr int64_t kPrepackedMaxM = 32;
+// shapes, alternating with the values + meta kernels of the same call): M = 2-32 1.0-2.1x (1.3x
+// and more from M = 4; on 4096 x 11008 at M = 18-30, 1.16-1.40x), M = 33-40 1.0-1.28x, even
+// with K-major at 40-48; at M = 1 int8 values 1.03-1.33x, f32 and bf16 values 0.8-0.95x (their
+// decode kernel reads two or four rows side by side; the tiles' one stream per thread measured no
+// faster with two or four). Without AVX2 never (the portable reading of the layout is a plain
+// loop, kept for the op's other callers).
+constexpr int64_t kPrepackedMaxM = 40;
 bool prepacked_serves(DType vt, int64_t M);
 // The same in f64, plainly (the reference the gradient checks differentiate); values f64.
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
