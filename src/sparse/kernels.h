@@ -42,12 +42,13 @@ void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
                           const float* bias, Act act, float* y, int64_t N);
 // Where linear() reads a prepacked weight (scratch A/B in session 18, 2 threads, the three bench
-// shapes, alternating with the values + meta kernels of the same call): M = 2-32 1.0-2.1x (1.3x
-// and more from M = 4; on 4096 x 11008 at M = 18-30, 1.16-1.40x), M = 33-40 1.0-1.28x, even
-// with K-major at 40-48; at M = 1 int8 values 1.03-1.33x, f32 and bf16 values 0.8-0.95x (their
-// decode kernel reads two or four rows side by side; the tiles' one stream per thread measured no
-// faster with two or four). Without AVX2 never (the portable reading of the layout is a plain
-// loop, kept for the op's other callers).
+// shapes, alternating with the values + meta kernels of the same call): M = 2 0.97-1.17x,
+// M = 4-32 1.05-1.85x (on 4096 x 11008 at M = 18-30 the difference between about even with dense
+// and 1.23-1.44x it), M = 33-40 0.94-1.28x (1.07-1.28x at 33-36), K-major even at 48 and ahead at
+// 64; at M = 1 int8 values 1.03-1.33x, f32 0.78-0.90x and bf16 0.88-0.95x (their decode kernel
+// reads two or four rows side by side; two or four chunks side by side did not speed the tiles
+// up). Without AVX2 never (the portable reading of the layout is a plain loop, kept for the op's
+// other callers).
 constexpr int64_t kPrepackedMaxM = 40;
 bool prepacked_serves(DType vt, int64_t M);
 // The same in f64, plainly (the reference the gradient checks differentiate); values f64.
