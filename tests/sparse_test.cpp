@@ -1,6 +1,8 @@
 // 2:4 sparse weights through the public API: packing and its errors, pruning, linear against the
 // dense linear of the same pruned weights (every value dtype, odd M on both kernel paths, bias or
 // not, fused activations), and gradients against the dense computation.
+#include "sinter/data.h"
+#include "sinter/train.h"
 #include "test_util.h"
 
 namespace sinter {
@@ -105,6 +107,32 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
   EXPECT_TRUE(test::all_close(gx, sum(s.to_dense(), {0}).reshape({1, 64}).expand({8, 64}), 1e-5, 1e-5));
   SemiStructuredSparse d = to_sparse_semi_structured(pruned(4, 16), DType::f64);
   EXPECT_TRUE(test::throws_naming("prepack", [&] { d.prepack(); }));
+}
+
+TEST(Sparse24, ServingPrepacksInt8LayersAndGeneratesTheSameTokens) {
+  // GPT::prepack_for_decode (what `sinter generate` calls): int8 2:4 layers above the dense-copy
+  // size get the prepacked layout; greedy generation and the logits must not change.
+  nn::ModelConfig c = nn::ModelConfig::preset("tiny");
+  c.hidden_size = 384, c.intermediate_size = 1536, c.num_hidden_layers = 1, c.max_position_embeddings = 64;
+  for (DType vt : {DType::i8, DType::f32}) {
+    nn::GPT model(c);
+    model.init_weights(7);
+    model.sparsify(vt);
+    NoGradGuard ng;
+    Tensor idx = randint(0, 256, {1, 12});
+    const Tensor logits = model.forward(idx);
+    const Tensor tokens = train::generate(model, data::encode("the quick"), 10, train::Sampling{0.0, 0, 1.0, 1});
+    const int64_t added = model.prepack_for_decode();
+    int64_t want = 0;
+    for (auto& l : model.block_linears()) {
+      EXPECT_EQ(l->sparse.packed.defined(), vt == DType::i8);  // every block layer is >= 384 x 384 (576 KiB dense)
+      if (l->sparse.packed.defined()) want += l->sparse.packed.numel();
+    }
+    EXPECT_EQ(added, want);
+    EXPECT_EQ(added > 0, vt == DType::i8);
+    EXPECT_TRUE(test::all_close(model.forward(idx), logits, 1e-4, 1e-4));
+    EXPECT_TRUE(test::all_close(train::generate(model, data::encode("the quick"), 10, train::Sampling{0.0, 0, 1.0, 1}), tokens, 0, 0));
+  }
 }
 
 TEST(Sparse24, FusedActivationsAndBf16Activations) {

@@ -243,6 +243,9 @@ class GPT : public Module {
   // Prunes every Linear of the transformer blocks to 2:4 (embeddings and the head stay dense).
   void sparsify(DType values_dtype = DType::f32);
   std::vector<std::shared_ptr<Linear>> block_linears() const;
+  // For serving: prepacks the 2:4 layers whose one-token steps read the prepacked layout (int8
+  // values; layers small enough to be computed densely excepted); returns the bytes it added.
+  int64_t prepack_for_decode();
 
   std::shared_ptr<Embedding> tok_emb, pos_emb;
   std::vector<std::shared_ptr<TransformerBlock>> blocks;

@@ -278,6 +278,17 @@ void GPT::sparsify(DType values_dtype) {
   cfg_.sparse_values = dtype_name(values_dtype);
 }
 
+int64_t GPT::prepack_for_decode() {
+  int64_t added = 0;
+  for (auto& l : block_linears())
+    if (l->sparse.defined() && prepacked_serves(l->sparse.dtype(), 1) &&
+        l->sparse.rows() * l->sparse.cols() * 4 > Linear::kSmallSparseBytes) {
+      l->sparse.prepack();
+      added += l->sparse.packed.numel();
+    }
+  return added;
+}
+
 void GPT::init_weights(uint64_t seed) {
   manual_seed(seed);
   NoGradGuard g;

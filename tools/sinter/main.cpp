@@ -82,15 +82,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
                  bool no_cache, DType dtype) {
   auto model = train::load_model(dir);
   model->to(dtype);
-  // 2:4 layers whose decode steps read the prepacked layout (int8 values; layers small enough to be
-  // computed densely excepted) get it: the weights again, in the kernels' layout.
-  int64_t packed = 0;
-  for (auto& l : model->block_linears())
-    if (l->sparse.defined() && prepacked_serves(l->sparse.dtype(), 1) &&
-        l->sparse.rows() * l->sparse.cols() * 4 > nn::Linear::kSmallSparseBytes) {
-      l->sparse.prepack();
-      packed += l->sparse.packed.numel();
-    }
+  const int64_t packed = model->prepack_for_decode();  // int8 2:4 layers: their one-token steps read it
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
   double rate = 0;
