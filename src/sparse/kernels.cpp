@@ -468,13 +468,6 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
       }
   });
   const int64_t chunk = 8 * row_groups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + qb - 1) / qb;
-  // Unless prepacked, each group of 8 weight rows is packed over all of K up front, in long runs
-  // per row that the hardware prefetcher follows (the chunk's packed rows then stay in L2/L3);
-  // measured 25-45% faster at M = 16 than packing a column block of all 64 rows at a time, whose
-  // short runs in 64 rows stalled on memory. Past 8 MiB per thread (K beyond ~60,000): one column
-  // block at a time, the next block's lines requested while the first tile computes.
-  // Packing and computing do not overlap (session 17: nothing tried made them), so a prepacked
-  // weight, read once in order by the tiles, saves the whole packing pass.
   auto epilogue = [&](int64_t n0) {
     const int64_t n1 = std::min(N, n0 + chunk);
     for (int64_t m = 0; m < M; ++m)
@@ -491,7 +484,9 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
                         xt + x_at(t, q0), y + t * kTileRows * N + n0 + 8 * b, N, kb == 0);
         }
     };
-    // One stream per thread: two or four chunks read side by side measured no faster at M = 1.
+    // Packing and computing do not overlap (session 17: nothing tried made them), so a prepacked
+    // weight, read once in order, saves the whole packing pass. One stream per thread: two or four
+    // chunks read side by side measured no faster at M = 1.
     parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t ch = c0; ch < c1; ++ch) {
         for (int64_t kb = 0; kb < kblocks; ++kb) block(ch, kb);
@@ -500,18 +495,23 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
     });
     return;
   }
+  // Otherwise each group of 8 weight rows is packed over all of K up front, in long runs per row
+  // that the hardware prefetcher follows (the chunk's packed rows then stay in L2/L3); measured
+  // 25-45% faster at M = 16 than packing a column block of all 64 rows at a time, whose short
+  // runs in 64 rows stalled on memory. Past 8 MiB per thread (K beyond ~60,000): one column block
+  // at a time, the next block's lines requested while the first tile computes.
   const bool whole_k = row_groups * Q * kBlockBytes<float> <= (int64_t(8) << 20);  // <= 8 MiB per thread
   const int64_t wq = whole_k ? Q : qb;  // packed blocks of 32 columns per group of rows
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    Tensor wbuf = prepacked ? Tensor() : Tensor::empty({row_groups * wq * kBlockBytes<float>}, DType::u8);
-    uint8_t* wp = prepacked ? nullptr : wbuf.data<uint8_t>();
+    Tensor wbuf = Tensor::empty({row_groups * wq * kBlockBytes<float>}, DType::u8);
+    uint8_t* wp = wbuf.data<uint8_t>();
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t n0 = ch * chunk, groups = std::min(row_groups, (N - n0 + 7) / 8);
-      if (!prepacked && whole_k)
+      if (whole_k)
         for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, 0, Q, wp + b * Q * kBlockBytes<float>);
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t q0 = kb * qb, nq = std::min(qb, Q - q0);
-        if (!prepacked && !whole_k)
+        if (!whole_k)
           for (int64_t b = 0; b < groups; ++b) pack_rows8(values, meta, K, n0 + 8 * b, N, q0, nq, wp + b * qb * kBlockBytes<float>);
         const int64_t wo = whole_k ? q0 : 0;  // this block's offset within a group's packed rows
         for (int64_t t = 0; t < tiles; ++t) {
@@ -519,13 +519,8 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
           const int rows = int(std::min<int64_t>(kTileRows, M - m0));
           for (int64_t b = 0; b < groups; ++b) {
             const int64_t nb = n0 + 8 * b, cols = std::min<int64_t>(8, N - nb);
-            float* c = y + m0 * N + nb;
-            if (prepacked) {
-              group_tile<V>(rows, cols, prepacked + prepacked_at<V>(N, K, ch, b, q0), nq, xt + x_at(t, q0), c, N, kb == 0);
-              continue;
-            }
             if (!whole_k && t == 0 && kb + 1 < kblocks) prefetch_block(values, meta, K, nb, cols, (q0 + qb) * 32, qb * 32);
-            group_tile<float>(rows, cols, wp + (b * wq + wo) * kBlockBytes<float>, nq, xt + x_at(t, q0), c, N, kb == 0);
+            group_tile<float>(rows, cols, wp + (b * wq + wo) * kBlockBytes<float>, nq, xt + x_at(t, q0), y + m0 * N + nb, N, kb == 0);
           }
         }
       }
