@@ -337,7 +337,8 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
   const int64_t M = w.cols() ? x.numel() / w.cols() : 0;
-  if (!grads && w.packed_current() && sparse::prepacked_serves(w.dtype(), M) && x.size(-1) == w.cols()) {
+  const bool plain_x = x.dim() >= 1 && x.size(-1) == w.cols() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16);
+  if (!grads && plain_x && w.packed_current() && sparse::prepacked_serves(w.dtype(), M)) {  // else the op's checks speak
     static const OpDef& pre = get_op("sparse24_linear_prepacked");
     std::vector<Tensor> pin{x, w.packed, w.scales};
     if (b.defined()) pin.push_back(b);
