@@ -2,8 +2,8 @@
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
 // f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
 // sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
-// (SemiStructuredSparse::prepack, read at 2 <= M <= 40 and by int8 values at M = 1); the note of those rows gives the ratio
-// from the values + meta layout alone, timed right after.
+// (SemiStructuredSparse::prepack, read at 2 <= M <= 40 and by int8 values at M = 1); the note of
+// those rows gives the ratio from the values + meta layout alone, timed right after.
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 

@@ -107,6 +107,8 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
   EXPECT_TRUE(test::all_close(gx, sum(s.to_dense(), {0}).reshape({1, 64}).expand({8, 64}), 1e-5, 1e-5));
   SemiStructuredSparse d = to_sparse_semi_structured(pruned(4, 16), DType::f64);
   EXPECT_TRUE(test::throws_naming("prepack", [&] { d.prepack(); }));
+  SemiStructuredSparse empty;
+  EXPECT_TRUE(test::throws_naming("prepack", [&] { empty.prepack(); }));
 }
 
 TEST(Sparse24, ServingPrepacksInt8LayersAndGeneratesTheSameTokens) {

@@ -215,6 +215,8 @@ int64_t SemiStructuredSparse::nbytes() const {
 }
 
 void SemiStructuredSparse::prepack() {
+  SINTER_CHECK_SHAPE(values.defined() && meta.defined() && values.dim() == 2, "[prepack] needs values (N, K/2) and meta (N, K/8)",
+                     values.defined() ? "; got values" : "; got no values", values.defined() ? values.shape() : Shape{});
   SINTER_CHECK_DTYPE(dtype() == DType::f32 || dtype() == DType::bf16 || dtype() == DType::i8,
                      "[prepack] values must be f32, bf16 or i8, got ", dtype());
   const int64_t N = rows(), K = cols();
