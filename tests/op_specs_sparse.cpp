@@ -47,6 +47,21 @@ double act_ref(double v, const std::string& a) {
   return v;
 }
 
+// y = act(x w^T + b) in double: x (..., K), w the dense (N, K) weight, bias (N) or null.
+R linear_ref(const R& x, const std::vector<double>& w, int64_t N, const R* bias, const std::string& act) {
+  const int64_t K = N ? int64_t(w.size()) / N : 0, M = K ? int64_t(x.v.size()) / K : 0;
+  Shape os = x.shape;
+  os.back() = N;
+  R y{os, std::vector<double>(size_t(M * N)), x.dtype};
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bias ? bias->v[size_t(n)] : 0.0;
+      for (int64_t k = 0; k < K; ++k) s += x.v[size_t(i * K + k)] * w[size_t(n * K + k)];
+      y.v[size_t(i * N + n)] = act_ref(s, act);
+    }
+  return y;
+}
+
 Case linear_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::string& act = "none") {
   const int64_t K = xs.back();
   // x scaled by 1/sqrt(K/2) so an output is O(1) at every K, as in a model (the f32 rounding of a
@@ -138,19 +153,8 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({33, 4104}, 70, DType::f32, DType::f32, true, "relu")};
   };
   li.ref = [](const std::vector<R>& in, const Attrs& a) {
-    const R& x = in[0];
-    const int64_t N = in[1].shape[0], K = in[1].shape[1] * 2, M = K ? int64_t(x.v.size()) / K : 0;
-    const std::vector<double> w = dense_ref(in[1], in[2], in[3]);
-    Shape os = x.shape;
-    os.back() = N;
-    R y{os, std::vector<double>(size_t(M * N)), x.dtype};
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t n = 0; n < N; ++n) {
-        double s = in.size() == 5 ? in[4].v[size_t(n)] : 0.0;
-        for (int64_t k = 0; k < K; ++k) s += x.v[size_t(i * K + k)] * w[size_t(n * K + k)];
-        y.v[size_t(i * N + n)] = act_ref(s, a.str("activation"));
-      }
-    return std::vector<R>{y};
+    return std::vector<R>{linear_ref(in[0], dense_ref(in[1], in[2], in[3]), in[1].shape[0], in.size() == 5 ? &in[4] : nullptr,
+                                     a.str("activation"))};
   };
   li.bad = [] {
     Case wrong_k = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
@@ -186,19 +190,8 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true)};         // a model's K
   };
   lp.ref = [](const std::vector<R>& in, const Attrs& a) {
-    const R& x = in[0];
-    const int64_t N = in[2].shape[0], K = a.i("cols"), M = int64_t(x.v.size()) / K;
-    const std::vector<double> w = dense_of_prepacked(in[1], in[2], K, a.dtype("values"));
-    Shape os = x.shape;
-    os.back() = N;
-    R y{os, std::vector<double>(size_t(M * N)), x.dtype};
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t n = 0; n < N; ++n) {
-        double s = in.size() == 4 ? in[3].v[size_t(n)] : 0.0;
-        for (int64_t k = 0; k < K; ++k) s += x.v[size_t(i * K + k)] * w[size_t(n * K + k)];
-        y.v[size_t(i * N + n)] = act_ref(s, a.str("activation"));
-      }
-    return std::vector<R>{y};
+    return std::vector<R>{linear_ref(in[0], dense_of_prepacked(in[1], in[2], a.i("cols"), a.dtype("values")), in[2].shape[0],
+                                     in.size() == 4 ? &in[3] : nullptr, a.str("activation"))};
   };
   lp.bad = [] {
     Case wrong_k = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false);
@@ -217,7 +210,6 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
     odd_cols.in[0] = rn({2, 12});
     return std::vector<Case>{wrong_k, short_packed, other_dtype, f64_values, wrong_bias, wrong_act, odd_cols};
   };
-  lp.rtol = lp.atol = 2e-5;
   m["sparse24_linear_prepacked"] = lp;
 
   Spec td;

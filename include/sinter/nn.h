@@ -121,6 +121,7 @@ class Linear : public Module {
   static constexpr int64_t kSmallSparseBytes = int64_t(256) << 10;
   static constexpr int64_t kSparseDenseCopyBudget = int64_t(16) << 20;
   static int64_t sparse_dense_copy_bytes();  // held by all such copies now
+  bool sparse_is_small() const;  // 2:4 and at most kSmallSparseBytes of dense f32 weight
 
  private:
   Tensor sparse_forward(const Tensor& x) const;

@@ -156,14 +156,7 @@ Tensor dense_f32(const SemiStructuredSparse& s) {
 // storages (weakly held: a freed one never matches a new one at the same address), data
 // pointers and versions of values, meta and scales.
 struct Linear::DenseCopy {
-  struct Source {
-    std::weak_ptr<Storage> storage;
-    const void* data = nullptr;
-    uint64_t version = 0;
-    bool same(const Tensor& t) const {
-      return data == t.data_ptr() && version == t.version() && !storage.owner_before(t.storage()) && !t.storage().owner_before(storage);
-    }
-  };
+  using Source = SemiStructuredSparse::Source;  // as its prepacked copy tracks values and meta
   std::mutex mu;
   Tensor dense;
   Source from[3];
@@ -198,8 +191,10 @@ struct Linear::DenseCopy {
 
 int64_t Linear::sparse_dense_copy_bytes() { return DenseCopy::budget_used().load(); }
 
+bool Linear::sparse_is_small() const { return sparse.defined() && dense_f32_bytes(sparse) <= kSmallSparseBytes; }
+
 Tensor Linear::sparse_forward(const Tensor& x) const {
-  if (x.dtype() != DType::f32 || x.is_symbolic() || dense_f32_bytes(sparse) > kSmallSparseBytes) return linear(x, sparse, bias);
+  if (x.dtype() != DType::f32 || x.is_symbolic() || !sparse_is_small()) return linear(x, sparse, bias);
   const bool grads = grad_enabled() && (x.requires_grad() || sparse.values.requires_grad() || (bias.defined() && bias.requires_grad()));
   if (grads) return linear(x, dense_f32(sparse), bias);
   const Tensor w = dense_copy_->get(sparse);

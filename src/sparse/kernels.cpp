@@ -765,42 +765,35 @@ bool prepacked_serves(DType vt, int64_t M) {
 #endif
 }
 
-int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
-  const int64_t blocks = (N + 7) / 8 * ((K + 31) / 32);
+// f(V{}) for the value dtypes the prepacked layout holds (f32, bf16, i8); others are an error naming op.
+template <class F> static decltype(auto) with_packed_type(DType vt, const char* op, const F& f) {
   switch (vt) {
-    case DType::f32: return blocks * kBlockBytes<float>;
-    case DType::bf16: return blocks * kBlockBytes<bf16>;
-    case DType::i8: return blocks * kBlockBytes<int8_t>;
-    default: SINTER_THROW(DTypeError, "[prepack] values must be f32, bf16 or i8, got ", vt);
+    case DType::f32: return f(float{});
+    case DType::bf16: return f(bf16{});
+    case DType::i8: return f(int8_t{});
+    default: SINTER_THROW(DTypeError, "[", op, "] values must be f32, bf16 or i8, got ", vt);
   }
 }
 
+int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
+  return with_packed_type(vt, "prepack", [&](auto v) { return (N + 7) / 8 * ((K + 31) / 32) * kBlockBytes<decltype(v)>; });
+}
+
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-  switch (vt) {
-    case DType::f32: return prepack_as(static_cast<const float*>(values), meta, N, K, out);
-    case DType::bf16: return prepack_as(static_cast<const bf16*>(values), meta, N, K, out);
-    case DType::i8: return prepack_as(static_cast<const int8_t*>(values), meta, N, K, out);
-    default: SINTER_THROW(DTypeError, "[prepack] values must be f32, bf16 or i8, got ", vt);
-  }
+  with_packed_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
 }
 
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
                           const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
-  const auto run = [&](auto tag) {
-    using V = decltype(tag);
+  with_packed_type(vt, "sparse24_linear_prepacked", [&](auto v) {
+    using V = decltype(v);
 #if defined(__AVX2__)
     interleaved<V>(x, M, K, nullptr, nullptr, packed, scales, bias, act, y, N);
 #else
     prepacked_rows<V>(x, M, K, packed, scales, bias, act, y, N);
 #endif
-  };
-  switch (vt) {
-    case DType::f32: return run(float{});
-    case DType::bf16: return run(bf16{});
-    case DType::i8: return run(int8_t{});
-    default: SINTER_THROW(DTypeError, "[sparse24_linear_prepacked] values must be f32, bf16 or i8, got ", vt);
-  }
+  });
 }
 
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
