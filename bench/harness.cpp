@@ -35,18 +35,62 @@ const std::vector<SuiteInfo>& suites() {
 }
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+bool stderr_is_tty() {
+  static const bool tty = isatty(fileno(stderr));
+  return tty;
+}
+std::string fmt_seconds(double s) {
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(b, sizeof b, "%.0fs", s);
+  return b;
+}
+}  // namespace
+
+void Report::expect(int cases) {
+  expected_ = cases;
+  t0_ = last_progress_ = std::chrono::steady_clock::now();
+}
+
+void Report::new_case(const std::string& case_name) {
+  if (ours_.count(case_name)) return;
+  case_order_.push_back(case_name);
+  if (expected_ > 0 && stderr_is_tty()) std::fprintf(stderr, "\r\033[K");  // the progress line gives way to the row
+}
+
+// Rows vary in cost (a 2048-row GEMM against a GEMV), so the ETA assumes the cases left take the
+// average so far: a rough figure, which settles as the run goes.
+void Report::progress() {
+  if (expected_ <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const int done = int(case_order_.size());
+  const double elapsed = std::chrono::duration<double>(now - t0_).count();
+  const bool tty = stderr_is_tty(), last = done >= expected_;
+  if (!tty && !last && std::chrono::duration<double>(now - last_progress_).count() < 30) return;
+  last_progress_ = now;
+  const double per_case = elapsed / std::max(done, 1);
+  std::fprintf(stderr, "%s[bench] %d/%d cases  %.1f cases/min  elapsed %s  ETA %s%s", tty ? "\r" : "", done, expected_,
+               60.0 / std::max(per_case, 1e-9), fmt_seconds(elapsed).c_str(), fmt_seconds(per_case * (expected_ - done)).c_str(),
+               tty && !last ? "" : "\n");
+  std::fflush(stderr);
+}
+
 void Report::add(const std::string& case_name, Timing ours, const std::string& peer, Timing peer_time, std::string note) {
-  if (!ours_.count(case_name)) case_order_.push_back(case_name);
+  new_case(case_name);
   ours_[case_name] = {ours, note};
   rows_.push_back({case_name, ours, peer, peer_time, std::move(note)});
   print_row(rows_.back());
+  progress();
 }
 
 void Report::ours_only(const std::string& case_name, Timing ours, std::string note) {
-  if (!ours_.count(case_name)) case_order_.push_back(case_name);
+  new_case(case_name);
   ours_[case_name] = {ours, note};
   rows_.push_back({case_name, ours, "", {}, std::move(note)});  // a placeholder until a peer merges in
   print_row(rows_.back());
+  progress();
 }
 
 int Report::merge_peer(const std::string& peer, const std::map<std::string, Timing>& timings) {

@@ -78,6 +78,10 @@ class Report {
   // Adds a peer row for every case Sinter timed that the peer timed too; returns how many matched.
   int merge_peer(const std::string& peer, const std::map<std::string, Timing>& timings);
   void line(const std::string& text);  // free text printed with the table (and kept for markdown)
+  // How many cases the suite will time: from then on each new case is followed by a progress
+  // line on stderr (cases done, rate, elapsed, ETA), rewritten in place on a terminal and
+  // printed every 30 seconds or so otherwise.
+  void expect(int cases);
 
   const std::vector<Row>& rows() const { return rows_; }
   void print_table() const;
@@ -90,7 +94,11 @@ class Report {
   std::map<std::string, std::pair<Timing, std::string>> ours_;  // every case Sinter timed
   std::vector<std::string> case_order_;
   std::vector<std::string> lines_;
+  int expected_ = 0;
+  std::chrono::steady_clock::time_point t0_, last_progress_;
   void print_row(const Row& r) const;
+  void new_case(const std::string& case_name);
+  void progress();
 };
 
 struct Options {

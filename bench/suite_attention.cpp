@@ -46,6 +46,7 @@ void suite_attention(const Options& o, Report& r) {
   const double peak = fma_peak_gflops();
   r.line("fp32 FMA peak measured in this run: " + std::to_string(int(peak)) + " GFLOP/s");
   const int64_t H = 16;
+  r.expect(2 * (o.quick ? 1 : 3) * 2 + 2);  // D x S x (forward, forward+backward), and two decode cases
   for (int64_t D : {64, 128}) {
     for (int64_t S : o.quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 8192}) {
       Tensor q = randn({1, H, S, D}), k = randn({1, H, S, D}), v = randn({1, H, S, D}), dout = randn({1, H, S, D});

@@ -18,6 +18,7 @@ void suite_linear(const Options& o, Report& r) {
   const int64_t K = 4096, N = 4096;
   const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 32, 128, 512};
   std::map<int64_t, Timing> f32_time;
+  r.expect(int(2 * ms.size()));
   for (DType dt : {DType::f32, DType::bf16}) {
     const std::string dn = dt == DType::f32 ? "f32" : "bf16";
     Tensor w = (randn({N, K}) * 0.02).to(dt);

@@ -28,6 +28,9 @@ void suite_sparse(const Options& o, Report& r) {
                                           : std::vector<Plan>{{"f32", DType::f32, {1, 4, 16, 32, 128, 512, 2048}},
                                                               {"int8", DType::i8, {1, 4, 16, 128}},
                                                               {"bf16", DType::bf16, {1, 16, 128}}};
+  size_t cases = o.quick ? 0 : 3 * 2 * 2;  // the (nn::Linear) rows below
+  for (const Plan& p : plans) cases += shapes.size() * p.ms.size();
+  r.expect(int(cases));
   for (auto [K, N] : shapes) {
     Tensor w = prune_2_4(randn({N, K}) * 0.02);
     for (const Plan& p : plans) {
