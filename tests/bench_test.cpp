@@ -49,6 +49,30 @@ TEST(BenchReport, RatiosArePeerOverOursAndPeersMergeByCase) {
   EXPECT_NE(r.svg_chart("t").find("<svg"), std::string::npos);
 }
 
+// With the suite's case count given, the last case prints "[bench] N/N cases ... ETA 0s" on
+// stderr (not a terminal here, so the lines between are at most one per 30 s); a case timed
+// against two peers counts once, and without expect() nothing is printed.
+TEST(BenchReport, ProgressCountsCasesOnceAndEndsAtTheTotal) {
+  bench::Report quiet;
+  testing::internal::CaptureStderr();
+  quiet.add("a", {1, 1}, "p", {1, 1});
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+
+  bench::Report r;
+  r.expect(3);
+  testing::internal::CaptureStderr();
+  r.add("linear f32 M=1", {2.0, 2.5}, "oneDNN, plain", {3.0, 3.1});
+  r.add("linear f32 M=1", {2.0, 2.5}, "oneDNN, prepacked", {3.5, 3.6});
+  r.ours_only("train f32 step", {100.0, 110.0});
+  const std::string before_last = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(before_last.find("3/3"), std::string::npos) << before_last;
+  testing::internal::CaptureStderr();
+  r.add("sparse f32 M=1", {1.0, 1.0}, "oneDNN", {1.8, 1.8});
+  const std::string last = testing::internal::GetCapturedStderr();
+  EXPECT_NE(last.find("[bench] 3/3 cases"), std::string::npos) << last;
+  EXPECT_NE(last.find("ETA 0s\n"), std::string::npos) << last;
+}
+
 TEST(BenchReport, MarkdownSectionIsReplacedAndTheRestKept) {
   const std::string md = scratch("BENCH.md");
   {
