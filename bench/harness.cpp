@@ -55,8 +55,7 @@ void Report::expect(int cases) {
 }
 
 void Report::new_case(const std::string& case_name) {
-  if (ours_.count(case_name)) return;
-  case_order_.push_back(case_name);
+  if (!ours_.count(case_name)) case_order_.push_back(case_name);
   if (expected_ > 0 && stderr_is_tty()) std::fprintf(stderr, "\r\033[K");  // the progress line gives way to the row
 }
 

@@ -97,7 +97,7 @@ class Report {
   int expected_ = 0;
   std::chrono::steady_clock::time_point t0_, last_progress_;
   void print_row(const Row& r) const;
-  void new_case(const std::string& case_name);
+  void new_case(const std::string& case_name);  // registers a case not seen before; clears the progress line
   void progress();
 };
 
