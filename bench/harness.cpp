@@ -13,6 +13,7 @@
 #include <sinter/sinter.h>
 #include <sstream>
 
+#include "core/format.h"
 #include "core/parallel.h"
 #include "cpu/cpu.h"
 
@@ -40,13 +41,6 @@ bool stderr_is_tty() {
   static const bool tty = isatty(fileno(stderr));
   return tty;
 }
-std::string fmt_seconds(double s) {
-  char b[32];
-  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
-  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
-  else std::snprintf(b, sizeof b, "%.0fs", s);
-  return b;
-}
 }  // namespace
 
 void Report::expect(int cases) {
@@ -71,7 +65,7 @@ void Report::progress() {
   last_progress_ = now;
   const double per_case = elapsed / std::max(done, 1);
   std::fprintf(stderr, "%s[bench] %d/%d cases  %.1f cases/min  elapsed %s  ETA %s%s", tty ? "\r" : "", done, expected_,
-               60.0 / std::max(per_case, 1e-9), fmt_seconds(elapsed).c_str(), fmt_seconds(per_case * (expected_ - done)).c_str(),
+               60.0 / std::max(per_case, 1e-9), format_duration(elapsed).c_str(), format_duration(per_case * (expected_ - done)).c_str(),
                tty && !last ? "" : "\n");
   std::fflush(stderr);
 }

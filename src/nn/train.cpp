@@ -18,6 +18,7 @@
 #include "sinter/optim.h"
 #include "sinter/random.h"
 #include "sinter/sparse.h"
+#include "core/format.h"
 
 namespace sinter::train {
 
@@ -128,14 +129,6 @@ LogRows read_log(const std::string& dir, int64_t up_to_step) {
     if (r[0] <= double(up_to_step)) rows.push_back(r);
   }
   return rows;
-}
-
-std::string fmt_time(double s) {
-  char b[32];
-  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
-  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
-  else std::snprintf(b, sizeof b, "%.0fs", s);
-  return b;
 }
 
 }  // namespace
@@ -344,7 +337,7 @@ Result run(const Options& o) {
         std::printf("%sstep %5lld/%lld  loss %.4f  %s%.0f tok/s  elapsed %s  ETA %s%s", tty ? "\r" : "",
                     (long long)done, (long long)o.steps, res.train_loss,
                     std::isnan(val) ? "" : ("val " + std::to_string(val).substr(0, 6) + "  ").c_str(), tok_s,
-                    fmt_time(std::chrono::duration<double>(now - t0).count()).c_str(), fmt_time(eta).c_str(),
+                    format_duration(std::chrono::duration<double>(now - t0).count()).c_str(), format_duration(eta).c_str(),
                     (tty && !val_now) ? "   " : "\n");
         std::fflush(stdout);
       }
@@ -398,8 +391,8 @@ SparsifyResult sparsify(const SparsifyOptions& o) {
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double rate = double(done) / std::max(el, 1e-9);
         std::printf("%sfine-tune %5lld/%lld  loss %.4f  %.1f steps/s  elapsed %s  ETA %s%s", tty ? "\r" : "", (long long)done,
-                    (long long)o.finetune_steps, loss.item_double(), rate, fmt_time(el).c_str(),
-                    fmt_time(double(o.finetune_steps - done) / std::max(rate, 1e-9)).c_str(),
+                    (long long)o.finetune_steps, loss.item_double(), rate, format_duration(el).c_str(),
+                    format_duration(double(o.finetune_steps - done) / std::max(rate, 1e-9)).c_str(),
                     (tty && done != o.finetune_steps) ? "   " : "\n");
         std::fflush(stdout);
       }

@@ -1,0 +1,18 @@
+#pragma once
+// Durations as progress lines print them (train's and fine-tune's ETA, `sinter bench`'s).
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace sinter {
+
+// "42s", "3m07s", "1h05m".
+inline std::string format_duration(double s) {
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(b, sizeof b, "%.0fs", s);
+  return b;
+}
+
+}  // namespace sinter
