@@ -37,6 +37,84 @@ TEST(DType, PromotionFollowsNumPy) {
   EXPECT_EQ(promote_types(DType::i64, DType::u8), DType::i64);
 }
 
+TEST(Shape, ActsLikeAVectorInlineAndOnTheHeap) {
+  // Every edit is mirrored on a std::vector (the reference), across the inline/heap boundary.
+  Shape s;
+  std::vector<int64_t> ref;
+  auto same = [&] { return s.size() == ref.size() && std::equal(s.begin(), s.end(), ref.begin()) && s.vec() == ref; };
+  for (int64_t i = 0; i < 20; ++i) {
+    s.push_back(i * 3 - 7);
+    ref.push_back(i * 3 - 7);
+    ASSERT_TRUE(same()) << "after push_back " << i;
+  }
+  EXPECT_GT(s.capacity(), Shape::kInline);
+  s.insert(s.begin() + 2, 100);
+  ref.insert(ref.begin() + 2, 100);
+  s.erase(s.begin() + 5, s.begin() + 9);
+  ref.erase(ref.begin() + 5, ref.begin() + 9);
+  s.erase(s.begin());
+  ref.erase(ref.begin());
+  const int64_t more[] = {8, 9};
+  s.insert(s.end(), std::begin(more), std::end(more));
+  ref.insert(ref.end(), std::begin(more), std::end(more));
+  EXPECT_TRUE(same());
+  s.resize(4);
+  ref.resize(4);
+  s.resize(7, -1);
+  ref.resize(7, -1);
+  EXPECT_TRUE(same());
+
+  // Copies and moves keep the elements and leave the source usable, heap or inline.
+  for (size_t n : {size_t(3), size_t(6), size_t(7), size_t(13)}) {
+    Shape a(n, 5);
+    a.back() = 42;
+    Shape b = a, c;
+    c = b;
+    EXPECT_EQ(c, a);
+    Shape d = std::move(b);
+    EXPECT_EQ(d, a);
+    EXPECT_TRUE(b.empty());
+    b.push_back(1);
+    EXPECT_EQ(b, Shape{1});
+    c = std::move(d);
+    EXPECT_EQ(c.size(), n);
+    EXPECT_EQ(c.back(), 42);
+    c = c;  // self-assignment
+    EXPECT_EQ(c.size(), n);
+  }
+
+  // Conversions and comparisons.
+  const std::vector<int64_t> v{2, 3, 4};
+  const Shape fromv = v;
+  const std::vector<int64_t> back = fromv;
+  EXPECT_EQ(back, v);
+  EXPECT_EQ(fromv, (Shape{2, 3, 4}));
+  EXPECT_NE(fromv, (Shape{2, 3}));
+  EXPECT_LT((Shape{2, 3}), fromv);
+  EXPECT_EQ(fromv.numel(), 24);
+  EXPECT_EQ(Shape{}.numel(), 1);
+  EXPECT_THROW(fromv.at(3), IndexError);
+}
+
+TEST(Shape, TensorsOfManyDimsWork) {
+  // Nine dims: the shape and strides live on the heap; views, reductions and copies agree with
+  // the same data seen as one flat vector.
+  Tensor x = arange(0, 512, 1, DType::f32).reshape({2, 2, 2, 2, 2, 2, 2, 2, 2});
+  EXPECT_EQ(x.dim(), 9);
+  EXPECT_EQ(sum(x).item<float>(), 511.0f * 512 / 2);
+  EXPECT_TRUE(all_close(sum(x, {0, 4, 8}).flatten(), sum(x.reshape({2, 2, 2, 2, 2, 2, 2, 2, 2}).permute({0, 4, 8, 1, 2, 3, 5, 6, 7}).reshape({8, 64}), {0})));
+  Tensor p = x.permute({8, 7, 6, 5, 4, 3, 2, 1, 0}).contiguous();
+  // Reversing all dims of a 2^9 cube reverses the bits of each flat index.
+  std::vector<float> pv = p.to_vector<float>();
+  for (int i = 0; i < 512; ++i) {
+    int r = 0;
+    for (int b = 0; b < 9; ++b) r |= ((i >> b) & 1) << (8 - b);
+    ASSERT_EQ(pv[size_t(i)], float(r)) << i;
+  }
+  EXPECT_EQ(x.unsqueeze(3).dim(), 10);
+  EXPECT_EQ(x.unsqueeze(3).squeeze(3).shape(), x.shape());
+}
+
 TEST(Tensor, FactoriesMakeWhatTheySay) {
   EXPECT_EQ(zeros({2, 3}).to_vector<float>(), std::vector<float>(6, 0.0f));
   EXPECT_EQ(full({2}, 7, DType::i32).to_vector<int32_t>(), (std::vector<int32_t>{7, 7}));

@@ -1,7 +1,11 @@
 #pragma once
 // Tensor: a ref-counted handle to a strided view of a Storage. A tensor with no storage is
 // *symbolic*: it has shape, dtype and device but no data, and ops on it only infer their outputs.
+#include <algorithm>
+#include <compare>
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -14,11 +18,121 @@
 
 namespace sinter {
 
-struct Shape : std::vector<int64_t> {
-  using std::vector<int64_t>::vector;
+// A list of sizes (or strides, or dims) that keeps up to six of them inline: every tensor holds
+// two and every op call copies several, so a heap allocation each would cost more than a small
+// op's arithmetic (it was ~14% of a one-token decode step of the default model). Longer shapes
+// move to the heap. It reads like std::vector<int64_t> and converts to and from one.
+class Shape {
+ public:
+  using value_type = int64_t;
+  using size_type = size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = int64_t&;
+  using const_reference = const int64_t&;
+  using pointer = int64_t*;
+  using const_pointer = const int64_t*;
+  using iterator = int64_t*;
+  using const_iterator = const int64_t*;
+  using reverse_iterator = std::reverse_iterator<iterator>;
+  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
+  static constexpr size_t kInline = 6;
+
   Shape() = default;
-  Shape(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}
+  Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); }
+  explicit Shape(size_t n) { resize(n); }
+  Shape(size_t n, int64_t value) { resize(n, value); }
+  template <std::input_iterator It> Shape(It first, It last) { assign(first, last); }
+  Shape(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }
+  Shape(const Shape& o) { assign(o.begin(), o.end()); }
+  Shape(Shape&& o) noexcept { take(o); }
+  Shape& operator=(const Shape& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  Shape& operator=(Shape&& o) noexcept {
+    if (this != &o) { release(); take(o); }
+    return *this;
+  }
+  Shape& operator=(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); return *this; }
+  ~Shape() { release(); }
+  operator std::vector<int64_t>() const { return {begin(), end()}; }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t capacity() const { return heap_ ? cap_ : kInline; }
+  int64_t* data() { return heap_ ? heap_ : inline_; }
+  const int64_t* data() const { return heap_ ? heap_ : inline_; }
+  iterator begin() { return data(); }
+  iterator end() { return data() + size_; }
+  const_iterator begin() const { return data(); }
+  const_iterator end() const { return data() + size_; }
+  const_iterator cbegin() const { return begin(); }
+  const_iterator cend() const { return end(); }
+  reverse_iterator rbegin() { return reverse_iterator(end()); }
+  reverse_iterator rend() { return reverse_iterator(begin()); }
+  const_reverse_iterator rbegin() const { return const_reverse_iterator(end()); }
+  const_reverse_iterator rend() const { return const_reverse_iterator(begin()); }
+  int64_t& operator[](size_t i) { return data()[i]; }
+  const int64_t& operator[](size_t i) const { return data()[i]; }
+  int64_t& at(size_t i);
+  const int64_t& at(size_t i) const;
+  int64_t& front() { return data()[0]; }
+  const int64_t& front() const { return data()[0]; }
+  int64_t& back() { return data()[size_ - 1]; }
+  const int64_t& back() const { return data()[size_ - 1]; }
+
+  void reserve(size_t n);
+  void clear() { size_ = 0; }
+  void resize(size_t n, int64_t value = 0);
+  void push_back(int64_t v) {
+    if (size_ == capacity()) reserve(2 * size_);
+    data()[size_++] = v;
+  }
+  void pop_back() { --size_; }
+  template <std::input_iterator It> void assign(It first, It last) {
+    clear();
+    for (; first != last; ++first) push_back(int64_t(*first));
+  }
+  void assign(size_t n, int64_t value) { clear(); resize(n, value); }
+  iterator insert(const_iterator pos, int64_t v);
+  template <std::input_iterator It> iterator insert(const_iterator pos, It first, It last) {
+    const size_t at = size_t(pos - begin());
+    for (size_t i = at; first != last; ++first, ++i) insert(begin() + i, int64_t(*first));
+    return begin() + at;
+  }
+  iterator erase(const_iterator pos) { return erase(pos, pos + 1); }
+  iterator erase(const_iterator first, const_iterator last);
+
   int64_t numel() const;
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+  friend auto operator<=>(const Shape& a, const Shape& b) {
+    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  void release() {
+    delete[] heap_;
+    heap_ = nullptr;
+    size_ = 0;
+  }
+  void take(Shape& o) noexcept {  // this holds nothing
+    if (o.heap_) {
+      heap_ = o.heap_;
+      cap_ = o.cap_;
+      o.heap_ = nullptr;
+    } else {
+      std::copy(o.inline_, o.inline_ + o.size_, inline_);
+    }
+    size_ = o.size_;
+    o.size_ = 0;
+  }
+  int64_t* heap_ = nullptr;  // null: the elements are inline_
+  uint32_t size_ = 0;
+  uint32_t cap_ = 0;         // of heap_
+  int64_t inline_[kInline];
 };
 std::ostream& operator<<(std::ostream& os, const Shape& s);  // prints "(2, 3, 4)"
 

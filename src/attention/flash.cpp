@@ -468,7 +468,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           }
         }
         if (few && rows < kV)  // the softmax below reads whole registers of rows: padding lanes finite
-          for (int64_t c = 0; c < cols; ++c) std::fill(sT.data() + c * ld + rows, sT.data() + (c + 1) * ld, 0.0f);
+          for (int64_t c = 0; c < cols; ++c) vstore(sT.data() + c * ld, fvec{});  // ld == kV; the rows are written next
         if (few) scores_few_rows(qs.data(), K + j0 * D, sT.data(), rows, cols, D, ld);
         else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
         // Keys outside a row's [first, lim) are -inf; then the explicit mask.

@@ -15,6 +15,45 @@
 
 namespace sinter {
 
+int64_t& Shape::at(size_t i) {
+  SINTER_CHECK_INDEX(i < size_, "[shape] index ", i, " out of range for ", size_, " dims");
+  return data()[i];
+}
+const int64_t& Shape::at(size_t i) const {
+  SINTER_CHECK_INDEX(i < size_, "[shape] index ", i, " out of range for ", size_, " dims");
+  return data()[i];
+}
+
+void Shape::reserve(size_t n) {
+  if (n <= capacity()) return;
+  n = std::max<size_t>(n, 2 * kInline);
+  auto* p = new int64_t[n];
+  std::copy(begin(), end(), p);
+  delete[] heap_;
+  heap_ = p;
+  cap_ = uint32_t(n);
+}
+
+void Shape::resize(size_t n, int64_t value) {
+  reserve(n);
+  if (n > size_) std::fill(data() + size_, data() + n, value);
+  size_ = uint32_t(n);
+}
+
+Shape::iterator Shape::insert(const_iterator pos, int64_t v) {
+  const size_t at = size_t(pos - begin());
+  push_back(v);
+  std::rotate(begin() + at, end() - 1, end());
+  return begin() + at;
+}
+
+Shape::iterator Shape::erase(const_iterator first, const_iterator last) {
+  const size_t a = size_t(first - begin()), b = size_t(last - begin());
+  std::copy(begin() + b, end(), begin() + a);
+  size_ -= uint32_t(b - a);
+  return begin() + a;
+}
+
 int64_t Shape::numel() const {
   int64_t n = 1;
   for (int64_t d : *this) n *= d;

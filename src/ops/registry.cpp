@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "autograd/node.h"
+#include "core/small_vector.h"
 #include "sinter/autograd.h"
 #include "sinter/op.h"
 
@@ -182,7 +183,7 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
   } else {
     SINTER_CHECK(!inputs.empty(), "[", op.name, "] expects at least one input");
   }
-  std::vector<TensorMeta> meta(inputs.size());
+  SmallVector<TensorMeta, 4> meta(inputs.size(), TensorMeta{});  // no heap for the usual few inputs
   bool symbolic = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     SINTER_CHECK(inputs[i].defined(), "[", op.name, "] input ", i, " is an undefined tensor");
@@ -191,7 +192,7 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
     SINTER_CHECK(meta[i].device.type == DeviceType::cpu, "[", op.name, "] input ", i, " is on ", meta[i].device,
                  "; this build has kernels for the CPU only");
   }
-  std::vector<TensorMeta> out_meta = op.infer(meta, attrs);
+  std::vector<TensorMeta> out_meta = op.infer(std::span<const TensorMeta>(meta.data(), meta.size()), attrs);
   SINTER_ASSERT(int(out_meta.size()) == op.num_outputs, op.name);
 
   std::vector<Tensor> out;
@@ -217,7 +218,7 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
   if (op.backward && grad_enabled()) {
     bool any = false;
     for (auto& t : inputs) any = any || t.requires_grad();
-    if (any) autograd::attach(op, attrs, inputs, meta, out);
+    if (any) autograd::attach(op, attrs, inputs, std::span<const TensorMeta>(meta.data(), meta.size()), out);
   }
   return out;
 }
