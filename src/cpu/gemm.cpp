@@ -154,10 +154,24 @@ SINTER_INLINE void hsum4(fvec a, fvec b, fvec c, fvec d, float* out) {
 #endif
 }
 
+// kV weights widened to f32: bf16 is the high half of an f32, so a shift widens it exactly.
+SINTER_INLINE fvec load_w(const float* p) { return load_v(p); }
+SINTER_INLINE fvec load_w(const bf16* p) {
+#if defined(__AVX512F__)
+  return (fvec)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+#elif defined(__AVX2__)
+  return (fvec)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+#else
+  fvec v;
+  for (int l = 0; l < kV; ++l) v[l] = float(p[l]);
+  return v;
+#endif
+}
+
 // R (1 or 2) rows of x against weight rows [lo, hi), four weight rows at a time: 4R vector
 // accumulators, each x load used four times and each w load R times; one joint horizontal sum.
-template <int R>
-void few_rows_block(const float* const* xr, const float* w, const float* bias, float* y, int64_t ldy, int64_t lo, int64_t hi,
+template <int R, class W>
+void few_rows_block(const float* const* xr, const W* w, const float* bias, float* y, int64_t ldy, int64_t lo, int64_t hi,
                     int64_t K) {
   const int64_t kv = K / kV * kV;
   int64_t n = lo;
@@ -167,7 +181,7 @@ void few_rows_block(const float* const* xr, const float* w, const float* bias, f
       fvec xv[R];
       for (int r = 0; r < R; ++r) xv[r] = load_v(xr[r] + k);
       for (int j = 0; j < 4; ++j) {
-        const fvec wv = load_v(w + (n + j) * K + k);
+        const fvec wv = load_w(w + (n + j) * K + k);
         for (int r = 0; r < R; ++r) acc[r][j] += xv[r] * wv;
       }
     }
@@ -175,7 +189,7 @@ void few_rows_block(const float* const* xr, const float* w, const float* bias, f
       float s[4];
       hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], s);
       for (int j = 0; j < 4; ++j) {
-        for (int64_t k = kv; k < K; ++k) s[j] += xr[r][k] * w[(n + j) * K + k];
+        for (int64_t k = kv; k < K; ++k) s[j] += xr[r][k] * float(w[(n + j) * K + k]);
         y[r * ldy + n + j] = s[j] + (bias ? bias[n + j] : 0.0f);
       }
     }
@@ -183,20 +197,39 @@ void few_rows_block(const float* const* xr, const float* w, const float* bias, f
   for (; n < hi; ++n)
     for (int r = 0; r < R; ++r) {
       float s = bias ? bias[n] : 0.0f;
-      for (int64_t k = 0; k < K; ++k) s += xr[r][k] * w[n * K + k];
+      for (int64_t k = 0; k < K; ++k) s += xr[r][k] * float(w[n * K + k]);
       y[r * ldy + n] = s;
     }
 }
 
-void gemm_few_rows_f32(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
+// Threads split N; within a thread's rows, every pair of x rows passes over a block of weight
+// rows small enough to stay in L1/L2 (~64 KiB), so weights too large for the cache are read from
+// memory once whatever M is.
+template <class W>
+void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(K * M, 1));
+  const int64_t block = std::max<int64_t>(4, (int64_t(1) << 16) / std::max<int64_t>(K * int64_t(sizeof(W)), 1) / 4 * 4);
   parallel_for(0, N, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t m0 = 0; m0 < M; m0 += 2) {
-      const float* xr[2] = {x + m0 * K, x + std::min(m0 + 1, M - 1) * K};
-      if (M - m0 >= 2) few_rows_block<2>(xr, w, bias, y + m0 * N, N, lo, hi, K);
-      else few_rows_block<1>(xr, w, bias, y + m0 * N, N, lo, hi, K);
+    for (int64_t n0 = lo; n0 < hi; n0 += block) {
+      const int64_t n1 = std::min(hi, n0 + block);
+      for (int64_t m0 = 0; m0 < M; m0 += 2) {
+        const float* xr[2] = {x + m0 * K, x + std::min(m0 + 1, M - 1) * K};
+        if (M - m0 >= 2) few_rows_block<2>(xr, w, bias, y + m0 * N, N, n0, n1, K);
+        else few_rows_block<1>(xr, w, bias, y + m0 * N, N, n0, n1, K);
+      }
     }
   });
+}
+
+// bf16 weights and activations on a CPU without a bf16 matmul: widening the whole weight to f32
+// for oneDNN each call cost 5x the f32 product at M = 1 (BENCHMARKS.md, session 20); here the
+// weights are widened in registers as they are read, and only x (M x K) and the bias up front.
+void gemm_few_rows_bf16(const bf16* x, const bf16* w, const bf16* bias, bf16* y, int64_t M, int64_t N, int64_t K) {
+  std::vector<float> xf(size_t(M * K)), bf(bias ? size_t(N) : 0), yf(size_t(M * N));
+  for (int64_t i = 0; i < M * K; ++i) xf[size_t(i)] = float(x[i]);
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = float(bias[i]);
+  gemm_few_rows<bf16>(xf.data(), w, bias ? bf.data() : nullptr, yf.data(), M, N, K);
+  for (int64_t i = 0; i < M * N; ++i) y[i] = bf16(yf[size_t(i)]);
 }
 
 }  // namespace
@@ -253,11 +286,20 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias)
     return;
   }
   const int64_t M = a.size(1), K = a.size(2), N = b.size(2);
-  // Small decode-sized products: ours (oneDNN's per-call cost dominates there); large ones stay with
-  // oneDNN, whose GEMV reads weights faster (measured: 0.79x of its prepacked GEMV at 4096 x 4096).
-  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && N * K <= (int64_t(1) << 20) && a.stride(2) == 1 && a.stride(1) == K && b.stride(1) == 1 &&
-      b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
-    gemm_few_rows_f32(a.data<float>(), b.data<float>(), bias.defined() ? bias.data<float>() : nullptr, c.data<float>(), M, N, K);
+  // Decode-sized products: ours when the weights sit in cache (oneDNN's per-call cost dominates
+  // there) and at 2 <= M <= 8 whatever their size (oneDNN runs those as a GEMM that costs 2-3x
+  // ours: 4096 x 11008 at M = 2 ~16 ms against ~5; BENCHMARKS.md, session 20). One row of a large
+  // weight stays with oneDNN, whose GEMV reads weights faster (ours 0.79x of it at 4096 x 4096).
+  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && (N * K <= (int64_t(1) << 20) || M >= 2) && a.stride(2) == 1 &&
+      a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
+    gemm_few_rows<float>(a.data<float>(), b.data<float>(), bias.defined() ? bias.data<float>() : nullptr, c.data<float>(), M, N, K);
+    return;
+  }
+  // bf16 decode without a bf16 matmul in oneDNN: ours at every size (the alternative widens the
+  // whole weight each call).
+  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && !dnnl_has_bf16() && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
+      a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || (bias.dtype() == DType::bf16 && bias.is_contiguous()))) {
+    gemm_few_rows_bf16(a.data<bf16>(), b.data<bf16>(), bias.defined() ? bias.data<bf16>() : nullptr, c.data<bf16>(), M, N, K);
     return;
   }
   if (a.dtype() == DType::f32 || (a.dtype() == DType::bf16 && dnnl_has_bf16())) {
