@@ -3,7 +3,9 @@
 // f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
 // sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
 // (SemiStructuredSparse::prepack, read at 2 <= M <= 40 and by int8 values at M = 1); the note of
-// those rows gives the ratio from the values + meta layout alone, timed right after.
+// those rows gives the ratio from the values + meta layout alone, timed right after. Rows where
+// Sinter's own dense kernel beats oneDNN's (M <= 8: f32 at M >= 2, bf16 weights) are timed
+// against it too.
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 
@@ -71,8 +73,17 @@ void suite_sparse(const Options& o, Report& r) {
         }
         if (p.vt == DType::i8) n += "; no int8-weight dense kernel in oneDNN 2.6: against f32";
         if (p.vt == DType::bf16 && !bf16_dense) n += "; no bf16 matmul on this CPU: against f32";
-        r.add(std::string(p.name) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N), ours,
-              peer_name, peer, n);
+        const std::string row = std::string(p.name) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+        r.add(row, ours, peer_name, peer, n);
+        // Sinter's own dense kernel where it beats oneDNN's: f32 at 2 <= M <= 8 (oneDNN runs a
+        // GEMM there) and bf16 weights at M <= 8 (read as bf16; oneDNN has no bf16 matmul on an
+        // AVX2 CPU). The best dense kernel for such a row is the faster of the two peers.
+        if (M <= 8 && (M >= 2 || (p.vt == DType::bf16 && !bf16_dense))) {
+          const DType own_dt = p.vt == DType::bf16 ? DType::bf16 : DType::f32;
+          Tensor wo = s.to_dense().to(own_dt), xo = x.to(own_dt);
+          auto [ours2, own] = time_pair([&] { (void)linear(x, s); }, [&] { (void)linear(xo, wo); }, 1, reps, 0.6);
+          r.add(row, ours2, std::string("Sinter dense linear ") + (own_dt == DType::f32 ? "f32" : "bf16"), own, n);
+        }
       }
     }
   }
