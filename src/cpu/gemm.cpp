@@ -1,5 +1,7 @@
-// Dense GEMM. f32 and bf16 go to oneDNN's matmul primitive (chosen by measurement: BENCHMARKS.md);
-// other dtypes (f64 for gradchecks, integers) use a plain loop that accumulates in double / int64.
+// Dense GEMM. f32 and bf16 go to oneDNN's matmul primitive (chosen by measurement: BENCHMARKS.md),
+// except products of a few rows (decode), which our kernel below runs: f32 where oneDNN's per-call
+// cost or its GEMM loses, bf16 weights where oneDNN has no bf16 matmul (AVX2). Other dtypes (f64
+// for gradchecks, integers) use a plain loop that accumulates in double / int64.
 #include <algorithm>
 #include <cstring>
 #include <dnnl.hpp>
