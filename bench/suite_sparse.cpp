@@ -82,7 +82,11 @@ void suite_sparse(const Options& o, Report& r) {
           const DType own_dt = p.vt == DType::bf16 ? DType::bf16 : DType::f32;
           Tensor wo = s.to_dense().to(own_dt), xo = x.to(own_dt);
           auto [ours2, own] = time_pair([&] { (void)linear(x, s); }, [&] { (void)linear(xo, wo); }, 1, reps, 0.6);
-          r.add(row, ours2, std::string("Sinter dense linear ") + (own_dt == DType::f32 ? "f32" : "bf16"), own, n);
+          char own_note[160];
+          std::snprintf(own_note, sizeof own_note, "weights %.1f MB vs dense %.1f MB; sparse reads %.1f GB/s (copy %.1f)%s", sparse_mb,
+                        double(N * K * dtype_size(own_dt)) / 1e6, sparse_mb / 1e3 / (ours2.best_ms * 1e-3), copy_gbs,
+                        p.vt == DType::i8 ? "; int8 values against f32 dense" : "");
+          r.add(row, ours2, std::string("Sinter dense linear ") + (own_dt == DType::f32 ? "f32" : "bf16"), own, own_note);
         }
       }
     }
