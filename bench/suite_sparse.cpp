@@ -80,8 +80,8 @@ void suite_sparse(const Options& o, Report& r) {
         // AVX2 CPU). The best dense kernel for such a row is the faster of the two peers.
         if (M <= 8 && (M >= 2 || (p.vt == DType::bf16 && !bf16_dense))) {
           const DType own_dt = p.vt == DType::bf16 ? DType::bf16 : DType::f32;
-          Tensor wo = s.to_dense().to(own_dt), xo = x.to(own_dt);
-          auto [ours2, own] = time_pair([&] { (void)linear(x, s); }, [&] { (void)linear(xo, wo); }, 1, reps, 0.6);
+          const Tensor wo = wd.to(own_dt);  // x is in own_dt already
+          auto [ours2, own] = time_pair([&] { (void)linear(x, s); }, [&] { (void)linear(x, wo); }, 1, reps, 0.6);
           char own_note[160];
           std::snprintf(own_note, sizeof own_note, "weights %.1f MB vs dense %.1f MB; sparse reads %.1f GB/s (copy %.1f)%s", sparse_mb,
                         double(N * K * dtype_size(own_dt)) / 1e6, sparse_mb / 1e3 / (ours2.best_ms * 1e-3), copy_gbs,

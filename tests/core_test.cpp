@@ -41,7 +41,7 @@ TEST(Shape, ActsLikeAVectorInlineAndOnTheHeap) {
   // Every edit is mirrored on a std::vector (the reference), across the inline/heap boundary.
   Shape s;
   std::vector<int64_t> ref;
-  auto same = [&] { return s.size() == ref.size() && std::equal(s.begin(), s.end(), ref.begin()) && s.vec() == ref; };
+  auto same = [&] { return s.size() == ref.size() && std::equal(s.begin(), s.end(), ref.begin()) && std::vector<int64_t>(s) == ref; };
   for (int64_t i = 0; i < 20; ++i) {
     s.push_back(i * 3 - 7);
     ref.push_back(i * 3 - 7);

@@ -56,7 +56,6 @@ class Shape {
   Shape& operator=(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); return *this; }
   ~Shape() { release(); }
   operator std::vector<int64_t>() const { return {begin(), end()}; }
-  std::vector<int64_t> vec() const { return {begin(), end()}; }
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

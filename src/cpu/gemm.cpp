@@ -227,11 +227,17 @@ void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int6
 // for oneDNN each call cost 5x the f32 product at M = 1 (BENCHMARKS.md, session 20); here the
 // weights are widened in registers as they are read, and only x (M x K) and the bias up front.
 void gemm_few_rows_bf16(const bf16* x, const bf16* w, const bf16* bias, bf16* y, int64_t M, int64_t N, int64_t K) {
-  std::vector<float> xf(size_t(M * K)), bf(bias ? size_t(N) : 0), yf(size_t(M * N));
-  for (int64_t i = 0; i < M * K; ++i) xf[size_t(i)] = float(x[i]);
-  for (size_t i = 0; i < bf.size(); ++i) bf[i] = float(bias[i]);
-  gemm_few_rows<bf16>(xf.data(), w, bias ? bf.data() : nullptr, yf.data(), M, N, K);
-  for (int64_t i = 0; i < M * N; ++i) y[i] = bf16(yf[size_t(i)]);
+  // x, bias and y in f32, one buffer per calling thread kept across calls: this runs every
+  // decode step, where three allocations a call would cost as much as a small layer's product.
+  thread_local std::vector<float> scratch;
+  scratch.resize(size_t(M * K + (bias ? N : 0) + M * N));
+  float* xf = scratch.data();
+  float* bf = xf + M * K;
+  float* yf = bf + (bias ? N : 0);
+  for (int64_t i = 0; i < M * K; ++i) xf[i] = float(x[i]);
+  for (int64_t i = 0; bias && i < N; ++i) bf[i] = float(bias[i]);
+  gemm_few_rows<bf16>(xf, w, bias ? bf : nullptr, yf, M, N, K);
+  for (int64_t i = 0; i < M * N; ++i) y[i] = bf16(yf[i]);
 }
 
 }  // namespace
