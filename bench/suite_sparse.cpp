@@ -8,6 +8,9 @@
 // against it too.
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
+#include <sinter/train.h>
+
+#include <tuple>
 
 #include "cpu/cpu.h"
 #include "dnnl_peer.h"
@@ -30,7 +33,7 @@ void suite_sparse(const Options& o, Report& r) {
                                           : std::vector<Plan>{{"f32", DType::f32, {1, 4, 16, 32, 128, 512, 2048}},
                                                               {"int8", DType::i8, {1, 4, 16, 128}},
                                                               {"bf16", DType::bf16, {1, 16, 128}}};
-  size_t cases = o.quick ? 0 : 3 * 2 * 2;  // the (nn::Linear) rows below
+  size_t cases = o.quick ? 0 : 3 * 2 * 2 + 2 * 2;  // the (nn::Linear) and generate rows below
   for (const Plan& p : plans) cases += shapes.size() * p.ms.size();
   r.expect(int(cases));
   for (auto [K, N] : shapes) {
@@ -118,6 +121,45 @@ void suite_sparse(const Options& o, Report& r) {
                   " N=" + std::to_string(N) + " (nn::Linear)",
               per_call(ours), "dense nn::Linear", per_call(peer), note);
       }
+    }
+  }
+  // End to end: `sinter generate`'s work (a 16-token prompt, then greedy tokens with the KV cache,
+  // int8 layers prepacked as `sinter generate` does) on a 2:4 model against the dense model with
+  // the same pruned weights, per token. The default model (tiny: its layers stay in cache and run
+  // densely) and bench/configs/gpt2-1024x8.json (403 MB of Linear weights, streamed from memory),
+  // both freshly initialized: the time per token does not depend on the values.
+  const std::vector<std::tuple<std::string, nn::ModelConfig, int64_t>> models = {
+      {"tiny", nn::ModelConfig::preset("tiny"), 96},
+      {"gpt2-1024x8", nn::ModelConfig::from_json(R"({"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_inner": 4096,
+          "n_layer": 8, "n_positions": 512, "vocab_size": 256, "tie_word_embeddings": true, "layer_norm_epsilon": 1e-05})",
+                                                 "gpt2-1024x8"),
+       32}};
+  for (const auto& [name, cfg, n_new] : models) {
+    for (DType vt : {DType::f32, DType::i8}) {
+      nn::GPT sparse(cfg), dense(cfg);
+      sparse.init_weights(0), dense.init_weights(0);
+      sparse.sparsify(vt);
+      const auto sl = sparse.block_linears(), dl = dense.block_linears();
+      int64_t sparse_bytes = 0, dense_bytes = 0;
+      for (size_t i = 0; i < sl.size(); ++i) {
+        dl[i]->weight.detach().copy_(sl[i]->sparse.to_dense().to(DType::f32));
+        sparse_bytes += sl[i]->sparse.nbytes(), dense_bytes += dl[i]->weight.numel() * 4;
+      }
+      sparse.eval(), dense.eval();
+      const int64_t packed = sparse.prepack_for_decode();
+      Tensor prompt = randint(32, 127, {16});
+      train::Sampling greedy;
+      greedy.temperature = 0;
+      auto [ours, peer] = time_pair([&] { (void)train::generate(sparse, prompt, n_new, greedy); },
+                                    [&] { (void)train::generate(dense, prompt, n_new, greedy); }, 1, 5, 0);
+      auto per_token = [n = double(n_new)](Timing t) { return Timing{t.best_ms / n, t.median_ms / n}; };
+      char note[200];
+      std::snprintf(note, sizeof note, "%.0f tokens/s; Linear weights %.1f MB vs dense %.1f MB%s", 1e3 * double(n_new) / ours.best_ms,
+                    double(sparse_bytes + packed) / 1e6, double(dense_bytes) / 1e6,
+                    packed ? " (with the prepacked copy)" : "");
+      r.add(std::string("generate ") + (vt == DType::f32 ? "f32" : "int8") + " values " + name + " batch=1 " +
+                std::to_string(n_new) + " tokens (per token)",
+            per_token(ours), "dense model, same pruned weights", per_token(peer), note);
     }
   }
 }
