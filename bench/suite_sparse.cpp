@@ -5,7 +5,8 @@
 // (SemiStructuredSparse::prepack, read at 2 <= M <= 40 and by int8 values at M = 1); the note of
 // those rows gives the ratio from the values + meta layout alone, timed right after. Rows where
 // Sinter's own dense kernel beats oneDNN's (M <= 8: f32 at M >= 2, bf16 weights) are timed
-// against it too.
+// against it too. Last, end to end: generation with a 2:4 model against the dense model with the
+// same pruned weights (the default model and a 1024-wide one).
 #include <dnnl.hpp>
 #include <sinter/sinter.h>
 #include <sinter/train.h>
