@@ -36,7 +36,7 @@ void suite_sparse(const Options& o, Report& r) {
                                           : std::vector<Plan>{{"f32", DType::f32, {1, 4, 16, 32, 128, 512, 2048}},
                                                               {"int8", DType::i8, {1, 4, 16, 128}},
                                                               {"bf16", DType::bf16, {1, 16, 128}}};
-  size_t cases = o.quick ? 0 : 3 * 2 * 2 + 2 * 2;  // the (nn::Linear) and generate rows below
+  size_t cases = o.quick ? 0 : 3 * 2 * 2 + 2 * 3;  // the (nn::Linear) and generate rows below
   for (const Plan& p : plans) cases += shapes.size() * p.ms.size();
   r.expect(int(cases));
   for (auto [K, N] : shapes) {
@@ -128,9 +128,10 @@ void suite_sparse(const Options& o, Report& r) {
   }
   // End to end: `sinter generate`'s work (a 16-token prompt, then greedy tokens with the KV cache,
   // int8 layers prepacked as `sinter generate` does) on a 2:4 model against the dense model with
-  // the same pruned weights, per token. The default model (tiny: its layers stay in cache and run
-  // densely) and bench/configs/gpt2-1024x8.json (403 MB of Linear weights, streamed from memory),
-  // both freshly initialized: the time per token does not depend on the values.
+  // the same pruned weights, per token; with bf16 values both models run in bf16 (`sinter generate
+  // --dtype bf16`). The default model (tiny: its layers stay in cache and run densely) and
+  // bench/configs/gpt2-1024x8.json (403 MB of f32 Linear weights, streamed from memory), both
+  // freshly initialized: the time per token does not depend on the values.
   const std::string big_path = std::string(SINTER_SOURCE_DIR) + "/bench/configs/gpt2-1024x8.json";
   std::ifstream big_file(big_path);
   SINTER_CHECK(big_file.good(), "[bench sparse] cannot read ", big_path, " (the source tree's model config)");
@@ -139,7 +140,7 @@ void suite_sparse(const Options& o, Report& r) {
   const std::vector<std::tuple<std::string, nn::ModelConfig, int64_t>> models = {
       {"tiny", nn::ModelConfig::preset("tiny"), 96}, {"gpt2-1024x8", nn::ModelConfig::from_json(big_json.str(), big_path), 32}};
   for (const auto& [name, cfg, n_new] : models) {
-    for (DType vt : {DType::f32, DType::i8}) {
+    for (DType vt : {DType::f32, DType::i8, DType::bf16}) {
       nn::GPT sparse(cfg), dense(cfg);
       sparse.init_weights(0), dense.init_weights(0);
       sparse.sparsify(vt);
@@ -148,10 +149,11 @@ void suite_sparse(const Options& o, Report& r) {
       bool small = false;  // layers nn::Linear computes from a dense copy (in cache, where 2:4 loses)
       for (size_t i = 0; i < sl.size(); ++i) {
         dl[i]->weight.detach().copy_(sl[i]->sparse.to_dense().to(DType::f32));
-        sparse_bytes += sl[i]->sparse.nbytes(), dense_bytes += dl[i]->weight.numel() * 4;
+        sparse_bytes += sl[i]->sparse.nbytes(), dense_bytes += dl[i]->weight.numel() * (vt == DType::bf16 ? 2 : 4);
         small = small || sl[i]->sparse_is_small();
       }
       sparse.eval(), dense.eval();
+      if (vt == DType::bf16) sparse.to(DType::bf16), dense.to(DType::bf16);
       const int64_t packed = sparse.prepack_for_decode();
       Tensor prompt = randint(32, 127, {16});
       train::Sampling greedy;
@@ -163,7 +165,7 @@ void suite_sparse(const Options& o, Report& r) {
       std::snprintf(note, sizeof note, "%.0f tokens/s; Linear weights %.1f MB vs dense %.1f MB%s%s", 1e3 * double(n_new) / ours.best_ms,
                     double(sparse_bytes + packed) / 1e6, double(dense_bytes) / 1e6, packed ? " (with the prepacked copy)" : "",
                     small ? "; its layers are small enough to run from dense copies" : "");
-      r.add(std::string("generate ") + (vt == DType::f32 ? "f32" : "int8") + " values " + name + " batch=1 " +
+      r.add(std::string("generate ") + (vt == DType::i8 ? "int8" : dtype_name(vt)) + " values " + name + " batch=1 " +
                 std::to_string(n_new) + " tokens (per token)",
             per_token(ours), "dense model, same pruned weights", per_token(peer), note);
     }

@@ -194,6 +194,35 @@ TEST(Sparse24, SmallLinearLayersComputeDenselyAndFollowTheirValues) {
     EXPECT_TRUE(test::all_close(l.forward(x), linear(x, other.sparse, other.bias), 1e-5, 1e-5));
   }
   EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);  // released with their layers
+  for (DType vt : {DType::bf16, DType::i8}) {  // bf16 inputs (a model moved to bf16): a bf16 dense copy
+    SCOPED_TRACE(std::string("bf16 inputs, values ") + dtype_name(vt));
+    nn::Linear l(128, 96);
+    l.sparsify(vt);
+    l.to(DType::bf16);
+    Tensor x = randn({3, 128}).to(DType::bf16);
+    NoGradGuard g;
+    Tensor y = l.forward(x);
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 2);
+    EXPECT_TRUE(test::all_close(y.to(DType::f32), linear(x, l.sparse, l.bias).to(DType::f32), 1e-2, 1e-2));
+    l.sparse.scales.mul_(-2.0);  // in place: the copy is remade
+    EXPECT_TRUE(test::all_close(l.forward(x).to(DType::f32), linear(x, l.sparse, l.bias).to(DType::f32), 1e-2, 1e-2));
+    EXPECT_TRUE(test::all_close(l.forward(x).to(DType::f32), (y.to(DType::f32) * -2.0 + l.bias.to(DType::f32) * 3.0), 3e-2, 3e-2));
+  }
+  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
+  {  // a layer run in f32, then moved to bf16: its copy follows, and so does the budget
+    nn::Linear l(128, 96);
+    l.sparsify();
+    NoGradGuard g;
+    Tensor x = randn({2, 128});
+    (void)l.forward(x);
+    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    l.to(DType::bf16);
+    Tensor xb = x.to(DType::bf16);
+    EXPECT_TRUE(test::all_close(l.forward(xb).to(DType::f32), linear(xb, l.sparse, l.bias).to(DType::f32), 1e-2, 1e-2));
+    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 2);
+  }
+  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
   {  // gradients through the dense form: those of the 2:4 op
     nn::Linear l(64, 40);
     l.sparsify();

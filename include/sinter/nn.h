@@ -110,14 +110,15 @@ class Linear : public Module {
   Tensor weight, bias;
   SemiStructuredSparse sparse;  // defined after sparsify()
 
-  // A 2:4 layer this small (its dense f32 weight, bytes) computes densely with f32 inputs: it
-  // lives in cache, where the 2:4 kernels' index decoding costs more than the bytes they save
-  // (measured 0.42-1.02x the dense kernel at M = 1 ... 2048 up to 256 KiB, BENCHMARKS.md).
-  // Without gradients it multiplies by a dense copy, made once and remade when the values, meta
-  // or scales change (all such copies together are capped at kSparseDenseCopyBudget bytes: past
-  // it, a model is too big to stay in cache and the 2:4 kernels win); with gradients by
-  // sparse.to_dense(), whose backward keeps the pattern. linear(x, layer.sparse, layer.bias)
-  // always runs the 2:4 kernels.
+  // A 2:4 layer this small (its dense f32 weight, bytes) computes densely with f32 or bf16
+  // inputs: it lives in cache, where the 2:4 kernels' index decoding costs more than the bytes
+  // they save (measured 0.42-1.02x the dense kernel at M = 1 ... 2048 up to 256 KiB, BENCHMARKS.md).
+  // Without gradients it multiplies by a dense copy in the inputs' dtype, made once and remade
+  // when the values, meta, scales or that dtype change (all such copies together are capped at
+  // kSparseDenseCopyBudget bytes: past it, a model is too big to stay in cache and the 2:4
+  // kernels win); with gradients and f32 inputs by sparse.to_dense(), whose backward keeps the
+  // pattern (bf16 inputs with gradients run the 2:4 kernels). linear(x, layer.sparse,
+  // layer.bias) always runs the 2:4 kernels.
   static constexpr int64_t kSmallSparseBytes = int64_t(256) << 10;
   static constexpr int64_t kSparseDenseCopyBudget = int64_t(16) << 20;
   static int64_t sparse_dense_copy_bytes();  // held by all such copies now

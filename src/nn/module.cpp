@@ -152,9 +152,9 @@ Tensor dense_f32(const SemiStructuredSparse& s) {
 }
 }  // namespace
 
-// The dense copy of a small 2:4 weight (Linear::sparse_forward), with what it was made from: the
-// storages (weakly held: a freed one never matches a new one at the same address), data
-// pointers and versions of values, meta and scales.
+// The dense copy of a small 2:4 weight (Linear::sparse_forward) in the inputs' dtype, with what
+// it was made from: the storages (weakly held: a freed one never matches a new one at the same
+// address), data pointers and versions of values, meta and scales.
 struct Linear::DenseCopy {
   using Source = SemiStructuredSparse::Source;  // as its prepacked copy tracks values and meta
   std::mutex mu;
@@ -167,23 +167,25 @@ struct Linear::DenseCopy {
   }
   ~DenseCopy() { budget_used() -= held; }
 
-  // The dense f32 weight, or an undefined tensor when the budget is spent.
-  Tensor get(const SemiStructuredSparse& s) {
+  // The dense weight in dtype dt (f32 or bf16), or an undefined tensor when the budget is spent.
+  Tensor get(const SemiStructuredSparse& s, DType dt) {
     std::lock_guard lock(mu);
     const Tensor* parts[3] = {&s.values, &s.meta, &s.scales};
-    bool same = dense.defined();
+    bool same = dense.defined() && dense.dtype() == dt;
     for (int i = 0; i < 3 && same; ++i) same = from[i].same(*parts[i]);
     if (same) return dense;
-    const int64_t bytes = dense_f32_bytes(s);
-    if (held == 0) {
-      if (budget_used().fetch_add(bytes) + bytes > kSparseDenseCopyBudget) {
-        budget_used() -= bytes;
+    const int64_t bytes = s.rows() * s.cols() * dtype_size(dt);
+    if (bytes != held) {  // a first copy, or one in another dtype
+      if (budget_used().fetch_add(bytes - held) + (bytes - held) > kSparseDenseCopyBudget) {
+        budget_used() -= bytes;  // give back this request and the old copy
+        held = 0, dense = {};
         return {};
       }
       held = bytes;
     }
     NoGradGuard no_grad;
-    dense = dense_f32(s);
+    const Tensor d = s.to_dense();  // the values' dtype for float values, f32 for int8
+    dense = d.dtype() == dt ? d : d.to(dt);
     for (int i = 0; i < 3; ++i) from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
     return dense;
   }
@@ -194,10 +196,11 @@ int64_t Linear::sparse_dense_copy_bytes() { return DenseCopy::budget_used().load
 bool Linear::sparse_is_small() const { return sparse.defined() && dense_f32_bytes(sparse) <= kSmallSparseBytes; }
 
 Tensor Linear::sparse_forward(const Tensor& x) const {
-  if (x.dtype() != DType::f32 || x.is_symbolic() || !sparse_is_small()) return linear(x, sparse, bias);
+  const bool f32 = x.dtype() == DType::f32;
+  if ((!f32 && x.dtype() != DType::bf16) || x.is_symbolic() || !sparse_is_small()) return linear(x, sparse, bias);
   const bool grads = grad_enabled() && (x.requires_grad() || sparse.values.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (grads) return linear(x, dense_f32(sparse), bias);
-  const Tensor w = dense_copy_->get(sparse);
+  if (grads) return f32 ? linear(x, dense_f32(sparse), bias) : linear(x, sparse, bias);
+  const Tensor w = dense_copy_->get(sparse, x.dtype());
   return w.defined() ? linear(x, w, bias) : linear(x, sparse, bias);
 }
 
