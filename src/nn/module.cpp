@@ -144,11 +144,12 @@ void Module::zero_grad() {
 }
 
 namespace {
-int64_t dense_f32_bytes(const SemiStructuredSparse& s) { return s.rows() * s.cols() * int64_t(sizeof(float)); }
-// The (N, K) f32 matrix of a 2:4 weight; differentiable in the float values (to_dense's backward).
-Tensor dense_f32(const SemiStructuredSparse& s) {
+int64_t dense_bytes(const SemiStructuredSparse& s, DType dt) { return s.rows() * s.cols() * dtype_size(dt); }
+// The (N, K) matrix of a 2:4 weight in dtype dt; differentiable in the float values (to_dense's
+// backward). to_dense gives the values' dtype for float values, f32 for int8.
+Tensor dense_as(const SemiStructuredSparse& s, DType dt) {
   const Tensor d = s.to_dense();
-  return d.dtype() == DType::f32 ? d : d.to(DType::f32);
+  return d.dtype() == dt ? d : d.to(dt);
 }
 }  // namespace
 
@@ -174,7 +175,7 @@ struct Linear::DenseCopy {
     bool same = dense.defined() && dense.dtype() == dt;
     for (int i = 0; i < 3 && same; ++i) same = from[i].same(*parts[i]);
     if (same) return dense;
-    const int64_t bytes = s.rows() * s.cols() * dtype_size(dt);
+    const int64_t bytes = dense_bytes(s, dt);
     if (bytes != held) {  // a first copy, or one in another dtype
       if (budget_used().fetch_add(bytes - held) + (bytes - held) > kSparseDenseCopyBudget) {
         budget_used() -= bytes;  // give back this request and the old copy
@@ -184,8 +185,7 @@ struct Linear::DenseCopy {
       held = bytes;
     }
     NoGradGuard no_grad;
-    const Tensor d = s.to_dense();  // the values' dtype for float values, f32 for int8
-    dense = d.dtype() == dt ? d : d.to(dt);
+    dense = dense_as(s, dt);
     for (int i = 0; i < 3; ++i) from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
     return dense;
   }
@@ -193,13 +193,13 @@ struct Linear::DenseCopy {
 
 int64_t Linear::sparse_dense_copy_bytes() { return DenseCopy::budget_used().load(); }
 
-bool Linear::sparse_is_small() const { return sparse.defined() && dense_f32_bytes(sparse) <= kSmallSparseBytes; }
+bool Linear::sparse_is_small() const { return sparse.defined() && dense_bytes(sparse, DType::f32) <= kSmallSparseBytes; }
 
 Tensor Linear::sparse_forward(const Tensor& x) const {
   const bool f32 = x.dtype() == DType::f32;
   if ((!f32 && x.dtype() != DType::bf16) || x.is_symbolic() || !sparse_is_small()) return linear(x, sparse, bias);
   const bool grads = grad_enabled() && (x.requires_grad() || sparse.values.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (grads) return f32 ? linear(x, dense_f32(sparse), bias) : linear(x, sparse, bias);
+  if (grads) return f32 ? linear(x, dense_as(sparse, DType::f32), bias) : linear(x, sparse, bias);
   const Tensor w = dense_copy_->get(sparse, x.dtype());
   return w.defined() ? linear(x, w, bias) : linear(x, sparse, bias);
 }
