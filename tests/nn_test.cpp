@@ -318,17 +318,17 @@ TEST(Errors, TheCommandLineExitsNonZeroWithAMessage) {
 
 TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
   manual_seed(4);
-  Tensor q = randn({2, 4, 33, 16}), k = randn({2, 2, 40, 16}), v = randn({2, 2, 40, 16});
+  Tensor q = randn({2, 4, 33, 32}), k = randn({2, 2, 40, 32}), v = randn({2, 2, 40, 32});
   Tensor flash = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::flash);
   Tensor math = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::math);
   EXPECT_TRUE(test::all_close(flash, math, 1e-5, 1e-5));
-  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash);  // f32, D = 16: the fast kernel
+  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash);  // f32, D = 32 (two vectors on AVX2 and on AVX-512): the fast kernel
   const SDPAChoice odd = sdpa_choose(Tensor::symbolic({1, 2, 8, 12}), Tensor::symbolic({1, 2, 8, 12}), {}, 0.0);
   EXPECT_EQ(odd.backend, SDPABackend::math);
   EXPECT_NE(odd.reason.find("D = 12"), std::string::npos) << odd.reason;
   EXPECT_EQ(sdpa_choose(q.to(DType::f64), k.to(DType::f64), {}, 0.0).backend, SDPABackend::math);
   // A decode step against the first positions of a KV cache: read in place, same result.
-  Tensor cache_k = randn({2, 2, 64, 16}), cache_v = randn({2, 2, 64, 16}), q1 = randn({2, 4, 1, 16});
+  Tensor cache_k = randn({2, 2, 64, 32}), cache_v = randn({2, 2, 64, 32}), q1 = randn({2, 4, 1, 32});
   Tensor kv = cache_k.narrow(2, 0, 40), vv = cache_v.narrow(2, 0, 40);
   EXPECT_TRUE(test::all_close(scaled_dot_product_attention(q1, kv, vv, {}, 0.0, true, {}, true, SDPABackend::flash),
                               scaled_dot_product_attention(q1, kv, vv, {}, 0.0, true, {}, true, SDPABackend::math), 1e-5, 1e-5));
