@@ -67,6 +67,43 @@ TEST(Sparse24, LinearEqualsDenseLinearOfThePrunedWeight) {
       }
 }
 
+TEST(Sparse24, Bf16InputsWithBf16ValuesEqualTheDenseProduct) {
+  // bf16 x and bf16 values (a model moved to bf16): with AVX512-BF16, M >= 16 runs the vdpbf16ps
+  // pairs kernel (and a prepacked weight from M = 32); elsewhere the f32 kernels. Either way the
+  // product is the f64 one of the same bf16 numbers, rounded once to the bf16 output.
+  manual_seed(21);
+  auto check = [](const Tensor& y, const Tensor& ref) {  // one bf16 rounding of the output apart
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    EXPECT_TRUE(test::all_close(y.to(DType::f64), ref, 8e-3, 1e-3));
+  };
+  for (int64_t K : {int64_t(8), int64_t(40), int64_t(264)})
+    for (int64_t N : {int64_t(67), int64_t(136)})
+      for (bool packed : {false, true}) {
+        SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), DType::bf16);
+        if (packed) s.prepack();
+        const SemiStructuredSparse s64{s.values.to(DType::f64), s.meta, s.scales};
+        for (int64_t M : {1, 15, 16, 17, 31, 32, 33, 64, 65, 130}) {
+          SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N) + " M=" + std::to_string(M) + (packed ? " prepacked" : ""));
+          Tensor x = randn({M, K}).to(DType::bf16), b = randn({N}).to(DType::bf16);
+          check(linear(x, s, b, "relu"), relu(linear(x.to(DType::f64), s64, b.to(DType::f64))));
+          check(linear(x, s), linear(x.to(DType::f64), s64));
+        }
+      }
+  // Meta a reader may hand us (our writer keeps two distinct columns in order): swapped columns
+  // and a column named twice, whose two values add up, as in every other kernel.
+  SemiStructuredSparse s = to_sparse_semi_structured(pruned(40, 64), DType::bf16);
+  uint8_t* mt = s.meta.data<uint8_t>();
+  mt[0] = uint8_t((mt[0] & 0xF0) | ((mt[0] & 3) << 2) | ((mt[0] >> 2) & 3));  // row 0, group 0: the two columns swapped
+  std::swap(s.values.data<bf16>()[0].bits, s.values.data<bf16>()[1].bits);
+  mt[8 + 1] = uint8_t((mt[9] & 0x0F) | 0x50);  // row 1, group 3: column 1 twice
+  mt[16 + 7] = 0xFF;                          // row 2, groups 14 and 15: column 3 twice each
+  const SemiStructuredSparse s64{s.values.to(DType::f64), s.meta, s.scales};
+  for (int64_t M : {16, 70}) {
+    Tensor x = randn({M, 64}).to(DType::bf16);
+    check(linear(x, s), linear(x.to(DType::f64), s64));
+  }
+}
+
 TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
   // prepack() adds the tile layout that linear() reads at 2 <= M <= 40 without gradients; every M
   // must still equal the dense linear of the same weight, and an in-place change of the values

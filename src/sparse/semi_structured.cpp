@@ -74,8 +74,16 @@ void register_sparse_ops() {
                          b.defined() ? b.data<double>() : nullptr, act, out[0].data<double>(), N);
       return;
     }
-    Tensor x = contiguous_as(in[0], DType::f32), b = in.size() == 5 ? contiguous_as(in[4], DType::f32) : Tensor();
+    Tensor b = in.size() == 5 ? contiguous_as(in[4], DType::f32) : Tensor();
     Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
+    if (sparse::pairs_serve(in[0].dtype(), values.dtype(), M)) {  // bf16 x bf16: vdpbf16ps on pairs of kept values
+      Tensor x = contiguous_as(in[0], DType::bf16);
+      sparse::linear_bf16_pairs(reinterpret_cast<const uint16_t*>(x.data_ptr()), M, K, reinterpret_cast<const uint16_t*>(values.data_ptr()),
+                                meta.data<uint8_t>(), scales.data<float>(), b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
+      if (out[0].dtype() != DType::f32) out[0].copy_(y);
+      return;
+    }
+    Tensor x = contiguous_as(in[0], DType::f32);
     sparse::linear_f32(x.data<float>(), M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(),
                        b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
     if (out[0].dtype() != DType::f32) out[0].copy_(y);
@@ -340,7 +348,8 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   if (b.defined()) in.push_back(b);
   const int64_t M = w.cols() ? x.numel() / w.cols() : 0;
   const bool plain_x = x.dim() >= 1 && x.size(-1) == w.cols() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16);
-  if (!grads && plain_x && w.packed_current() && sparse::prepacked_serves(w.dtype(), M)) {  // else the op's checks speak
+  const bool pairs = sparse::pairs_serve(x.dtype(), w.dtype(), M) && M >= sparse::kPairsPrepackedM;  // bf16 pairs beat the tiles there
+  if (!grads && plain_x && w.packed_current() && sparse::prepacked_serves(w.dtype(), M) && !pairs) {  // else the op's checks speak
     static const OpDef& pre = get_op("sparse24_linear_prepacked");
     std::vector<Tensor> pin{x, w.packed, w.scales};
     if (b.defined()) pin.push_back(b);
