@@ -708,11 +708,15 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 // lanes (x[m, a], x[m, b]); a weight row's group broadcasts its two kept values (stored side by
 // side) and picks its pair's vector by address, so one vdpbf16ps does 32 kept multiply-adds (the
 // f32 kernel's FMA does 8 or 16).
-constexpr int64_t kPrCols = 32;                    // columns per block: 8 groups, 4 meta bytes
-constexpr int64_t kPrPanel = 64;                   // rows of x per full panel: 4 vectors of 16
-constexpr int64_t kPrSlot = kPrPanel / 16 * 64;    // bytes of one pair of one group for a full panel
-constexpr int64_t kPrBlock = kPrCols / 4 * 6 * kPrSlot;  // one block of pairs: 8 groups x 6 pairs (12 KiB)
-constexpr int64_t kPrRowBytes = kPrCols + 4;       // a packed row's block: 16 bf16 values, then 4 meta bytes
+// Blocks of 64 columns over panels of 32 rows (alternating runs, 2 threads, 4096 x 11008, against
+// 32 columns over 64 rows: M = 32 1.03-1.10x against 0.92-0.96x oneDNN's bf16 matmul, M = 512
+// 1.08-1.09x against 1.05-1.06x, M = 128 0.99-1.10x against 1.03-1.05x): half the loads and
+// stores of the sums per multiply-add, and the block of pairs stays at 12 KiB.
+constexpr int64_t kPrCols = 64;                          // columns per block: 16 groups, 8 meta bytes
+constexpr int64_t kPrPanel = 32;                         // rows of x per full panel: 2 vectors of 16
+constexpr int64_t kPrSlot = kPrPanel / 16 * 64;          // bytes of one pair of one group for a full panel
+constexpr int64_t kPrBlock = kPrCols / 4 * 6 * kPrSlot;  // one block of pairs: 16 groups x 6 pairs (12 KiB)
+constexpr int64_t kPrRowBytes = kPrCols + kPrCols / 8;   // a packed row's block: 32 bf16 values, then 8 meta bytes
 
 // For a meta byte (two groups): the byte offsets of their pairs within a block of pairs, group 0
 // in bits 0-15 and group 1 in bits 16-31, when both groups keep two distinct columns in
@@ -775,7 +779,7 @@ bool pairs_in_order(const uint8_t* meta, int64_t bytes) {
   return true;
 }
 
-// The pairs of one block of 32 columns for a panel of nv vectors: xt is the panel transposed
+// The pairs of one block of columns for a panel of nv vectors: xt is the panel transposed
 // (column k at xt + k pw, pw = 16 nv), columns past K already zero.
 void build_pairs(const uint16_t* xt, int64_t pw, int nv, uint8_t* out) {
   static const int pa[6] = {0, 0, 0, 1, 1, 2}, pb[6] = {1, 2, 3, 2, 3, 3};
@@ -822,7 +826,7 @@ template <int R, int NV> SINTER_INLINE void pairs_rows(const uint8_t* wr, const 
 // The next block of pairs (kPrBlock bytes at next) is requested a few lines per R rows: its
 // loads go by the meta, in no order a hardware prefetcher follows.
 template <int NV> void pairs_block(const uint8_t* wb, int64_t nr, const uint8_t* pb, float* acc, const uint8_t* next) {
-  constexpr int R = NV == 1 ? 8 : NV == 2 ? 4 : 2;
+  constexpr int R = NV == 1 ? 8 : 4;  // 8 chains of sums either way
   constexpr int64_t lines = kPrBlock / 64;
   const int64_t per = (lines + (nr + R - 1) / R - 1) / std::max<int64_t>((nr + R - 1) / R, 1);  // lines per R rows
   int64_t r = 0, l = 0;
@@ -834,12 +838,9 @@ template <int NV> void pairs_block(const uint8_t* wb, int64_t nr, const uint8_t*
 }
 
 void pairs_panel(int nv, const uint8_t* wb, int64_t nr, const uint8_t* pb, float* acc, const uint8_t* next) {
-  switch (nv) {
-    case 1: return pairs_block<1>(wb, nr, pb, acc, next);
-    case 2: return pairs_block<2>(wb, nr, pb, acc, next);
-    case 3: return pairs_block<3>(wb, nr, pb, acc, next);
-    default: return pairs_block<4>(wb, nr, pb, acc, next);
-  }
+  static_assert(kPrPanel == 32, "panels of one or two vectors");
+  if (nv == 1) return pairs_block<1>(wb, nr, pb, acc, next);
+  pairs_block<2>(wb, nr, pb, acc, next);
 }
 
 void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
@@ -864,9 +865,10 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
       for (int64_t kb = 0; kb < KB; ++kb) build_pairs(d + kb * kPrCols * pw, pw, int(pw / 16), pairs + (p * KB + kb) * kPrBlock);
     }
   });
-  // 64 weight rows per chunk: a panel's sums (64 rows x 64 floats, 16 KiB), its block of pairs (12
-  // KiB) and the rows' block of weights stay in L1 (measured at one thread, 4096 x 4096, M = 128
-  // and 512: 32, 64 and 128 rows 0.85-0.87x, 1.01-1.03x and 0.88-0.89x oneDNN's bf16 matmul).
+  // 64 weight rows per chunk: a panel's sums (64 x 32 floats, 8 KiB), its block of pairs (12 KiB)
+  // and the rows' block of weights stay in L1 (measured at one thread with 64-row panels, 4096 x
+  // 4096, M = 128 and 512: 32, 64 and 128 rows 0.85-0.87x, 1.01-1.03x and 0.88-0.89x oneDNN's
+  // bf16 matmul).
   const int64_t NC = std::max<int64_t>(8, std::min<int64_t>(64, (N / (4 * num_threads()) + 7) / 8 * 8));
   const int64_t chunks = (N + NC - 1) / NC, K2 = K / 2, K8 = K / 8;
   parallel_dynamic(0, chunks, [&](const auto& next) {
@@ -879,7 +881,7 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
     for (int64_t c; (c = next()) >= 0;) {
       const int64_t n0 = c * NC, nr = std::min(NC, N - n0);
       fix.clear();
-      // Block-major: per block of 32 columns, every row's values then meta. Rows are read S side by
+      // Block-major: per block of columns, every row's values then meta. Rows are read S side by
       // side, as in k_major: one row at a time left the packing waiting on memory at M = 16.
       constexpr int64_t S = 4;
       for (int64_t r0 = 0; r0 < nr; r0 += S) {
@@ -893,14 +895,14 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
             const int64_t k0 = kb * kPrCols, kc = std::min(kPrCols, K - k0);
             if (kc == kPrCols) {
               std::memcpy(d, values + (n0 + r) * K2 + k0 / 2, kPrCols);
-              std::memcpy(d + kPrCols, meta + (n0 + r) * K8 + k0 / 8, 4);
+              std::memcpy(d + kPrCols, meta + (n0 + r) * K8 + k0 / 8, kPrCols / 8);
             } else {  // the last, partial block: zero values past K, each group's meta (0, 1)
               std::memset(d, 0, kPrRowBytes);
-              std::memset(d + kPrCols, 0x44, 4);
+              std::memset(d + kPrCols, 0x44, kPrCols / 8);
               std::memcpy(d, values + (n0 + r) * K2 + k0 / 2, size_t(kc));
               std::memcpy(d + kPrCols, meta + (n0 + r) * K8 + k0 / 8, size_t(kc / 8));
             }
-            for (int h = 0; h < 4 && !ordered[i]; ++h)
+            for (int h = 0; h < kPrCols / 8 && !ordered[i]; ++h)
               if (tab.at[d[kPrCols + h]] == 0xffffffffu)
                 for (int gg = 0; gg < 2; ++gg)
                   order_group(reinterpret_cast<uint16_t*>(d) + 2 * (2 * h + gg), d + kPrCols + h, gg, r, k0 + 4 * (2 * h + gg), fix);
