@@ -69,14 +69,15 @@ TEST(Sparse24, LinearEqualsDenseLinearOfThePrunedWeight) {
 
 TEST(Sparse24, Bf16InputsWithBf16ValuesEqualTheDenseProduct) {
   // bf16 x and bf16 values (a model moved to bf16): with AVX512-BF16, M >= 16 runs the vdpbf16ps
-  // pairs kernel (and a prepacked weight from M = 32); elsewhere the f32 kernels. Either way the
-  // product is the f64 one of the same bf16 numbers, rounded once to the bf16 output.
+  // pairs kernel (a prepacked weight at M = 16 and from M = 26; at M <= 16 with K a multiple of 64
+  // the rows are read in place); elsewhere the f32 kernels. Either way the product is the f64 one
+  // of the same bf16 numbers, rounded once to the bf16 output.
   manual_seed(21);
   auto check = [](const Tensor& y, const Tensor& ref) {  // one bf16 rounding of the output apart
     EXPECT_EQ(y.dtype(), DType::bf16);
     EXPECT_TRUE(test::all_close(y.to(DType::f64), ref, 8e-3, 1e-3));
   };
-  for (int64_t K : {int64_t(8), int64_t(40), int64_t(264)})
+  for (int64_t K : {int64_t(8), int64_t(40), int64_t(128), int64_t(264)})  // 128: whole 64-column blocks
     for (int64_t N : {int64_t(67), int64_t(136)})
       for (bool packed : {false, true}) {
         SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), DType::bf16);

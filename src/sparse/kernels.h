@@ -55,9 +55,12 @@ bool prepacked_serves(DType vt, int64_t M);
 // kept values as one pair against x laid out as pairs of columns (kernels.cpp, k_major_pairs);
 // y (M, N) f32. pairs_serve says when linear() takes it. Measured (session 22, Zen 4, 2 threads,
 // 4096 x 4096, alternating in one process) against the kernels above on values + meta: M = 16-32
-// 1.18-1.27x, 48-128 1.37-1.45x; against the prepacked tiles: M = 16 0.73x, 24 0.85x, 32 1.06x,
-// 48-128 1.36-1.44x. So a prepacked weight keeps its tiles below kPairsPrepackedM.
-constexpr int64_t kPairsM = 16, kPairsPrepackedM = 32;
+// 1.18-1.27x, 48-128 1.37-1.45x. Against the prepacked tiles (4096 x 4096 and 4096 x 11008):
+// M = 12 0.97x, 16 1.22-1.28x (the rows read in place), 20 0.84-0.87x, 24 0.97-1.01x, 28
+// 1.13-1.16x, 32 1.25-1.30x; so a prepacked weight keeps its tiles at kPairsM < M < kPairsPrepackedM
+// (pairs_beat_prepacked).
+constexpr int64_t kPairsM = 16, kPairsPrepackedM = 26;
+bool pairs_beat_prepacked(int64_t M);
 bool pairs_serve(DType x, DType vt, int64_t M);
 void linear_bf16_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
                        const float* bias, Act act, float* y, int64_t N);

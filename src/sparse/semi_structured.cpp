@@ -348,7 +348,7 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   if (b.defined()) in.push_back(b);
   const int64_t M = w.cols() ? x.numel() / w.cols() : 0;
   const bool plain_x = x.dim() >= 1 && x.size(-1) == w.cols() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16);
-  const bool pairs = sparse::pairs_serve(x.dtype(), w.dtype(), M) && M >= sparse::kPairsPrepackedM;  // bf16 pairs beat the tiles there
+  const bool pairs = sparse::pairs_serve(x.dtype(), w.dtype(), M) && sparse::pairs_beat_prepacked(M);  // bf16 pairs beat the tiles there
   if (!grads && plain_x && w.packed_current() && sparse::prepacked_serves(w.dtype(), M) && !pairs) {  // else the op's checks speak
     static const OpDef& pre = get_op("sparse24_linear_prepacked");
     std::vector<Tensor> pin{x, w.packed, w.scales};
