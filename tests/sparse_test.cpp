@@ -103,6 +103,9 @@ TEST(Sparse24, Bf16InputsWithBf16ValuesEqualTheDenseProduct) {
     Tensor x = randn({M, 64}).to(DType::bf16);
     check(linear(x, s), linear(x.to(DType::f64), s64));
   }
+  // to_dense() agrees: the twice-named column holds the sum of its two values
+  Tensor x = randn({5, 64}, DType::f64);
+  EXPECT_TRUE(test::all_close(linear(x, s64.to_dense()), linear(x, s64), 1e-12, 1e-12));
 }
 
 TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {

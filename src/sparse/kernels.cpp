@@ -1162,7 +1162,7 @@ template <class T> void to_dense(const void* values, DType vt, const uint8_t* me
         for (int t = 0; t < 4; ++t) {
           const int64_t i = n * K2 + 4 * b + t;
           const T v = vt == DType::f64 ? T(static_cast<const double*>(values)[i]) : T(value_at(values, vt, i));
-          row[8 * b + off[t]] = v * T(scales[n]);
+          row[8 * b + off[t]] += v * T(scales[n]);  // a column named twice (meta a reader may hand us) adds up, as in every product
         }
       }
     }
