@@ -625,6 +625,18 @@ void k_major_block(int nv, const float* wb, int64_t nr, const float* xb, float* 
   with_1_to_8(nv, [&](auto NV) { k_major_rows<NV>(wb, nr, xb, acc, next, lines); });
 }
 
+// y's columns [n0, n0 + nr) from a chunk's sums kept per panel of PW rows of x (panel p at acc +
+// p PW NC: nr weight rows x the panel's width): act(scale * sum + bias).
+template <class Width>
+void panel_epilogue(const float* acc, int64_t M, int64_t PW, int64_t NC, const Width& panel_width, int64_t n0, int64_t nr,
+                    const float* scales, const float* bias, Act act, float* y, int64_t N) {
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t p = m / PW, pw = panel_width(p);
+    const float* a = acc + p * PW * NC + (m - p * PW);
+    for (int64_t n = 0; n < nr; ++n) y[m * N + n0 + n] = activate(a[n * pw] * scales[n0 + n] + (bias ? bias[n0 + n] : 0.0f), act);
+  }
+}
+
 template <class V>
 void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
              Act act, float* y, int64_t N) {
@@ -689,12 +701,7 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
           k_major_block(int(pw / 8), wp + kb * NC * kKmRowFloats, nr, xp + p * PW * Kp + kb * kKmCols * pw, acc + p * PW * NC,
                         reinterpret_cast<const char*>(next), kKmCols * panel_width(np) * 4 / 64);
         }
-      for (int64_t m = 0; m < M; ++m) {
-        const int64_t p = m / PW, pw = panel_width(p);
-        const float* a = acc + p * PW * NC + (m - p * PW);
-        for (int64_t n = 0; n < nr; ++n)
-          y[m * N + n0 + n] = activate(a[n * pw] * scales[n0 + n] + (bias ? bias[n0 + n] : 0.0f), act);
-      }
+      panel_epilogue(acc, M, PW, NC, panel_width, n0, nr, scales, bias, act, y, N);
     }
   });
 }
@@ -935,9 +942,7 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
                 for (int i = 0; i < rows; ++i) pairs_stream_rows<1>(w + i * K, K, m + i * K8, K8, nkb, pb, acc + (r + i) * 16, w, m, 0);
             }
           }
-          for (int64_t mm = 0; mm < M; ++mm)
-            for (int64_t n = 0; n < nr; ++n)
-              y[mm * N + n0 + n] = activate(acc[n * 16 + mm] * scales[n0 + n] + (bias ? bias[n0 + n] : 0.0f), act);
+          panel_epilogue(acc, M, PW, NC, panel_width, n0, nr, scales, bias, act, y, N);  // one panel, 16 wide
           continue;
         }
       }
@@ -983,12 +988,7 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
           std::memcpy(&xv, &bits, 4);
           acc[p * PW * NC + f.row * pw + (m - p * PW)] += f.value * xv;
         }
-      for (int64_t m = 0; m < M; ++m) {
-        const int64_t p = m / PW, pw = panel_width(p);
-        const float* a = acc + p * PW * NC + (m - p * PW);
-        for (int64_t n = 0; n < nr; ++n)
-          y[m * N + n0 + n] = activate(a[n * pw] * scales[n0 + n] + (bias ? bias[n0 + n] : 0.0f), act);
-      }
+      panel_epilogue(acc, M, PW, NC, panel_width, n0, nr, scales, bias, act, y, N);
     }
   });
 }
