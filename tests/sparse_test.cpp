@@ -75,7 +75,7 @@ TEST(Sparse24, Bf16InputsWithBf16ValuesEqualTheDenseProduct) {
   manual_seed(21);
   auto check = [](const Tensor& y, const Tensor& ref) {  // one bf16 rounding of the output apart
     EXPECT_EQ(y.dtype(), DType::bf16);
-    EXPECT_TRUE(test::all_close(y.to(DType::f64), ref, 8e-3, 1e-3));
+    EXPECT_TRUE(test::all_close(y.to(DType::f64), ref, 4e-3, 1e-3));  // rounding to bf16 moves a value by at most 2^-8 of it
   };
   for (int64_t K : {int64_t(8), int64_t(40), int64_t(128), int64_t(264)})  // 128: whole 64-column blocks
     for (int64_t N : {int64_t(67), int64_t(136)})

@@ -729,7 +729,7 @@ void register_flash_ops() {
       const T* m = mask.defined() ? mask.data<T>() : nullptr;
       bool done = false;
       if constexpr (std::is_same_v<T, float>) {
-        if (g.D % kV == 0 && g.Dv % kNr == 0) {  // the register-blocked kernel (D a multiple of one vector, Dv of two: 8/16 floats on AVX2, 16/32 on AVX-512)
+        if (g.D % kV == 0 && g.Dv % kNr == 0) {  // the register-blocked kernel (D: vectors, Dv: pairs of them)
           flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), m, o.data<T>(), out[1].data<T>());
           done = true;
         }

@@ -891,14 +891,15 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
   const int64_t KB = (K + kPrCols - 1) / kPrCols, Kp = KB * kPrCols;  // x padded with zero columns to whole blocks
   const int64_t full = M / PW, rest = M % PW, nv_last = (rest + 15) / 16, P = full + (rest > 0);
   auto panel_width = [&](int64_t p) { return p < full ? PW : 16 * nv_last; };
-  // x transposed per panel (xt[p][k][pw]), then its pairs, block-major per panel (pairs[p][kb]).
-  Tensor xt_buf = Tensor::empty({Kp * P * PW}, DType::bf16), pairs_buf = Tensor::empty({P * KB * kPrBlock}, DType::u8);
-  uint16_t* xt = reinterpret_cast<uint16_t*>(xt_buf.data_ptr());
+  // x's pairs, block-major per panel (pairs[p][kb]), each panel built from its transpose (column k
+  // at d + k pw) in a scratch buffer of the thread's.
+  Tensor pairs_buf = Tensor::empty({P * KB * kPrBlock}, DType::u8);
   uint8_t* pairs = pairs_buf.data<uint8_t>();
   parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
+    Tensor xt_buf = Tensor::empty({Kp * PW}, DType::bf16);
+    uint16_t* d = reinterpret_cast<uint16_t*>(xt_buf.data_ptr());
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t pw = panel_width(p), m0 = p * PW;
-      uint16_t* d = xt + p * PW * Kp;
       for (int64_t k0 = 0; k0 < Kp; k0 += 32)
         for (int64_t r = 0; r < pw; ++r) {
           const uint16_t* src = m0 + r < M ? x + (m0 + r) * K : nullptr;  // rows past M are zero
@@ -933,11 +934,11 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
           for (int64_t ks = 0; ks < KB; ks += kStreamBlocks) {
             const int64_t nkb = std::min(kStreamBlocks, KB - ks);
             for (int64_t r = 0; r < nr; r += 4) {
-              const int rows = int(std::min<int64_t>(4, nr - r)), next = int(std::clamp<int64_t>(nr - r - 4, 0, 4));
+              const int rows = int(std::min<int64_t>(4, nr - r)), ahead = int(std::clamp<int64_t>(nr - r - 4, 0, 4));
               const uint8_t* w = w0 + r * K + ks * kPrCols;
               const uint8_t* m = m0 + r * K8 + ks * kPrCols / 8;
               const uint8_t* pb = pairs + ks * kPrBlock;
-              if (rows == 4) pairs_stream_rows<4>(w, K, m, K8, nkb, pb, acc + r * 16, w + 4 * K, m + 4 * K8, next);
+              if (rows == 4) pairs_stream_rows<4>(w, K, m, K8, nkb, pb, acc + r * 16, w + 4 * K, m + 4 * K8, ahead);
               else
                 for (int i = 0; i < rows; ++i) pairs_stream_rows<1>(w + i * K, K, m + i * K8, K8, nkb, pb, acc + (r + i) * 16, w, m, 0);
             }
