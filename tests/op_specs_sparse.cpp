@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "op_specs.h"
+#include "sparse/kernels.h"  // SINTER_TILES16: which tile layout this build prepacks
 
 namespace sinter::test {
 using namespace spec;
@@ -95,6 +96,28 @@ double packed_value(const R& bytes, int64_t at, DType vt) {
   return f;
 }
 
+#if defined(SINTER_TILES16)
+// Dense (N, K) of a prepacked weight in the AVX-512 layout, read plainly: groups of 16 rows, each
+// ceil(K / 16) blocks of 16 u32 index words (kept value j's block column in bits 4j..4j+3) and
+// 8 x 16 values (value j of row r at 16 j + r).
+std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
+  const int64_t N = scales.shape[0], NB = (K + 15) / 16, es = vt == DType::f32 ? 4 : vt == DType::bf16 ? 2 : 1, blk = 64 + 128 * es;
+  std::vector<double> w(size_t(N * K), 0.0);
+  int64_t at = 0;
+  for (int64_t n0 = 0; n0 < N; n0 += 16)
+    for (int64_t b = 0; b < NB; ++b, at += blk)
+      for (int64_t r = 0; r < 16 && n0 + r < N; ++r) {
+        const int64_t n = n0 + r;
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(packed.v[size_t(at + 4 * r + i)])) << (8 * i);
+        for (int j = 0; j < 8 && 16 * b + 4 * (j / 2) < K; ++j) {
+          const int64_t col = 16 * b + ((word >> (4 * j)) & 15);
+          w[size_t(n * K + col)] += packed_value(packed, at + 64 + (16 * j + r) * es, vt) * scales.v[size_t(n)];
+        }
+      }
+  return w;
+}
+#else
 // Dense (N, K) of a prepacked weight, read plainly from the layout: chunks of 64 rows (groups of 8),
 // column blocks of 256, then group, then blocks of 32 columns (8 meta words, 16 x 8 values).
 std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
@@ -118,6 +141,8 @@ std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t
   }
   return w;
 }
+
+#endif
 
 }  // namespace
 
@@ -150,7 +175,9 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({3, 16}, 4, DType::f64, DType::f64, true),            // the f64 reference path
         linear_case({1, 4104}, 70, DType::f32, DType::f32, true),         // a model's K (and a tail byte) on each path
         linear_case({6, 4104}, 70, DType::i8, DType::f32, false),
-        linear_case({33, 4104}, 70, DType::f32, DType::f32, true, "relu")};
+        linear_case({33, 4104}, 70, DType::f32, DType::f32, true, "relu"),  // AVX-512: tiles over two spans of columns
+        linear_case({95, 136}, 37, DType::bf16, DType::f32, true),        // AVX-512: the last M in tiles, 12 tiles
+        linear_case({100, 200}, 37, DType::i8, DType::f32, false, "relu")};  // AVX-512: K-major, one panel of 7 registers
   };
   li.ref = [](const std::vector<R>& in, const Attrs& a) {
     return std::vector<R>{linear_ref(in[0], dense_ref(in[1], in[2], in[3]), in[1].shape[0], in.size() == 5 ? &in[4] : nullptr,

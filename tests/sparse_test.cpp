@@ -3,6 +3,7 @@
 // not, fused activations), and gradients against the dense computation.
 #include "sinter/data.h"
 #include "sinter/train.h"
+#include "sparse/kernels.h"  // SINTER_TILES16: which tile layout prepack() builds
 #include "test_util.h"
 
 namespace sinter {
@@ -119,7 +120,11 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
         SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), vt);
         s.prepack();
         ASSERT_TRUE(s.packed_current());
+#if defined(SINTER_TILES16)  // blocks of 16 rows x 16 columns: 16 index words, 8 x 16 values
+        EXPECT_EQ(s.packed.numel(), (N + 15) / 16 * ((K + 15) / 16) * (64 + 128 * s.values.element_size()));
+#else  // blocks of 8 rows x 32 columns: 8 meta words, 16 x 8 values
         EXPECT_EQ(s.packed.numel(), (N + 7) / 8 * ((K + 31) / 32) * (32 + 128 * s.values.element_size()));
+#endif
         const Tensor wd = s.to_dense().to(DType::f64), b = randn({N});
         for (int64_t M : {1, 2, 3, 8, 9, 17, 32, 40, 41}) {
           SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N) + " " + dtype_name(vt) + " M=" + std::to_string(M));

@@ -29,15 +29,6 @@ Act parse_activation(const std::string& name, const char* op) {
 
 namespace {
 
-template <class T> SINTER_INLINE T activate(T v, Act a) {
-  switch (a) {
-    case Act::relu: return v > T(0) ? v : T(0);
-    case Act::silu: return v / (T(1) + std::exp(-v));
-    case Act::gelu: return T(0.5) * v * (T(1) + std::erf(v * T(0.70710678118654752)));
-    default: return v;
-  }
-}
-
 // One kept value as f32, whatever its storage.
 SINTER_INLINE float value_at(const void* values, DType vt, int64_t i) {
   switch (vt) {
@@ -850,12 +841,16 @@ template <int R, int NV> SINTER_INLINE void pairs_rows(const uint8_t* wr, const 
   __m512 a[R][NV];
   for (int r = 0; r < R; ++r)
     for (int u = 0; u < NV; ++u) a[r][u] = _mm512_load_ps(acc + 16 * (NV * r + u));
+  uint32_t os[R][kPrCols / 8];  // every pair offset of the block looked up first, as in k_major_row
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int h = 0; h < kPrCols / 8; ++h) os[r][h] = tab.at[wr[r * kPrRowBytes + kPrCols + h]];
 #pragma GCC unroll 4
   for (int h = 0; h < kPrCols / 8; ++h) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* w = wr + r * kPrRowBytes;
-      const uint32_t o = tab.at[w[kPrCols + h]];
+      const uint32_t o = os[r][h];
 #pragma GCC unroll 2
       for (int gg = 0; gg < 2; ++gg) {
         const int g = 2 * h + gg;
@@ -1128,16 +1123,25 @@ template <class F> static decltype(auto) with_packed_type(DType vt, const char* 
 }
 
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
+#if defined(SINTER_TILES16)
+  return tiles16_bytes(vt, N, K);
+#endif
   return with_packed_type(vt, "prepack", [&](auto v) { return (N + 7) / 8 * ((K + 31) / 32) * kBlockBytes<decltype(v)>; });
 }
 
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
+#if defined(SINTER_TILES16)
+  return tiles16_prepack(values, vt, meta, N, K, out);
+#endif
   with_packed_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
 }
 
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
                           const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
+#if defined(SINTER_TILES16)
+  return tiles16_linear(x, M, K, nullptr, vt, nullptr, packed, scales, bias, act, y, N);
+#endif
   with_packed_type(vt, "sparse24_linear_prepacked", [&](auto v) {
     using V = decltype(v);
 #if defined(__AVX2__)
@@ -1155,7 +1159,11 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
   const auto run = [&](const auto* v) {
 #if defined(__AVX2__)
     if (M >= kKMajorM) return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, v, meta, scales, bias, act, y, N);
+#if defined(SINTER_TILES16)
+    if (M > kSmallM) return tiles16_linear(x, M, K, v, vt, meta, nullptr, scales, bias, act, y, N);
+#else
     if (M > kSmallM) return interleaved(x, M, K, v, meta, nullptr, scales, bias, act, y, N);
+#endif
 #endif
     small_m(x, M, K, v, meta, scales, bias, act, y, N);
   };
@@ -1167,7 +1175,13 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
   }
 }
 
-bool pairs_beat_prepacked(int64_t M) { return M <= kPairsM || M >= kPairsPrepackedM; }
+bool pairs_beat_prepacked(int64_t M) {
+#if defined(SINTER_TILES16)
+  return M >= kPairsPrepackedM;
+#else
+  return M <= kPairsM || M >= kPairsPrepackedM;
+#endif
+}
 
 bool pairs_serve(DType x, DType vt, int64_t M) {
 #if defined(__AVX512BF16__)
