@@ -99,7 +99,7 @@ double packed_value(const R& bytes, int64_t at, DType vt) {
 #if defined(SINTER_TILES16)
 // Dense (N, K) of a prepacked weight in the AVX-512 layout, read plainly: groups of 16 rows, each
 // ceil(K / 16) blocks of 16 u32 index words (kept value j's block column in bits 4j..4j+3) and
-// 8 x 16 values (value j of row r at 16 j + r).
+// 8 x 16 values (value j of row r at 16 j + r; bf16 as pairs, at 32 (j / 2) + 2 r + j % 2).
 std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
   const int64_t N = scales.shape[0], NB = (K + 15) / 16, es = vt == DType::f32 ? 4 : vt == DType::bf16 ? 2 : 1, blk = 64 + 128 * es;
   std::vector<double> w(size_t(N * K), 0.0);
@@ -112,7 +112,8 @@ std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t
         for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(packed.v[size_t(at + 4 * r + i)])) << (8 * i);
         for (int j = 0; j < 8 && 16 * b + 4 * (j / 2) < K; ++j) {
           const int64_t col = 16 * b + ((word >> (4 * j)) & 15);
-          w[size_t(n * K + col)] += packed_value(packed, at + 64 + (16 * j + r) * es, vt) * scales.v[size_t(n)];
+          const int64_t slot = vt == DType::bf16 ? 32 * (j / 2) + 2 * r + j % 2 : 16 * j + r;
+          w[size_t(n * K + col)] += packed_value(packed, at + 64 + slot * es, vt) * scales.v[size_t(n)];
         }
       }
   return w;

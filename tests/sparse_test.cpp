@@ -100,9 +100,12 @@ TEST(Sparse24, Bf16InputsWithBf16ValuesEqualTheDenseProduct) {
   mt[8 + 1] = uint8_t((mt[9] & 0x0F) | 0x50);  // row 1, group 3: column 1 twice
   mt[16 + 7] = 0xFF;                          // row 2, groups 14 and 15: column 3 twice each
   const SemiStructuredSparse s64{s.values.to(DType::f64), s.meta, s.scales};
-  for (int64_t M : {16, 70}) {
-    Tensor x = randn({M, 64}).to(DType::bf16);
-    check(linear(x, s), linear(x.to(DType::f64), s64));
+  for (bool packed : {false, true}) {
+    if (packed) s.prepack();
+    for (int64_t M : {8, 16, 70}) {
+      Tensor x = randn({M, 64}).to(DType::bf16);
+      check(linear(x, s), linear(x.to(DType::f64), s64));
+    }
   }
   // to_dense() agrees: the twice-named column holds the sum of its two values
   Tensor x = randn({5, 64}, DType::f64);

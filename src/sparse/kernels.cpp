@@ -1177,7 +1177,8 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
 
 bool pairs_beat_prepacked(int64_t M) {
 #if defined(SINTER_TILES16)
-  return M >= kPairsPrepackedM;
+  (void)M;
+  return false;  // the prepacked tiles read bf16 x with vdpbf16ps too (tiles16_linear_bf16)
 #else
   return M <= kPairsM || M >= kPairsPrepackedM;
 #endif
@@ -1185,7 +1186,11 @@ bool pairs_beat_prepacked(int64_t M) {
 
 bool pairs_serve(DType x, DType vt, int64_t M) {
 #if defined(__AVX512BF16__)
+#if defined(SINTER_TILES16)
+  return x == DType::bf16 && vt == DType::bf16 && M > kSmallM;
+#else
   return x == DType::bf16 && vt == DType::bf16 && M >= kPairsM;
+#endif
 #else
   (void)x, (void)vt, (void)M;
   return false;
@@ -1195,6 +1200,9 @@ bool pairs_serve(DType x, DType vt, int64_t M) {
 void linear_bf16_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
                        const float* bias, Act act, float* y, int64_t N) {
 #if defined(__AVX512BF16__)
+#if defined(SINTER_TILES16)
+  if (M > kPairsM) return tiles16_linear_bf16(x, M, K, values, meta, nullptr, scales, bias, act, y, N);
+#endif
   if (M > 0 && N > 0) k_major_pairs(x, M, K, values, meta, scales, bias, act, y, N);
 #else
   (void)x, (void)M, (void)K, (void)values, (void)meta, (void)scales, (void)bias, (void)act, (void)y, (void)N;

@@ -99,6 +99,11 @@ void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t 
 // values + meta (packed per call, as f32) or prepacked (values and meta unused).
 void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                     const float* scales, const float* bias, Act act, float* y, int64_t N);
+#if defined(__AVX512BF16__)
+// bf16 x with bf16 values (prepacked or values + meta): vdpbf16ps on the pairs (tiles16.cpp).
+void tiles16_linear_bf16(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const uint8_t* prepacked,
+                         const float* scales, const float* bias, Act act, float* y, int64_t N);
+#endif
 #endif
 // bf16 x and bf16 values on a CPU with AVX512-BF16, M >= kPairsM: vdpbf16ps takes a group's two
 // kept values as one pair against x laid out as pairs of columns (kernels.cpp, k_major_pairs);
@@ -107,14 +112,16 @@ void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DT
 // 1.18-1.27x, 48-128 1.37-1.45x. Against the prepacked tiles (4096 x 4096 and 4096 x 11008):
 // M = 12 0.97x, 16 1.22-1.28x (the rows read in place), 20 0.84-0.87x, 24 0.97-1.01x, 28
 // 1.13-1.16x, 32 1.25-1.30x; so a prepacked weight keeps its tiles at kPairsM < M < kPairsPrepackedM
-// (pairs_beat_prepacked). With the 16-row tiles (session 23, Zen 5, 4096 x 11008, prepacked):
-// M = 16 / 32 / 64 / 128 pairs 3.27 / 7.17 / 11.1 / 19.5 ms against the tiles 2.60 / 5.13 / 10.6
-// / 20.8, so there a prepacked weight keeps its tiles below kPairsPrepackedM.
-#if defined(SINTER_TILES16)
-constexpr int64_t kPairsM = 16, kPairsPrepackedM = 64;
-#else
+// (pairs_beat_prepacked).
+// With the 16-row tiles (SINTER_TILES16) bf16 x takes the tiles' pairs kernel (vpermw picks each
+// lane's two columns, vdpbf16ps multiplies them with the lane's pair of values) above kSmallM rows
+// (pairs_serve): prepacked always, from values + meta at M > kPairsM, the K-major kernel at
+// kSmallM < M <= kPairsM (its rows read in place). Measured (session 23, Zen 5, 4096 x 11008,
+// alternating): prepacked, the tiles against K-major pairs M = 16 / 32 / 64 / 128 2.5 / 3.9 / 7.2
+// / 13.7-14.9 ms against 3.3 / 7.2 / 10.6 / 20.1; from values + meta M = 16 / 32 / 128 / 512 4.2 /
+// 5.5 / 14.2 / 53.7 against 3.2 / 7.5 / 20.6 / 73.3; at M = 6-12 the f32 tiles, the tiles' pairs
+// kernel and K-major pairs all run 0.73-1.10x oneDNN's bf16 matmul (the packing per call bounds them).
 constexpr int64_t kPairsM = 16, kPairsPrepackedM = 26;
-#endif
 bool pairs_beat_prepacked(int64_t M);
 bool pairs_serve(DType x, DType vt, int64_t M);
 void linear_bf16_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,

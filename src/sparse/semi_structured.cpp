@@ -150,8 +150,18 @@ void register_sparse_ops() {
     const int64_t N = in[2].size(0), K = a.i("cols"), M = in[0].numel() / K;
     const sparse::Act act = sparse::parse_activation(a.has("activation") ? a.str("activation") : "none", "sparse24_linear_prepacked");
     Tensor packed = contiguous_as(in[1], DType::u8), scales = contiguous_as(in[2], DType::f32);
-    Tensor x = contiguous_as(in[0], DType::f32), b = in.size() == 4 ? contiguous_as(in[3], DType::f32) : Tensor();
+    Tensor b = in.size() == 4 ? contiguous_as(in[3], DType::f32) : Tensor();
     Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
+#if defined(SINTER_TILES16) && defined(__AVX512BF16__)
+    if (in[0].dtype() == DType::bf16 && a.dtype("values") == DType::bf16) {  // vdpbf16ps on the layout's pairs
+      Tensor xb = contiguous_as(in[0], DType::bf16);
+      sparse::tiles16_linear_bf16(reinterpret_cast<const uint16_t*>(xb.data_ptr()), M, K, nullptr, nullptr, packed.data<uint8_t>(),
+                                  scales.data<float>(), b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
+      if (out[0].dtype() != DType::f32) out[0].copy_(y);
+      return;
+    }
+#endif
+    Tensor x = contiguous_as(in[0], DType::f32);
     sparse::linear_prepacked_f32(x.data<float>(), M, K, packed.data<uint8_t>(), a.dtype("values"), scales.data<float>(),
                                  b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
     if (out[0].dtype() != DType::f32) out[0].copy_(y);

@@ -36,9 +36,12 @@ namespace {
 
 // A block: 16 weight rows x 16 columns. First 16 u32 index words, row r's word holding the block
 // column (0..15) of its kept value j in bits 4j..4j+3 (vpermps reads bits 0-3 of each lane, so a
-// shift by 4j makes the word value j's index); then the 8 kept values of each row, value j of
-// row r at 16 j + r, of type W. Groups of 16 rows, each a run of ceil(K / 16) blocks.
+// shift by 4j makes the word value j's index); then the 8 kept values of each row, of type W:
+// value j of row r at 16 j + r (f32, i8), or for bf16 as the pairs vdpbf16ps takes, the two
+// values of group j / 2 side by side in lane r (at 32 (j / 2) + 2 r + j % 2). Groups of 16 rows,
+// each a run of ceil(K / 16) blocks.
 template <class W> constexpr int64_t kBytes = 64 + 128 * int64_t(sizeof(W));
+template <class W> constexpr int64_t slot(int j, int r) { return std::is_same_v<W, bf16> ? 32 * (j / 2) + 2 * r + j % 2 : 16 * j + r; }
 
 int64_t blocks_of(int64_t K) { return (K + 15) / 16; }
 
@@ -52,15 +55,23 @@ template <class V> SINTER_INLINE __m256 widen8(const V* p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
   else return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-template <class W> SINTER_INLINE __m512 widen16(const W* p) {
-  if constexpr (std::is_same_v<W, float>) return _mm512_load_ps(p);
-  else if constexpr (std::is_same_v<W, bf16>)
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p))), 16));
-  else return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))));
+// The 8 value vectors of a block (lane r: row r's kept value j).
+template <class W> SINTER_INLINE void block_values(const W* p, __m512 v[8]) {
+  for (int j = 0; j < 8; j += 2) {
+    if constexpr (std::is_same_v<W, float>) v[j] = _mm512_load_ps(p + 16 * j), v[j + 1] = _mm512_load_ps(p + 16 * j + 16);
+    else if constexpr (std::is_same_v<W, bf16>) {  // a pair's first value is the low half: shifted up, it is the f32 of its bits
+      const __m512i pairs = _mm512_load_si512(p + 16 * j);
+      v[j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+      v[j + 1] = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int(0xffff0000u))));
+    } else {
+      v[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * j))));
+      v[j + 1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * j + 16))));
+    }
+  }
 }
 
-// 8 x 8 transpose of rows[r] (8 values of row r) into out[8 j + r].
-SINTER_INLINE void transpose8(const __m256 rows[8], float* out, int64_t stride) {
+// 8 x 8 transpose: element j of rows[r] to out[j][r].
+SINTER_INLINE void transpose8(const __m256 rows[8], float* const out[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(rows[0], rows[1]), t1 = _mm256_unpackhi_ps(rows[0], rows[1]);
   const __m256 t2 = _mm256_unpacklo_ps(rows[2], rows[3]), t3 = _mm256_unpackhi_ps(rows[2], rows[3]);
   const __m256 t4 = _mm256_unpacklo_ps(rows[4], rows[5]), t5 = _mm256_unpackhi_ps(rows[4], rows[5]);
@@ -69,14 +80,14 @@ SINTER_INLINE void transpose8(const __m256 rows[8], float* out, int64_t stride) 
   const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
   const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
   const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  _mm256_storeu_ps(out + 0 * stride, _mm256_permute2f128_ps(s0, s4, 0x20));
-  _mm256_storeu_ps(out + 1 * stride, _mm256_permute2f128_ps(s1, s5, 0x20));
-  _mm256_storeu_ps(out + 2 * stride, _mm256_permute2f128_ps(s2, s6, 0x20));
-  _mm256_storeu_ps(out + 3 * stride, _mm256_permute2f128_ps(s3, s7, 0x20));
-  _mm256_storeu_ps(out + 4 * stride, _mm256_permute2f128_ps(s0, s4, 0x31));
-  _mm256_storeu_ps(out + 5 * stride, _mm256_permute2f128_ps(s1, s5, 0x31));
-  _mm256_storeu_ps(out + 6 * stride, _mm256_permute2f128_ps(s2, s6, 0x31));
-  _mm256_storeu_ps(out + 7 * stride, _mm256_permute2f128_ps(s3, s7, 0x31));
+  _mm256_storeu_ps(out[0], _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(out[1], _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(out[2], _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(out[3], _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(out[4], _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(out[5], _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(out[6], _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(out[7], _mm256_permute2f128_ps(s3, s7, 0x31));
 }
 
 // Rows [n0, n0 + 16) of the weight as blocks [b0, b1) of type W (W = V: prepack; W = float: the
@@ -94,12 +105,34 @@ void pack_group(const V* values, const uint8_t* meta, int64_t N, int64_t K, int6
       if (n < N) m16 = whole ? uint32_t(meta[n * K8 + 2 * b]) | uint32_t(meta[n * K8 + 2 * b + 1]) << 8 : meta[n * K8 + 2 * b];
       words[r] = index_word(m16);
     }
+    if constexpr (std::is_same_v<V, bf16> && std::is_same_v<W, bf16>) {
+      // A group's two values are one u32 (a pair): two blocks at a time, each row's 8 pairs are
+      // 8 u32, and two 8 x 8 transposes put pair j of row r in lane r of block b + j / 4.
+      if (b + 1 < b1 && 2 * b + 4 <= K8 && n0 + 16 <= N) {
+        for (int r = 0; r < 16; ++r) {  // the second block's index words
+          const int64_t n = n0 + r;
+          reinterpret_cast<uint32_t*>(out + kBytes<W>)[r] = index_word(uint32_t(meta[n * K8 + 2 * b + 2]) | uint32_t(meta[n * K8 + 2 * b + 3]) << 8);
+        }
+        for (int h = 0; h < 2; ++h) {
+          __m256 rows[8];
+          for (int r = 0; r < 8; ++r) rows[r] = _mm256_loadu_ps(reinterpret_cast<const float*>(values + (n0 + 8 * h + r) * K2 + 8 * b));
+          float* v0 = reinterpret_cast<float*>(out + 64) + 8 * h;
+          float* v1 = reinterpret_cast<float*>(out + kBytes<W> + 64) + 8 * h;
+          float* const out8[8] = {v0, v0 + 16, v0 + 32, v0 + 48, v1, v1 + 16, v1 + 32, v1 + 48};
+          transpose8(rows, out8);
+        }
+        ++b, out += kBytes<W>;
+        continue;
+      }
+    }
     if constexpr (std::is_same_v<W, float>) {
       if (whole && n0 + 16 <= N) {  // two 8 x 8 transposes
         for (int h = 0; h < 2; ++h) {
           __m256 rows[8];
           for (int r = 0; r < 8; ++r) rows[r] = widen8(values + (n0 + 8 * h + r) * K2 + 8 * b);
-          transpose8(rows, vals + 8 * h, 16);
+          float* const out8[8] = {vals + 8 * h, vals + 8 * h + 16, vals + 8 * h + 32, vals + 8 * h + 48,
+                                  vals + 8 * h + 64, vals + 8 * h + 80, vals + 8 * h + 96, vals + 8 * h + 112};
+          transpose8(rows, out8);
         }
         continue;
       }
@@ -107,7 +140,7 @@ void pack_group(const V* values, const uint8_t* meta, int64_t N, int64_t K, int6
     for (int j = 0; j < 8; ++j)
       for (int r = 0; r < 16; ++r) {
         const int64_t n = n0 + r, i = 8 * b + j;
-        vals[16 * j + r] = n < N && i < K2 ? W(values[n * K2 + i]) : W(0.0f);
+        vals[slot<W>(j, r)] = n < N && i < K2 ? W(values[n * K2 + i]) : W(0.0f);
       }
   }
 }
@@ -117,6 +150,12 @@ void pack_group_as(const void* values, const uint8_t* meta, int64_t N, int64_t K
 }
 
 constexpr int kTileRows = 8;        // rows of x per tile
+// Chunks of kChunkGroups groups of 16 weight rows pass over spans of kSpanBlocks blocks of 16
+// columns (a tile's span of x: 32 KiB of f32, in L1; a chunk's span of f32 weights: 288 KiB, in
+// L2). Measured (session 23, Zen 5, prepacked, the three shapes, alternating): spans of 64 x 8
+// groups, 128 x 4 and whole rows x 1 group within the spread of each other for f32 at M = 16 and
+// 128; bf16 x at M = 128 13.7-14.3 ms against 15.2 for whole rows.
+constexpr int64_t kSpanBlocks = 64, kChunkGroups = 8;
 constexpr int64_t kAhead = 8192;    // bytes a prepacked weight is requested ahead
 
 // c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
@@ -137,8 +176,9 @@ __attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* 
     const W* vals = reinterpret_cast<const W*>(wp + 64);
     __m512i ix[8];
     __m512 v[8];
+    block_values(vals, v);
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) ix[j] = _mm512_srli_epi32(words, 4 * j), v[j] = widen16(vals + 16 * j);
+    for (int j = 0; j < 8; ++j) ix[j] = _mm512_srli_epi32(words, 4 * j);
 #pragma GCC unroll 8
     for (int m = 0; m < R; ++m) {
       const __m512 xm = _mm512_load_ps(xt + 16 * m);
@@ -177,47 +217,124 @@ template <class F> decltype(auto) with_value_type(DType vt, const F& f) {
   }
 }
 
-// Columns past this many blocks are packed and computed a span at a time, so a group's packed
-// blocks (36 KiB of f32 per 1024 columns) and the tiles' x stay in L2.
-constexpr int64_t kSpanBlocks = 256;
 
-template <class V>
-void linear_as(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const uint8_t* prepacked,
+#if defined(__AVX512BF16__)
+// bf16 x and bf16 values: vdpbf16ps on pairs. Per group of four columns, vpermw gives lane r the
+// pair (x[a], x[b]) of the two columns row r keeps, against the block's pair of values in lane r:
+// one permute per 32 kept multiply-adds (the f32 tile: per 16). x's tiles hold each block's 16
+// columns twice (words 0-15 and 16-31), so bit 4 of a vpermw index, left over from the next
+// nibble, picks the same column.
+template <int R, bool Stream>
+__attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const uint16_t* xt, float* c, int64_t ldc, int cols, bool first) {
+  constexpr int A = R <= 2 ? 2 : 1;
+  const __mmask16 mk = __mmask16((1u << cols) - 1);
+  __m512 acc[R][A];
+  for (int m = 0; m < R; ++m) {
+    acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
+    if constexpr (A == 2) acc[m][1] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b, wp += kBytes<bf16>, xt += kTileRows * 32) {
+    if constexpr (Stream)
+      for (int64_t l = 0; l < kBytes<bf16>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
+    const __m512i words = _mm512_load_si512(wp);
+    __m512i ix[4];
+    __m512bh pv[4];
+#pragma GCC unroll 4
+    for (int gg = 0; gg < 4; ++gg) {
+      const __m512i d = _mm512_srli_epi32(words, 8 * gg);  // nibbles 2gg, 2gg + 1 in bits 0-7
+      ix[gg] = _mm512_mask_blend_epi16(__mmask32(0xAAAAAAAAu), d, _mm512_slli_epi32(d, 12));  // into the low and high words
+      pv[gg] = (__m512bh)_mm512_load_si512(wp + 64 + 64 * gg);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < R; ++m) {
+      const __m512i xm = _mm512_load_si512(xt + 32 * m);
+#pragma GCC unroll 4
+      for (int gg = 0; gg < 4; ++gg)
+        acc[m][gg % A] = _mm512_dpbf16_ps(acc[m][gg % A], (__m512bh)_mm512_permutexvar_epi16(ix[gg], xm), pv[gg]);
+    }
+  }
+  for (int m = 0; m < R; ++m) {
+    __m512 s = acc[m][0];
+    if constexpr (A == 2) s = _mm512_add_ps(s, acc[m][1]);
+    _mm512_mask_storeu_ps(c + m * ldc, mk, s);
+  }
+}
+
+template <bool Stream>
+void pair_rows(int rows, const uint8_t* wp, int64_t nb, const uint16_t* xt, float* c, int64_t ldc, int cols, bool first) {
+  switch (rows) {
+    case 1: return tile_pairs<1, Stream>(wp, nb, xt, c, ldc, cols, first);
+    case 2: return tile_pairs<2, Stream>(wp, nb, xt, c, ldc, cols, first);
+    case 3: return tile_pairs<3, Stream>(wp, nb, xt, c, ldc, cols, first);
+    case 4: return tile_pairs<4, Stream>(wp, nb, xt, c, ldc, cols, first);
+    case 5: return tile_pairs<5, Stream>(wp, nb, xt, c, ldc, cols, first);
+    case 6: return tile_pairs<6, Stream>(wp, nb, xt, c, ldc, cols, first);
+    case 7: return tile_pairs<7, Stream>(wp, nb, xt, c, ldc, cols, first);
+    default: return tile_pairs<8, Stream>(wp, nb, xt, c, ldc, cols, first);
+  }
+}
+#endif
+
+// y = act(scale * (x W^T) + b) in tiles of 8 rows of x against groups of 16 weight rows; X is
+// float (the f32 tile) or uint16_t (bf16 x: the pairs tile, values bf16).
+template <class X, class V>
+void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const uint8_t* prepacked,
                const float* scales, const float* bias, Act act, float* y, int64_t N) {
+  constexpr bool pairs = std::is_same_v<X, uint16_t>;
+  using W = std::conditional_t<pairs, bf16, float>;  // the per-call packing's value type
+  constexpr int64_t XB = kTileRows * 16 * (pairs ? 2 : 1);  // x elements per tile and block
   const int64_t NB = blocks_of(K), T = (M + kTileRows - 1) / kTileRows, G = (N + 15) / 16;
-  // x as tiles of 8 rows, block-major (xt[t][b][8][16]); rows past M and columns past K zero.
-  Tensor xt_buf = Tensor::empty({T * NB * kTileRows * 16}, DType::f32);
-  float* xt = xt_buf.data<float>();
+  // x as tiles of 8 rows, block-major (xt[t][b][8][16], bf16 x each block's columns twice); rows
+  // past M and columns past K zero.
+  Tensor xt_buf = Tensor::empty({T * NB * XB}, pairs ? DType::bf16 : DType::f32);
+  X* xt = reinterpret_cast<X*>(xt_buf.data_ptr());
   parallel_for(0, T * NB, 64, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / NB, b = i % NB, k0 = 16 * b, kc = std::min<int64_t>(16, K - k0);
-      float* d = xt + i * kTileRows * 16;
+      X* d = xt + i * XB;
       for (int m = 0; m < kTileRows; ++m) {
-        const int64_t row = t * kTileRows + m;
-        if (row < M) std::memcpy(d + 16 * m, x + row * K + k0, size_t(kc) * 4);
-        if (row >= M || kc < 16) std::memset(d + 16 * m + (row < M ? kc : 0), 0, size_t(16 - (row < M ? kc : 0)) * 4);
+        const int64_t row = t * kTileRows + m, have = row < M ? kc : 0;
+        for (int h = 0; h < (pairs ? 2 : 1); ++h) {
+          X* o = d + (pairs ? 32 : 16) * m + 16 * h;
+          if (have) std::memcpy(o, x + row * K + k0, size_t(have) * sizeof(X));
+          std::memset(o + have, 0, size_t(16 - have) * sizeof(X));
+        }
       }
     }
   });
-  parallel_dynamic(0, G, [&](const auto& next) {
+  // Chunks of kChunkGroups groups, each pass over a span of kSpanBlocks blocks: a tile's span of
+  // x stays in L1 while the chunk's groups pass over it, and the chunk's span of weights in L2
+  // while the tiles pass over them.
+  const int64_t chunks = (G + kChunkGroups - 1) / kChunkGroups, span = prepacked ? kSpanBlocks : std::min(NB, kSpanBlocks);
+  parallel_dynamic(0, chunks, [&](const auto& next) {
     Tensor w_buf;
-    if (!prepacked) w_buf = Tensor::empty({std::min(NB, kSpanBlocks) * kBytes<float>}, DType::u8);
-    for (int64_t g; (g = next()) >= 0;) {
-      const int64_t n0 = 16 * g;
-      const int cols = int(std::min<int64_t>(16, N - n0));
-      for (int64_t b0 = 0; b0 < NB; b0 += prepacked ? NB : kSpanBlocks) {
-        const int64_t nb = std::min(NB - b0, prepacked ? NB : kSpanBlocks);
-        if (!prepacked) pack_group<V, float>(values, meta, N, K, n0, b0, b0 + nb, w_buf.data<uint8_t>());
+    if (!prepacked) w_buf = Tensor::empty({kChunkGroups * span * kBytes<W>}, DType::u8);
+    for (int64_t ch; (ch = next()) >= 0;) {
+      const int64_t g0 = ch * kChunkGroups, g1 = std::min(G, g0 + kChunkGroups);
+      for (int64_t b0 = 0; b0 < NB; b0 += span) {
+        const int64_t nb = std::min(NB - b0, span);
+        if (!prepacked)
+          for (int64_t g = g0; g < g1; ++g) pack_group<V, W>(values, meta, N, K, 16 * g, b0, b0 + nb, w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>);
         for (int64_t t = 0; t < T; ++t) {
           const int rows = int(std::min<int64_t>(kTileRows, M - t * kTileRows));
-          const float* xb = xt + (t * NB + b0) * kTileRows * 16;
-          float* c = y + t * kTileRows * N + n0;
-          if (prepacked) tile_rows<V, true>(rows, prepacked + g * NB * kBytes<V>, nb, xb, c, N, cols, true);
-          else tile_rows<float, false>(rows, w_buf.data<uint8_t>(), nb, xb, c, N, cols, b0 == 0);
+          const X* xb = xt + (t * NB + b0) * XB;
+          for (int64_t g = g0; g < g1; ++g) {
+            const int cols = int(std::min<int64_t>(16, N - 16 * g));
+            float* c = y + t * kTileRows * N + 16 * g;
+            const uint8_t* wp = prepacked ? prepacked + (g * NB + b0) * kBytes<V> : w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>;
+            if constexpr (pairs) {
+#if defined(__AVX512BF16__)
+              if (prepacked) pair_rows<true>(rows, wp, nb, xb, c, N, cols, b0 == 0);
+              else pair_rows<false>(rows, wp, nb, xb, c, N, cols, b0 == 0);
+#endif
+            } else if (prepacked) tile_rows<V, true>(rows, wp, nb, xb, c, N, cols, b0 == 0);
+            else tile_rows<float, false>(rows, wp, nb, xb, c, N, cols, b0 == 0);
+          }
         }
       }
+      const int64_t n0 = 16 * g0, n1 = std::min(N, 16 * g1);
       for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n0 + cols; ++n) y[m * N + n] = activate(y[m * N + n] * scales[n] + (bias ? bias[n] : 0.0f), act);
+        for (int64_t n = n0; n < n1; ++n) y[m * N + n] = activate(y[m * N + n] * scales[n] + (bias ? bias[n] : 0.0f), act);
     }
   });
 }
@@ -243,9 +360,17 @@ void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DT
   if (M == 0 || N == 0) return;
   with_value_type(vt, [&](auto v) {
     using V = decltype(v);
-    linear_as<V>(x, M, K, static_cast<const V*>(values), meta, prepacked, scales, bias, act, y, N);
+    linear_as<float, V>(x, M, K, static_cast<const V*>(values), meta, prepacked, scales, bias, act, y, N);
   });
 }
+
+#if defined(__AVX512BF16__)
+void tiles16_linear_bf16(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const uint8_t* prepacked,
+                         const float* scales, const float* bias, Act act, float* y, int64_t N) {
+  if (M == 0 || N == 0) return;
+  linear_as<uint16_t, bf16>(x, M, K, reinterpret_cast<const bf16*>(values), meta, prepacked, scales, bias, act, y, N);
+}
+#endif
 
 }  // namespace sinter::sparse
 
