@@ -97,25 +97,28 @@ double packed_value(const R& bytes, int64_t at, DType vt) {
 }
 
 #if defined(SINTER_TILES16)
-// Dense (N, K) of a prepacked weight in the AVX-512 layout, read plainly: groups of 16 rows, each
-// ceil(K / 16) blocks of 16 u32 index words (kept value j's block column in bits 4j..4j+3) and
-// 8 x 16 values (value j of row r at 16 j + r; bf16 as pairs, at 32 (j / 2) + 2 r + j % 2).
+// Dense (N, K) of a prepacked weight in the AVX-512 layout, read plainly: blocks of 16 rows x 16
+// columns, 16 u32 index words (kept value j's block column in bits 4j..4j+3) and 8 x 16 values
+// (value j of row r at 16 j + r; bf16 as pairs, at 32 (j / 2) + 2 r + j % 2); chunks of 8 groups of
+// 16 rows, then spans of 64 blocks, group, block.
 std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
   const int64_t N = scales.shape[0], NB = (K + 15) / 16, es = vt == DType::f32 ? 4 : vt == DType::bf16 ? 2 : 1, blk = 64 + 128 * es;
   std::vector<double> w(size_t(N * K), 0.0);
   int64_t at = 0;
-  for (int64_t n0 = 0; n0 < N; n0 += 16)
-    for (int64_t b = 0; b < NB; ++b, at += blk)
-      for (int64_t r = 0; r < 16 && n0 + r < N; ++r) {
-        const int64_t n = n0 + r;
-        uint32_t word = 0;
-        for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(packed.v[size_t(at + 4 * r + i)])) << (8 * i);
-        for (int j = 0; j < 8 && 16 * b + 4 * (j / 2) < K; ++j) {
-          const int64_t col = 16 * b + ((word >> (4 * j)) & 15);
-          const int64_t slot = vt == DType::bf16 ? 32 * (j / 2) + 2 * r + j % 2 : 16 * j + r;
-          w[size_t(n * K + col)] += packed_value(packed, at + 64 + slot * es, vt) * scales.v[size_t(n)];
-        }
-      }
+  for (int64_t c0 = 0; c0 < N; c0 += 128)
+    for (int64_t s0 = 0; s0 < NB; s0 += 64)
+      for (int64_t n0 = c0; n0 < std::min(N, c0 + 128); n0 += 16)
+        for (int64_t b = s0; b < std::min(NB, s0 + 64); ++b, at += blk)
+          for (int64_t r = 0; r < 16 && n0 + r < N; ++r) {
+            const int64_t n = n0 + r;
+            uint32_t word = 0;
+            for (int i = 0; i < 4; ++i) word |= uint32_t(uint8_t(packed.v[size_t(at + 4 * r + i)])) << (8 * i);
+            for (int j = 0; j < 8 && 16 * b + 4 * (j / 2) < K; ++j) {
+              const int64_t col = 16 * b + ((word >> (4 * j)) & 15);
+              const int64_t slot = vt == DType::bf16 ? 32 * (j / 2) + 2 * r + j % 2 : 16 * j + r;
+              w[size_t(n * K + col)] += packed_value(packed, at + 64 + slot * es, vt) * scales.v[size_t(n)];
+            }
+          }
   return w;
 }
 #else
@@ -215,7 +218,8 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         prepacked_case({1, 32}, 3, DType::i8, DType::f32, false),             // M = 1 and M = 40 (linear() takes
         prepacked_case({40, 72}, 20, DType::f32, DType::f32, true),           //   other kernels there; the op runs them all)
         prepacked_case({0, 16}, 4, DType::f32, DType::f32, true),             // no rows
-        prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true)};         // a model's K
+        prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true),          // a model's K
+        prepacked_case({20, 1064}, 150, DType::bf16, DType::bf16, true)};     // AVX-512: two chunks and two spans of blocks, bf16 pairs
   };
   lp.ref = [](const std::vector<R>& in, const Attrs& a) {
     return std::vector<R>{linear_ref(in[0], dense_of_prepacked(in[1], in[2], a.i("cols"), a.dtype("values")), in[2].shape[0],

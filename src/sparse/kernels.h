@@ -64,9 +64,10 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
 //   N % 8 == 0 and K % 32 == 0.
 // - AVX-512 (SINTER_TILES16): blocks of 16 weight rows x 16 columns: 16 u32 index words (row r's
 //   block column of kept value j in bits 4j..4j+3), then the 8 kept values of each row (value j of
-//   row r at 16 j + r); groups of 16 rows, each a run of ceil(K / 16) blocks. Rows and columns are
-//   padded to 16 with zero values: 0.25 bytes a kept value more than values + meta (the index
-//   words are twice the meta): 6% more for f32 values, 11% bf16, 20% int8.
+//   row r at 16 j + r; bf16 values as the pairs vdpbf16ps takes: the two of group j / 2 side by
+//   side in lane r); chunks of 8 groups of 16 rows, then spans of 64 blocks, group, block. Rows
+//   and columns are padded to 16 with zero values: 0.25 bytes a kept value more than values +
+//   meta (the index words are twice the meta): 6% more for f32 values, 11% bf16, 20% int8.
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,

@@ -38,8 +38,9 @@ namespace {
 // column (0..15) of its kept value j in bits 4j..4j+3 (vpermps reads bits 0-3 of each lane, so a
 // shift by 4j makes the word value j's index); then the 8 kept values of each row, of type W:
 // value j of row r at 16 j + r (f32, i8), or for bf16 as the pairs vdpbf16ps takes, the two
-// values of group j / 2 side by side in lane r (at 32 (j / 2) + 2 r + j % 2). Groups of 16 rows,
-// each a run of ceil(K / 16) blocks.
+// values of group j / 2 side by side in lane r (at 32 (j / 2) + 2 r + j % 2). A prepacked weight
+// holds ceil(K / 16) blocks for each group of 16 rows, in the order the tiles read them
+// (prepacked_at).
 template <class W> constexpr int64_t kBytes = 64 + 128 * int64_t(sizeof(W));
 template <class W> constexpr int64_t slot(int j, int r) { return std::is_same_v<W, bf16> ? 32 * (j / 2) + 2 * r + j % 2 : 16 * j + r; }
 
@@ -156,6 +157,13 @@ constexpr int kTileRows = 8;        // rows of x per tile
 // groups, 128 x 4 and whole rows x 1 group within the spread of each other for f32 at M = 16 and
 // 128; bf16 x at M = 128 13.7-14.3 ms against 15.2 for whole rows.
 constexpr int64_t kSpanBlocks = 64, kChunkGroups = 8;
+
+// Blocks [b0, b0 + kSpanBlocks) of group g in a prepacked weight: stored in the order the tiles
+// read them (chunk, span, group, block), so the requests kAhead bytes ahead fetch what comes next.
+template <class W> int64_t prepacked_at(int64_t G, int64_t NB, int64_t g, int64_t b0) {
+  const int64_t ch = g / kChunkGroups, groups = std::min(kChunkGroups, G - ch * kChunkGroups), nb = std::min(kSpanBlocks, NB - b0);
+  return (ch * kChunkGroups * NB + b0 * groups + (g - ch * kChunkGroups) * nb) * kBytes<W>;
+}
 constexpr int64_t kAhead = 8192;    // bytes a prepacked weight is requested ahead
 
 // c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
@@ -305,7 +313,7 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
   // Chunks of kChunkGroups groups, each pass over a span of kSpanBlocks blocks: a tile's span of
   // x stays in L1 while the chunk's groups pass over it, and the chunk's span of weights in L2
   // while the tiles pass over them.
-  const int64_t chunks = (G + kChunkGroups - 1) / kChunkGroups, span = prepacked ? kSpanBlocks : std::min(NB, kSpanBlocks);
+  const int64_t chunks = (G + kChunkGroups - 1) / kChunkGroups, span = std::min(NB, kSpanBlocks);
   parallel_dynamic(0, chunks, [&](const auto& next) {
     Tensor w_buf;
     if (!prepacked) w_buf = Tensor::empty({kChunkGroups * span * kBytes<W>}, DType::u8);
@@ -321,7 +329,7 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
           for (int64_t g = g0; g < g1; ++g) {
             const int cols = int(std::min<int64_t>(16, N - 16 * g));
             float* c = y + t * kTileRows * N + 16 * g;
-            const uint8_t* wp = prepacked ? prepacked + (g * NB + b0) * kBytes<V> : w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>;
+            const uint8_t* wp = prepacked ? prepacked + prepacked_at<V>(G, NB, g, b0) : w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>;
             if constexpr (pairs) {
 #if defined(__AVX512BF16__)
               if (prepacked) pair_rows<true>(rows, wp, nb, xb, c, N, cols, b0 == 0);
@@ -348,9 +356,11 @@ int64_t tiles16_bytes(DType vt, int64_t N, int64_t K) {
 void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
   with_value_type(vt, [&](auto v) {
     using V = decltype(v);
-    const int64_t NB = blocks_of(K);
-    parallel_for(0, (N + 15) / 16, 4, [&](int64_t g0, int64_t g1) {
-      for (int64_t g = g0; g < g1; ++g) pack_group_as<V, V>(values, meta, N, K, 16 * g, 0, NB, out + g * NB * kBytes<V>);
+    const int64_t NB = blocks_of(K), G = (N + 15) / 16;
+    parallel_for(0, G, 4, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g)
+        for (int64_t b0 = 0; b0 < NB; b0 += kSpanBlocks)
+          pack_group_as<V, V>(values, meta, N, K, 16 * g, b0, std::min(NB, b0 + kSpanBlocks), out + prepacked_at<V>(G, NB, g, b0));
     });
   });
 }
