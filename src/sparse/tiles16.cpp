@@ -150,7 +150,7 @@ void pack_group_as(const void* values, const uint8_t* meta, int64_t N, int64_t K
   pack_group<V, W>(static_cast<const V*>(values), meta, N, K, n0, b0, b1, out);
 }
 
-constexpr int kTileRows = 8;        // rows of x per tile
+constexpr int kPairTileRows = 16;   // rows of x per tile of the pairs kernel
 // Chunks of kChunkGroups groups of 16 weight rows pass over spans of kSpanBlocks blocks of 16
 // columns (a tile's span of x: 32 KiB of f32, in L1; a chunk's span of f32 weights: 288 KiB, in
 // L2). Measured (session 23, Zen 5, prepacked, the three shapes, alternating): spans of 64 x 8
@@ -168,8 +168,27 @@ constexpr int64_t kAhead = 8192;    // bytes a prepacked weight is requested ahe
 
 // c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
 // its 8 rows, xt: block-major, 8 x 16 floats a block) times one group's nb blocks.
+// f(std::integral_constant<int, r>) for r in 1..16: a row count as a template argument.
+template <class F> SINTER_INLINE void with_rows(int r, const F& f) {
+  switch (r) {
+#define SINTER_ROWS_CASE(n) \
+  case n: return f(std::integral_constant<int, n>{});
+    SINTER_ROWS_CASE(1) SINTER_ROWS_CASE(2) SINTER_ROWS_CASE(3) SINTER_ROWS_CASE(4) SINTER_ROWS_CASE(5) SINTER_ROWS_CASE(6)
+    SINTER_ROWS_CASE(7) SINTER_ROWS_CASE(8) SINTER_ROWS_CASE(9) SINTER_ROWS_CASE(10) SINTER_ROWS_CASE(11) SINTER_ROWS_CASE(12)
+    SINTER_ROWS_CASE(13) SINTER_ROWS_CASE(14) SINTER_ROWS_CASE(15)
+#undef SINTER_ROWS_CASE
+    default: return f(std::integral_constant<int, 16>{});
+  }
+}
+
+// Rows of x per tile: 16 where the values can be read by the FMAs from memory (f32: 16 sums and
+// 8 index registers), 8 where they are widened into registers first (8 sums, 8 index and 8 value
+// registers); bf16 x (the pairs tile): 16 sums, 4 index and 4 pair registers.
+template <class W> constexpr int kTileRowsOf = std::is_same_v<W, float> ? 16 : 8;
+
 template <int R, class W, bool Stream>
 __attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* xt, float* c, int64_t ldc, int cols, bool first) {
+  constexpr int TR = kTileRowsOf<W>;
   constexpr int A = R <= 2 ? 2 : 1;  // sums per row: one or two rows alone would wait on the FMA latency
   const __mmask16 mk = __mmask16((1u << cols) - 1);
   __m512 acc[R][A];
@@ -177,21 +196,26 @@ __attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* 
     acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
     if constexpr (A == 2) acc[m][1] = _mm512_setzero_ps();
   }
-  for (int64_t b = 0; b < nb; ++b, wp += kBytes<W>, xt += kTileRows * 16) {
+  for (int64_t b = 0; b < nb; ++b, wp += kBytes<W>, xt += TR * 16) {
     if constexpr (Stream)
       for (int64_t l = 0; l < kBytes<W>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
     const __m512i words = _mm512_load_si512(wp);
     const W* vals = reinterpret_cast<const W*>(wp + 64);
     __m512i ix[8];
     __m512 v[8];
-    block_values(vals, v);
+    if constexpr (!std::is_same_v<W, float>) block_values(vals, v);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) ix[j] = _mm512_srli_epi32(words, 4 * j);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int m = 0; m < R; ++m) {
       const __m512 xm = _mm512_load_ps(xt + 16 * m);
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) acc[m][j % A] = _mm512_fmadd_ps(v[j], _mm512_permutexvar_ps(ix[j], xm), acc[m][j % A]);
+      for (int j = 0; j < 8; ++j) {
+        __m512 vj;
+        if constexpr (std::is_same_v<W, float>) vj = _mm512_load_ps(reinterpret_cast<const float*>(vals) + 16 * j);  // an FMA operand
+        else vj = v[j];
+        acc[m][j % A] = _mm512_fmadd_ps(vj, _mm512_permutexvar_ps(ix[j], xm), acc[m][j % A]);
+      }
     }
   }
   for (int m = 0; m < R; ++m) {
@@ -203,16 +227,7 @@ __attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* 
 
 template <class W, bool Stream>
 void tile_rows(int rows, const uint8_t* wp, int64_t nb, const float* xt, float* c, int64_t ldc, int cols, bool first) {
-  switch (rows) {
-    case 1: return tile<1, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 2: return tile<2, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 3: return tile<3, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 4: return tile<4, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 5: return tile<5, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 6: return tile<6, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 7: return tile<7, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-    default: return tile<8, W, Stream>(wp, nb, xt, c, ldc, cols, first);
-  }
+  with_rows(std::min(rows, kTileRowsOf<W>), [&](auto R) { tile<R, W, Stream>(wp, nb, xt, c, ldc, cols, first); });
 }
 
 // f(V{}) for the value dtypes (f32, bf16, i8).
@@ -241,7 +256,7 @@ __attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const u
     acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
     if constexpr (A == 2) acc[m][1] = _mm512_setzero_ps();
   }
-  for (int64_t b = 0; b < nb; ++b, wp += kBytes<bf16>, xt += kTileRows * 32) {
+  for (int64_t b = 0; b < nb; ++b, wp += kBytes<bf16>, xt += kPairTileRows * 32) {
     if constexpr (Stream)
       for (int64_t l = 0; l < kBytes<bf16>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
     const __m512i words = _mm512_load_si512(wp);
@@ -253,7 +268,7 @@ __attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const u
       ix[gg] = _mm512_mask_blend_epi16(__mmask32(0xAAAAAAAAu), d, _mm512_slli_epi32(d, 12));  // into the low and high words
       pv[gg] = (__m512bh)_mm512_load_si512(wp + 64 + 64 * gg);
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int m = 0; m < R; ++m) {
       const __m512i xm = _mm512_load_si512(xt + 32 * m);
 #pragma GCC unroll 4
@@ -270,16 +285,7 @@ __attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const u
 
 template <bool Stream>
 void pair_rows(int rows, const uint8_t* wp, int64_t nb, const uint16_t* xt, float* c, int64_t ldc, int cols, bool first) {
-  switch (rows) {
-    case 1: return tile_pairs<1, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 2: return tile_pairs<2, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 3: return tile_pairs<3, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 4: return tile_pairs<4, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 5: return tile_pairs<5, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 6: return tile_pairs<6, Stream>(wp, nb, xt, c, ldc, cols, first);
-    case 7: return tile_pairs<7, Stream>(wp, nb, xt, c, ldc, cols, first);
-    default: return tile_pairs<8, Stream>(wp, nb, xt, c, ldc, cols, first);
-  }
+  with_rows(rows, [&](auto R) { tile_pairs<R, Stream>(wp, nb, xt, c, ldc, cols, first); });
 }
 #endif
 
@@ -290,8 +296,9 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
                const float* scales, const float* bias, Act act, float* y, int64_t N) {
   constexpr bool pairs = std::is_same_v<X, uint16_t>;
   using W = std::conditional_t<pairs, bf16, float>;  // the per-call packing's value type
-  constexpr int64_t XB = kTileRows * 16 * (pairs ? 2 : 1);  // x elements per tile and block
-  const int64_t NB = blocks_of(K), T = (M + kTileRows - 1) / kTileRows, G = (N + 15) / 16;
+  const int TR = pairs ? kPairTileRows : prepacked ? kTileRowsOf<V> : kTileRowsOf<float>;
+  const int64_t XB = TR * 16 * (pairs ? 2 : 1);  // x elements per tile and block
+  const int64_t NB = blocks_of(K), T = (M + TR - 1) / TR, G = (N + 15) / 16;
   // x as tiles of 8 rows, block-major (xt[t][b][8][16], bf16 x each block's columns twice); rows
   // past M and columns past K zero.
   Tensor xt_buf = Tensor::empty({T * NB * XB}, pairs ? DType::bf16 : DType::f32);
@@ -300,8 +307,8 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / NB, b = i % NB, k0 = 16 * b, kc = std::min<int64_t>(16, K - k0);
       X* d = xt + i * XB;
-      for (int m = 0; m < kTileRows; ++m) {
-        const int64_t row = t * kTileRows + m, have = row < M ? kc : 0;
+      for (int m = 0; m < TR; ++m) {
+        const int64_t row = t * TR + m, have = row < M ? kc : 0;
         for (int h = 0; h < (pairs ? 2 : 1); ++h) {
           X* o = d + (pairs ? 32 : 16) * m + 16 * h;
           if (have) std::memcpy(o, x + row * K + k0, size_t(have) * sizeof(X));
@@ -324,11 +331,11 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
         if (!prepacked)
           for (int64_t g = g0; g < g1; ++g) pack_group<V, W>(values, meta, N, K, 16 * g, b0, b0 + nb, w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>);
         for (int64_t t = 0; t < T; ++t) {
-          const int rows = int(std::min<int64_t>(kTileRows, M - t * kTileRows));
+          const int rows = int(std::min<int64_t>(TR, M - t * TR));
           const X* xb = xt + (t * NB + b0) * XB;
           for (int64_t g = g0; g < g1; ++g) {
             const int cols = int(std::min<int64_t>(16, N - 16 * g));
-            float* c = y + t * kTileRows * N + 16 * g;
+            float* c = y + t * TR * N + 16 * g;
             const uint8_t* wp = prepacked ? prepacked + prepacked_at<V>(G, NB, g, b0) : w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>;
             if constexpr (pairs) {
 #if defined(__AVX512BF16__)
