@@ -7,7 +7,7 @@
 //   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
 //   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
 //   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
-//   s.prepack();                                      // faster at 2 <= M <= 40: the weights again, in the kernels' layout
+//   s.prepack();                                      // faster at 2 <= M <= 40 (AVX-512: 128): the weights again, in the kernels' layout
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,8 +27,9 @@ struct SemiStructuredSparse {
   Tensor values, meta, scales;
   SemiStructuredSparse() = default;
   SemiStructuredSparse(Tensor v, Tensor m, Tensor s) : values(std::move(v)), meta(std::move(m)), scales(std::move(s)) {}
-  // prepack(): the weights again in the layout the kernels for 2 <= M <= 40 read (8-row tiles, the
-  // values' dtype; as many bytes as values + meta), so such a call streams them once instead of
+  // prepack(): the weights again in the layout the kernels for 2 <= M <= 40 read (AVX2: 8-row
+  // tiles, as many bytes as values + meta; AVX-512: 16-row tiles for 2 <= M <= 128, 6-20% more;
+  // in the values' dtype), so such a call streams them once instead of
   // repacking them first (as oneDNN's prepacked dense weights); int8 values use it at M = 1 too
   // (prepacked_serves below). linear() uses it when no gradient is needed and values and meta are
   // still the ones it was made from (an in-place change, as fine-tuning makes, or new tensors in
@@ -67,8 +68,9 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
 Tensor prune_2_4(const Tensor& w);
 Tensor mask_2_4(const Tensor& w);
 
-// Whether linear() reads a prepacked weight of these values for M rows of x (2 <= M <= 40, and
-// M = 1 for i8 values, on AVX2 CPUs; the other sizes run kernels faster from values + meta).
+// Whether linear() reads a prepacked weight of these values for M rows of x (2 <= M <= 40 with
+// AVX2, 2 <= M <= 128 with AVX-512, and M = 1 for i8 values; the other sizes run kernels faster
+// from values + meta).
 bool prepacked_serves(DType values, int64_t M);
 
 // y = act(x w^T + b) with a 2:4 weight (N, K); x (..., K) f32 or bf16, y in x's dtype. activation:
