@@ -1,15 +1,17 @@
-// The 2:4 tile kernel for AVX-512 (kernels.h, tiles16_*): vectors run over 16 weight rows, and for
-// each 16 columns of a row of x one vpermps per kept value gives every lane (weight row) its kept
-// column of x. Built only with AVX-512 (the AVX2 kernels in kernels.cpp serve the rest).
+// The 2:4 tile kernels for AVX-512 (kernels.h, tiles16_*): vectors run over 16 weight rows, and
+// for each 16 columns of a row of x one vpermps per kept value gives every lane (weight row) its
+// kept column of x; for bf16 x with bf16 values one vpermw per pair of kept values feeds vdpbf16ps.
+// Built only with AVX-512 (the AVX2 kernels in kernels.cpp serve the rest).
 //
 // Why this shape on Zen 5, where a zmm FMA runs at the rate of a ymm one (session 23, 2 threads,
-// 4096 x 11008, prepacked, alternating in one process against the AVX2 8-row tiles): M = 16
-// 3.2 against 5.3 ms, M = 32 7.2 against 10.0, M = 64 11.4 against 14.4 (the K-major kernel).
+// 4096 x 11008, prepacked, alternating in one process): M = 16 3.2 ms against 5.3 for the AVX2
+// 8-row tiles, M = 32 5.7 against 10.0, M = 64 12.0 against 14.4 for the K-major kernel.
 // - Selection by vpermps over the 16 columns, not vpermilps over four broadcast ones: per row of x
 //   and block, one load of x and 8 permutes feed 8 FMAs, where the in-lane form needs one
-//   broadcast (a load and a shuffle) per two (1.3 against 1.0 FMAs a cycle in a scratch loop).
-// - x packed per tile of 8 rows, block-major: 8 rows of x read in place are 16 KiB apart for
-//   K = 4096, one set of L1, and thrashed it (M = 16: 8.3 against 5.2 ms packed).
+//   broadcast (a load and a shuffle) per two (61-63% against 47-53% of the FMA peak in a scratch
+//   loop).
+// - x packed per tile of rows, block-major: 8 rows of x read in place are 16 KiB apart for
+//   K = 4096, one set of L1, and thrashed it (M = 16: 7.0 against 5.2 ms packed).
 // - A prepacked weight is requested 8 KiB ahead, every line of a block: at 2 KiB the stream
 //   stalled on memory (M = 8 / 16: 2.3 / 3.2 ms at 8 KiB, 3.0 / 4.2 at 2 KiB, 3.9 / 4.8 at 1 KiB).
 #include "sparse/kernels.h"
@@ -167,7 +169,7 @@ template <class W> int64_t prepacked_at(int64_t G, int64_t NB, int64_t g, int64_
 constexpr int64_t kAhead = 8192;    // bytes a prepacked weight is requested ahead
 
 // c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
-// its 8 rows, xt: block-major, 8 x 16 floats a block) times one group's nb blocks.
+// its TR rows, xt: block-major, TR x 16 floats a block) times one group's nb blocks.
 // f(std::integral_constant<int, r>) for r in 1..16: a row count as a template argument.
 template <class F> SINTER_INLINE void with_rows(int r, const F& f) {
   switch (r) {
@@ -289,7 +291,7 @@ void pair_rows(int rows, const uint8_t* wp, int64_t nb, const uint16_t* xt, floa
 }
 #endif
 
-// y = act(scale * (x W^T) + b) in tiles of 8 rows of x against groups of 16 weight rows; X is
+// y = act(scale * (x W^T) + b) in tiles of 8 or 16 rows of x against groups of 16 weight rows; X is
 // float (the f32 tile) or uint16_t (bf16 x: the pairs tile, values bf16).
 template <class X, class V>
 void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const uint8_t* prepacked,
@@ -299,8 +301,8 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
   const int TR = pairs ? kPairTileRows : prepacked ? kTileRowsOf<V> : kTileRowsOf<float>;
   const int64_t XB = TR * 16 * (pairs ? 2 : 1);  // x elements per tile and block
   const int64_t NB = blocks_of(K), T = (M + TR - 1) / TR, G = (N + 15) / 16;
-  // x as tiles of 8 rows, block-major (xt[t][b][8][16], bf16 x each block's columns twice); rows
-  // past M and columns past K zero.
+  // x as tiles of TR rows, block-major (xt[t][b][TR][16], bf16 x each block's columns twice);
+  // rows past M and columns past K zero.
   Tensor xt_buf = Tensor::empty({T * NB * XB}, pairs ? DType::bf16 : DType::f32);
   X* xt = reinterpret_cast<X*>(xt_buf.data_ptr());
   parallel_for(0, T * NB, 64, [&](int64_t i0, int64_t i1) {
