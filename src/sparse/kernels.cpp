@@ -1128,23 +1128,25 @@ template <class F> static decltype(auto) with_packed_type(DType vt, const char* 
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
 #if defined(SINTER_TILES16)
   return tiles16_bytes(vt, N, K);
-#endif
+#else
   return with_packed_type(vt, "prepack", [&](auto v) { return (N + 7) / 8 * ((K + 31) / 32) * kBlockBytes<decltype(v)>; });
+#endif
 }
 
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
 #if defined(SINTER_TILES16)
-  return tiles16_prepack(values, vt, meta, N, K, out);
-#endif
+  tiles16_prepack(values, vt, meta, N, K, out);
+#else
   with_packed_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
+#endif
 }
 
 void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
                           const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
 #if defined(SINTER_TILES16)
-  return tiles16_linear(x, M, K, nullptr, vt, nullptr, packed, scales, bias, act, y, N);
-#endif
+  tiles16_linear(x, M, K, nullptr, vt, nullptr, packed, scales, bias, act, y, N);
+#else
   with_packed_type(vt, "sparse24_linear_prepacked", [&](auto v) {
     using V = decltype(v);
 #if defined(__AVX2__)
@@ -1153,6 +1155,7 @@ void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* p
     prepacked_rows<V>(x, M, K, packed, scales, bias, act, y, N);
 #endif
   });
+#endif
 }
 
 void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,

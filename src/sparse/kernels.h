@@ -31,7 +31,8 @@ template <class T> inline T activate(T v, Act a) {
 // kSmallM < M < kKMajorM: the tiles. With AVX2, vectors over 8 weight rows, x's kept columns
 // picked per lane by an in-lane permute indexed by the meta nibbles; with AVX-512 (tiles16.cpp),
 // vectors over 16 weight rows and one vpermps per kept value over 16 columns of x. Weights are
-// repacked per call and reused for every 8-row tile of x (a prepacked weight, below, skips that);
+// repacked per call and reused for every tile of 8 (or 16) rows of x (a prepacked weight, below,
+// skips that);
 // M >= kKMajorM: K-major, x as column-major panels of 64 (AVX2) or 128 rows (AVX-512), each kept
 // value broadcast against its column of x (picked by address: the load ports, not the shuffle
 // pipe), the weights packed a block of a chunk of rows at a time as f32.

@@ -168,8 +168,6 @@ template <class W> int64_t prepacked_at(int64_t G, int64_t NB, int64_t g, int64_
 }
 constexpr int64_t kAhead = 8192;    // bytes a prepacked weight is requested ahead
 
-// c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
-// its TR rows, xt: block-major, TR x 16 floats a block) times one group's nb blocks.
 // f(std::integral_constant<int, r>) for r in 1..16: a row count as a template argument.
 template <class F> SINTER_INLINE void with_rows(int r, const F& f) {
   switch (r) {
@@ -183,21 +181,36 @@ template <class F> SINTER_INLINE void with_rows(int r, const F& f) {
   }
 }
 
+// A tile's sums: R rows, A chains each, started from c (or zero) and stored back to c, its first
+// `cols` columns (mask mk).
+template <int R, int A> SINTER_INLINE void start_sums(__m512 (&acc)[R][A], const float* c, int64_t ldc, __mmask16 mk, bool first) {
+  for (int m = 0; m < R; ++m) {
+    acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
+    for (int a = 1; a < A; ++a) acc[m][a] = _mm512_setzero_ps();
+  }
+}
+template <int R, int A> SINTER_INLINE void store_sums(const __m512 (&acc)[R][A], float* c, int64_t ldc, __mmask16 mk) {
+  for (int m = 0; m < R; ++m) {
+    __m512 s = acc[m][0];
+    for (int a = 1; a < A; ++a) s = _mm512_add_ps(s, acc[m][a]);
+    _mm512_mask_storeu_ps(c + m * ldc, mk, s);
+  }
+}
+
 // Rows of x per tile: 16 where the values can be read by the FMAs from memory (f32: 16 sums and
 // 8 index registers), 8 where they are widened into registers first (8 sums, 8 index and 8 value
 // registers); bf16 x (the pairs tile): 16 sums, 4 index and 4 pair registers.
 template <class W> constexpr int kTileRowsOf = std::is_same_v<W, float> ? 16 : 8;
 
+// c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
+// its TR rows, xt: block-major, TR x 16 floats a block) times one group's nb blocks.
 template <int R, class W, bool Stream>
 __attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* xt, float* c, int64_t ldc, int cols, bool first) {
   constexpr int TR = kTileRowsOf<W>;
   constexpr int A = R <= 2 ? 2 : 1;  // sums per row: one or two rows alone would wait on the FMA latency
   const __mmask16 mk = __mmask16((1u << cols) - 1);
   __m512 acc[R][A];
-  for (int m = 0; m < R; ++m) {
-    acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
-    if constexpr (A == 2) acc[m][1] = _mm512_setzero_ps();
-  }
+  start_sums(acc, c, ldc, mk, first);
   for (int64_t b = 0; b < nb; ++b, wp += kBytes<W>, xt += TR * 16) {
     if constexpr (Stream)
       for (int64_t l = 0; l < kBytes<W>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
@@ -220,11 +233,7 @@ __attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* 
       }
     }
   }
-  for (int m = 0; m < R; ++m) {
-    __m512 s = acc[m][0];
-    if constexpr (A == 2) s = _mm512_add_ps(s, acc[m][1]);
-    _mm512_mask_storeu_ps(c + m * ldc, mk, s);
-  }
+  store_sums(acc, c, ldc, mk);
 }
 
 template <class W, bool Stream>
@@ -254,10 +263,7 @@ __attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const u
   constexpr int A = R <= 2 ? 2 : 1;
   const __mmask16 mk = __mmask16((1u << cols) - 1);
   __m512 acc[R][A];
-  for (int m = 0; m < R; ++m) {
-    acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
-    if constexpr (A == 2) acc[m][1] = _mm512_setzero_ps();
-  }
+  start_sums(acc, c, ldc, mk, first);
   for (int64_t b = 0; b < nb; ++b, wp += kBytes<bf16>, xt += kPairTileRows * 32) {
     if constexpr (Stream)
       for (int64_t l = 0; l < kBytes<bf16>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
@@ -278,11 +284,7 @@ __attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const u
         acc[m][gg % A] = _mm512_dpbf16_ps(acc[m][gg % A], (__m512bh)_mm512_permutexvar_epi16(ix[gg], xm), pv[gg]);
     }
   }
-  for (int m = 0; m < R; ++m) {
-    __m512 s = acc[m][0];
-    if constexpr (A == 2) s = _mm512_add_ps(s, acc[m][1]);
-    _mm512_mask_storeu_ps(c + m * ldc, mk, s);
-  }
+  store_sums(acc, c, ldc, mk);
 }
 
 template <bool Stream>
