@@ -43,6 +43,28 @@ TEST(Sparse24, RejectsWhatIsNotTwoFour) {
   EXPECT_TRUE(test::throws_naming("prune_2_4", [] { prune_2_4(zeros({3, 6})); }));
 }
 
+TEST(Sparse24, LinearNamesTheOpForEveryMalformedCall) {
+  manual_seed(2);
+  const SemiStructuredSparse s = to_sparse_semi_structured(pruned(16, 64));
+  const auto with = [&](Tensor v, Tensor m, Tensor sc) { return SemiStructuredSparse{std::move(v), std::move(m), std::move(sc)}; };
+  const char* op = "sparse24_linear";
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 60}), s); }));                        // x's K
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), s, randn({15})); }));           // bias
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), s, {}, "tanhh"); }));            // activation
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randint(0, 3, {3, 64}), s); }));                 // x's dtype
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), with(s.values, s.meta.slice(1, 0, 4).contiguous(), s.scales)); }));
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), with(s.values, s.meta, s.scales.slice(0, 0, 8).contiguous())); }));
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), with(s.values.reshape({-1}), s.meta, s.scales)); }));
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), with(s.values.to(DType::i32), s.meta, s.scales)); }));
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), with(s.values, s.meta.to(DType::i32), s.scales)); }));
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), SemiStructuredSparse{}); }));
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), with(s.values, Tensor{}, s.scales)); }));
+  SemiStructuredSparse p = s;  // a prepacked weight whose meta was replaced by a malformed one
+  p.prepack();
+  p.meta = s.meta.slice(1, 0, 4).contiguous();
+  EXPECT_TRUE(test::throws_naming(op, [&] { linear(randn({3, 64}), p); }));
+}
+
 TEST(Sparse24, PruneKeepsTheTwoLargestOfEachFour) {
   Tensor w = tensor<float>({0.1f, -3.0f, 2.0f, 0.5f, 1.0f, 1.0f, 1.0f, -1.0f}).reshape({1, 8});
   EXPECT_TRUE(test::all_close(prune_2_4(w), std::vector<double>{0, -3, 2, 0, 1, 1, 0, 0}, 0, 0));

@@ -353,17 +353,20 @@ static Tensor activate(const Tensor& y, const std::string& activation) {
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, const std::string& activation) {
   static const OpDef& op = get_op("sparse24_linear");
   sparse::parse_activation(activation);
+  SINTER_CHECK(w.defined() && w.meta.defined() && w.scales.defined(), "[sparse24_linear] the 2:4 weight has no ",
+               !w.defined() ? "values" : !w.meta.defined() ? "meta" : "scales");
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
-  const int64_t M = w.cols() ? x.numel() / w.cols() : 0;
-  const bool plain_x = x.dim() >= 1 && x.size(-1) == w.cols() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16);
+  const int64_t K = w.values.dim() == 2 ? w.cols() : 0;  // 0: a malformed weight, which the op's checks name
+  const int64_t M = K ? x.numel() / K : 0;
+  const bool plain_x = K && x.dim() >= 1 && x.size(-1) == K && (x.dtype() == DType::f32 || x.dtype() == DType::bf16);
   const bool pairs = sparse::pairs_serve(x.dtype(), w.dtype(), M) && sparse::pairs_beat_prepacked(M);  // bf16 pairs beat the tiles there
   if (!grads && plain_x && w.packed_current() && sparse::prepacked_serves(w.dtype(), M) && !pairs) {  // else the op's checks speak
     static const OpDef& pre = get_op("sparse24_linear_prepacked");
     std::vector<Tensor> pin{x, w.packed, w.scales};
     if (b.defined()) pin.push_back(b);
-    return call1(pre, pin, {{"activation", activation}, {"cols", w.cols()}, {"values", w.dtype()}});
+    return call1(pre, pin, {{"activation", activation}, {"cols", K}, {"values", w.dtype()}});
   }
   if (activation == "none" || !grads) return call1(op, in, {{"activation", activation}});
   return activate(call1(op, in, {{"activation", std::string("none")}}), activation);  // differentiable: the activation as its own op
