@@ -146,11 +146,11 @@ void suite_sparse(const Options& o, Report& r) {
       sparse.sparsify(vt);
       const auto sl = sparse.block_linears(), dl = dense.block_linears();
       int64_t sparse_bytes = 0, dense_bytes = 0;
-      bool small = false;  // layers nn::Linear computes from a dense copy (in cache, where 2:4 loses)
+      bool small = false;  // layers computed from a dense copy (in cache, where 2:4 loses)
       for (size_t i = 0; i < sl.size(); ++i) {
         dl[i]->weight.detach().copy_(sl[i]->sparse.to_dense().to(DType::f32));
         sparse_bytes += sl[i]->sparse.nbytes(), dense_bytes += dl[i]->weight.numel() * (vt == DType::bf16 ? 2 : 4);
-        small = small || sl[i]->sparse_is_small();
+        small = small || sparse_runs_densely(sl[i]->sparse, DType::f32);
       }
       sparse.eval(), dense.eval();
       if (vt == DType::bf16) sparse.to(DType::bf16), dense.to(DType::bf16);

@@ -123,7 +123,7 @@ TEST(Tensor, FactoriesMakeWhatTheySay) {
   EXPECT_EQ(linspace(0, 1, 5).to_vector<float>(), (std::vector<float>{0, 0.25, 0.5, 0.75, 1}));
   EXPECT_EQ(eye(2, 3).to_vector<float>(), (std::vector<float>{1, 0, 0, 0, 1, 0}));
   EXPECT_TRUE(throws_naming("arange", [] { arange(0, 1, 0); }));
-  EXPECT_TRUE(throws_naming("empty", [] { zeros({-1}); }));
+  EXPECT_TRUE(throws_naming("full", [] { zeros({-1}); }));
 }
 
 TEST(Tensor, RandomValuesDoNotDependOnThreadCount) {

@@ -255,7 +255,7 @@ TEST(Optim, ScheduleAndClipping) {
   EXPECT_DOUBLE_EQ(optim::warmup_cosine(100, 10, 100, 1.0, 0.1), 0.1);
   Tensor a = ones({4}).requires_grad_();
   sum(a * 3.0).backward();  // grad 3 everywhere: norm 6
-  EXPECT_NEAR(optim::clip_grad_norm({a}, 1.5), 6.0, 1e-9);
+  EXPECT_NEAR(optim::clip_grad_norm({a}, 1.5).item<double>(), 6.0, 1e-9);
   EXPECT_NEAR(std::sqrt(sum(a.grad() * a.grad()).item<float>()), 1.5, 1e-5);
 }
 

@@ -269,6 +269,7 @@ void add_more_specs(std::map<std::string, Spec>& m);
 void add_backward_specs(std::map<std::string, Spec>& m);
 void add_sparse_specs(std::map<std::string, Spec>& m);
 void add_dist_specs(std::map<std::string, Spec>& m);
+void add_state_specs(std::map<std::string, Spec>& m);  // op_specs_state.cpp
 
 const std::map<std::string, Spec>& op_specs() {
   static const std::map<std::string, Spec> specs = [] {
@@ -476,6 +477,7 @@ const std::map<std::string, Spec>& op_specs() {
     add_backward_specs(m);
     add_sparse_specs(m);
     add_dist_specs(m);
+    add_state_specs(m);
     return m;
   }();
   return specs;

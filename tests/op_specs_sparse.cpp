@@ -72,17 +72,18 @@ Case linear_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::
   Tensor scales = vt == DType::i8 ? mul(rand_scales(N), 1.0 / 127) : rand_scales(N);
   std::vector<Tensor> in{x, rand_values(N, K, vt), rand_meta(N, K), scales};
   if (bias) in.push_back(rn({N}, xt));
-  return {in, {{"activation", act}}};
+  // dense_copy off: these small layers would otherwise run densely; the cases exercise the 2:4 kernels.
+  return {in, {{"activation", act}, {"bias", bias}, {"packed", false}, {"dense_copy", false}}};
 }
 
-// The prepacked form of a random weight: inputs x, packed, scales[, bias]; attrs cols, values.
+// The same with the weight's prepacked copy as the last input (the kernel reads it where it serves).
 Case prepacked_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::string& act = "none") {
   Case c = linear_case(std::move(xs), N, vt, xt, bias, act);
   SemiStructuredSparse s{c.in[1], c.in[2], c.in[3]};
   s.prepack();
-  std::vector<Tensor> in{c.in[0], s.packed, s.scales};
-  if (bias) in.push_back(c.in[4]);
-  return {in, {{"activation", act}, {"cols", s.cols()}, {"values", vt}}};
+  c.in.push_back(s.packed);
+  c.attrs.set("packed", true);
+  return c;
 }
 
 // Kept value j (of 16) of row r in a block of the documented tile layout (sparse/kernels.h), from
@@ -181,11 +182,30 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({6, 4104}, 70, DType::i8, DType::f32, false),
         linear_case({33, 4104}, 70, DType::f32, DType::f32, true, "relu"),  // AVX-512: tiles over two spans of columns
         linear_case({95, 136}, 37, DType::bf16, DType::f32, true),        // AVX-512: the last M in tiles, 12 tiles
-        linear_case({100, 200}, 37, DType::i8, DType::f32, false, "relu")};  // AVX-512: K-major, one panel of 7 registers
+        linear_case({100, 200}, 37, DType::i8, DType::f32, false, "relu"),  // AVX-512: K-major, one panel of 7 registers
+        // Prepacked weights, where the kernel reads them (2 <= M <= 40, or 128 with AVX-512; M = 1 for int8)
+        prepacked_case({2, 64}, 7, DType::f32, DType::f32, true),             // a partial group of rows
+        prepacked_case({5, 24}, 70, DType::f32, DType::f32, false, "silu"),   // a block of 3 meta bytes; two chunks
+        prepacked_case({2, 3, 40}, 9, DType::bf16, DType::f32, true),         // (B, T, K) input; bf16 values
+        prepacked_case({9, 296}, 13, DType::i8, DType::f32, true, "relu"),    // two column blocks, the last of 2 blocks (1 partial)
+        prepacked_case({16, 520}, 136, DType::f32, DType::f32, true),         // three chunks, the last a group of 8
+        prepacked_case({32, 264}, 64, DType::bf16, DType::f32, false, "gelu"),  // four full tiles, a whole chunk
+        prepacked_case({17, 1032}, 70, DType::i8, DType::f32, true),          // three tiles; five column blocks
+        prepacked_case({3, 48}, 6, DType::f32, DType::bf16, true),            // bf16 activations
+        prepacked_case({1, 32}, 3, DType::i8, DType::f32, false),             // int8 at M = 1
+        prepacked_case({40, 72}, 20, DType::f32, DType::f32, true),
+        prepacked_case({0, 16}, 4, DType::f32, DType::f32, true),             // no rows
+        prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true),          // a model's K
+        prepacked_case({20, 1064}, 150, DType::bf16, DType::bf16, true)};     // AVX-512: two chunks and two spans of blocks, bf16 pairs
   };
+  // With a prepacked copy the reference reads the weight from that copy's layout, plainly: a
+  // layout that disagrees with values + meta fails whichever of the two the kernel read.
   li.ref = [](const std::vector<R>& in, const Attrs& a) {
-    return std::vector<R>{linear_ref(in[0], dense_ref(in[1], in[2], in[3]), in[1].shape[0], in.size() == 5 ? &in[4] : nullptr,
-                                     a.str("activation"))};
+    const int64_t N = in[1].shape[0], K = in[1].shape[1] * 2;
+    const bool bias = a.b("bias");
+    const std::vector<double> w =
+        a.b("packed") ? dense_of_prepacked(in[4 + bias], in[3], K, in[1].dtype) : dense_ref(in[1], in[2], in[3]);
+    return std::vector<R>{linear_ref(in[0], w, N, bias ? &in[4] : nullptr, a.str("activation"))};
   };
   li.bad = [] {
     Case wrong_k = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
@@ -196,53 +216,20 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
     wrong_bias.in[4] = rn({4});
     Case wrong_act = linear_case({2, 16}, 3, DType::f32, DType::f32, false, "tanh");
     Case mixed = linear_case({2, 16}, 3, DType::f32, DType::f64, false);
-    Case odd_k{{rn({2, 12}), rn({3, 6}), Tensor::empty({3, 1}, DType::u8), rand_scales(3)}, {{"activation", std::string("none")}}};
-    return std::vector<Case>{wrong_k, wrong_meta, wrong_bias, wrong_act, mixed, odd_k};
+    Case odd_k{{rn({2, 12}), rn({3, 6}), Tensor::empty({3, 1}, DType::u8), rand_scales(3)},
+               {{"activation", std::string("none")}, {"bias", false}, {"packed", false}}};
+    Case missing_bias = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
+    missing_bias.attrs.set("bias", true);
+    Case short_packed = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);
+    short_packed.in[4] = short_packed.in[4].narrow(0, 0, 100).contiguous();
+    Case no_attrs = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
+    no_attrs.attrs = {};
+    return std::vector<Case>{wrong_k, wrong_meta, wrong_bias, wrong_act, mixed, odd_k, missing_bias, short_packed, no_attrs};
   };
   li.grad_cases = [] {  // f64 x, values and bias; meta and the f32 scales are constants
     return std::vector<Case>{linear_case({2, 16}, 3, DType::f64, DType::f64, true), linear_case({1, 2, 8}, 2, DType::f64, DType::f64, false)};
   };
   m["sparse24_linear"] = li;
-
-  Spec lp;
-  lp.cases = [] {
-    return std::vector<Case>{
-        prepacked_case({2, 64}, 7, DType::f32, DType::f32, true),             // a partial group of rows
-        prepacked_case({5, 24}, 70, DType::f32, DType::f32, false, "silu"),   // a block of 3 meta bytes; two chunks
-        prepacked_case({2, 3, 40}, 9, DType::bf16, DType::f32, true),         // (B, T, K) input; bf16 values
-        prepacked_case({9, 296}, 13, DType::i8, DType::f32, true, "relu"),    // two column blocks, the last of 2 blocks (1 partial)
-        prepacked_case({16, 520}, 136, DType::f32, DType::f32, true),         // three chunks, the last a group of 8
-        prepacked_case({32, 264}, 64, DType::bf16, DType::f32, false, "gelu"),  // four full tiles, a whole chunk
-        prepacked_case({17, 1032}, 70, DType::i8, DType::f32, true),          // three tiles; five column blocks
-        prepacked_case({3, 48}, 6, DType::f32, DType::bf16, true),            // bf16 activations
-        prepacked_case({1, 32}, 3, DType::i8, DType::f32, false),             // M = 1 and M = 40 (linear() takes
-        prepacked_case({40, 72}, 20, DType::f32, DType::f32, true),           //   other kernels there; the op runs them all)
-        prepacked_case({0, 16}, 4, DType::f32, DType::f32, true),             // no rows
-        prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true),          // a model's K
-        prepacked_case({20, 1064}, 150, DType::bf16, DType::bf16, true)};     // AVX-512: two chunks and two spans of blocks, bf16 pairs
-  };
-  lp.ref = [](const std::vector<R>& in, const Attrs& a) {
-    return std::vector<R>{linear_ref(in[0], dense_of_prepacked(in[1], in[2], a.i("cols"), a.dtype("values")), in[2].shape[0],
-                                     in.size() == 4 ? &in[3] : nullptr, a.str("activation"))};
-  };
-  lp.bad = [] {
-    Case wrong_k = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false);
-    wrong_k.in[0] = rn({2, 24});
-    Case short_packed = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);
-    short_packed.in[1] = short_packed.in[1].narrow(0, 0, 100).contiguous();
-    Case other_dtype = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);  // f32 bytes read as int8 values
-    other_dtype.attrs.set("values", DType::i8);
-    Case f64_values = prepacked_case({2, 64}, 9, DType::f32, DType::f32, false);
-    f64_values.attrs.set("values", DType::f64);
-    Case wrong_bias = prepacked_case({2, 16}, 3, DType::f32, DType::f32, true);
-    wrong_bias.in[3] = rn({4});
-    Case wrong_act = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false, "tanh");
-    Case odd_cols = prepacked_case({2, 16}, 3, DType::f32, DType::f32, false);
-    odd_cols.attrs.set("cols", int64_t(12));
-    odd_cols.in[0] = rn({2, 12});
-    return std::vector<Case>{wrong_k, short_packed, other_dtype, f64_values, wrong_bias, wrong_act, odd_cols};
-  };
-  m["sparse24_linear_prepacked"] = lp;
 
   Spec td;
   td.cases = [] {

@@ -241,31 +241,37 @@ TEST(Sparse24, GradientsMatchTheDenseComputationOnTheKeptEntries) {
   EXPECT_TRUE(test::all_close(grad_as_sparse.to_dense(), gd[1] * ne(w, zeros({})).to(DType::f32), 1e-5, 1e-5));
 }
 
-TEST(Sparse24, SmallLinearLayersComputeDenselyAndFollowTheirValues) {
-  // nn::Linear runs a 2:4 layer of at most kSmallSparseBytes densely (a copy without gradients,
-  // to_dense with them): it must compute what the 2:4 kernel computes, follow in-place changes
-  // and loaded values, give the kernel's gradients, and stay within its budget.
+TEST(Sparse24, SmallLayersComputeDenselyAndFollowTheirValues) {
+  // The sparse24_linear kernel runs a 2:4 layer of at most kSmallLayerBytes densely from a cached
+  // copy: it must compute what the dense matrix computes, follow in-place changes and loaded
+  // values, give the op's gradients, and stay within its budget.
   manual_seed(6);
-  const int64_t before = nn::Linear::sparse_dense_copy_bytes();
+  using sparse::kDenseCopyBudget;
+  using sparse::kSmallLayerBytes;
+  const int64_t before = sparse_dense_copy_bytes();
+  auto dense_ref = [](const Tensor& x, const nn::Linear& l) {
+    return linear(x, l.sparse.to_dense().to(x.dtype()), l.bias.defined() ? l.bias.to(x.dtype()) : Tensor());
+  };
   for (DType vt : {DType::f32, DType::i8, DType::bf16}) {
     SCOPED_TRACE(dtype_name(vt));
     nn::Linear l(128, 96);
     l.sparsify(vt);
+    EXPECT_TRUE(sparse_runs_densely(l.sparse, DType::f32));
     Tensor x = randn({3, 5, 128});
     NoGradGuard g;
     Tensor y1 = l.forward(x);
-    EXPECT_TRUE(test::all_close(y1, linear(x, l.sparse, l.bias), 1e-5, 1e-5));
-    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    EXPECT_TRUE(test::all_close(y1, dense_ref(x, l), 1e-5, 1e-5));
+    EXPECT_EQ(sparse_dense_copy_bytes(), before + 96 * 128 * 4);
     l.sparse.scales.mul_(-2.0);  // in place: the copy is remade
-    EXPECT_TRUE(test::all_close(l.forward(x), linear(x, l.sparse, l.bias), 1e-5, 1e-5));
+    EXPECT_TRUE(test::all_close(l.forward(x), dense_ref(x, l), 1e-5, 1e-5));
     EXPECT_TRUE(test::all_close(l.forward(x), y1 * -2.0 + l.bias * 3.0, 1e-4, 1e-4));
     nn::Linear other(128, 96);
     other.sparsify(vt);
     l.load_state_dict(other.state_dict());
-    EXPECT_TRUE(test::all_close(l.forward(x), linear(x, other.sparse, other.bias), 1e-5, 1e-5));
+    EXPECT_TRUE(test::all_close(l.forward(x), dense_ref(x, other), 1e-5, 1e-5));
   }
-  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);  // released with their layers
-  for (DType vt : {DType::bf16, DType::i8}) {  // bf16 inputs (a model moved to bf16): a bf16 dense copy
+  EXPECT_EQ(sparse_dense_copy_bytes(), before);  // released with their weights
+  for (DType vt : {DType::bf16, DType::i8}) {  // bf16 inputs (a model moved to bf16): the f32 copy, x widened
     SCOPED_TRACE(std::string("bf16 inputs, values ") + dtype_name(vt));
     nn::Linear l(128, 96);
     l.sparsify(vt);
@@ -274,53 +280,57 @@ TEST(Sparse24, SmallLinearLayersComputeDenselyAndFollowTheirValues) {
     NoGradGuard g;
     Tensor y = l.forward(x);
     EXPECT_EQ(y.dtype(), DType::bf16);
-    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 2);
-    EXPECT_TRUE(test::all_close(y.to(DType::f32), linear(x, l.sparse, l.bias).to(DType::f32), 1e-2, 1e-2));
+    EXPECT_EQ(sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    EXPECT_TRUE(test::all_close(y.to(DType::f32), dense_ref(x, l).to(DType::f32), 1e-2, 1e-2));
     l.sparse.scales.mul_(-2.0);  // in place: the copy is remade
-    EXPECT_TRUE(test::all_close(l.forward(x).to(DType::f32), linear(x, l.sparse, l.bias).to(DType::f32), 1e-2, 1e-2));
     EXPECT_TRUE(test::all_close(l.forward(x).to(DType::f32), (y.to(DType::f32) * -2.0 + l.bias.to(DType::f32) * 3.0), 3e-2, 3e-2));
   }
-  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
-  {  // a layer run in f32, then moved to bf16: its copy follows, and so does the budget
+  EXPECT_EQ(sparse_dense_copy_bytes(), before);
+  {  // a layer run in f32, then moved to bf16: its copy follows
     nn::Linear l(128, 96);
     l.sparsify();
     NoGradGuard g;
     Tensor x = randn({2, 128});
     (void)l.forward(x);
-    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    EXPECT_EQ(sparse_dense_copy_bytes(), before + 96 * 128 * 4);
     l.to(DType::bf16);
     Tensor xb = x.to(DType::bf16);
-    EXPECT_TRUE(test::all_close(l.forward(xb).to(DType::f32), linear(xb, l.sparse, l.bias).to(DType::f32), 1e-2, 1e-2));
-    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before + 96 * 128 * 2);
+    EXPECT_TRUE(test::all_close(l.forward(xb).to(DType::f32), dense_ref(xb, l).to(DType::f32), 1e-2, 1e-2));
+    EXPECT_EQ(sparse_dense_copy_bytes(), before + 96 * 128 * 4);
   }
-  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
-  {  // gradients through the dense form: those of the 2:4 op
+  EXPECT_EQ(sparse_dense_copy_bytes(), before);
+  {  // gradients through the dense form: those of the dense product, restricted to the kept entries
     nn::Linear l(64, 40);
     l.sparsify();
     Tensor x = randn({7, 64}).requires_grad_(), g = randn({7, 40});
+    Tensor w = l.sparse.to_dense().detach().requires_grad_();
     auto gl = autograd::grad({sum(l.forward(x) * g)}, {x, l.sparse.values, l.bias});
-    auto gk = autograd::grad({sum(linear(x, l.sparse, l.bias) * g)}, {x, l.sparse.values, l.bias});
-    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(test::all_close(gl[i], gk[i], 1e-5, 1e-5)) << i;
+    auto gd = autograd::grad({sum(linear(x, w, l.bias) * g)}, {x, w, l.bias});
+    EXPECT_TRUE(test::all_close(gl[0], gd[0], 1e-5, 1e-5));
+    SemiStructuredSparse kept{gl[1], l.sparse.meta, l.sparse.scales};
+    EXPECT_TRUE(test::all_close(kept.to_dense(), gd[1] * ne(w, zeros({})).to(DType::f32), 1e-5, 1e-5));
+    EXPECT_TRUE(test::all_close(gl[2], gd[2], 1e-5, 1e-5));
   }
   {  // larger layers run the 2:4 kernels, and the copies stop at the budget
     NoGradGuard g;
     nn::Linear big(256, 512);
     big.sparsify();
+    EXPECT_FALSE(sparse_runs_densely(big.sparse, DType::f32));
     Tensor x = randn({2, 256});
-    EXPECT_TRUE(test::all_close(big.forward(x), linear(x, big.sparse, big.bias), 1e-6, 1e-6));
-    EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
-    const int64_t n = nn::Linear::kSparseDenseCopyBudget / nn::Linear::kSmallSparseBytes + 3;
+    EXPECT_TRUE(test::all_close(big.forward(x), dense_ref(x, big), 1e-5, 1e-5));
+    EXPECT_EQ(sparse_dense_copy_bytes(), before);
+    const int64_t n = kDenseCopyBudget / kSmallLayerBytes + 3;
     std::vector<std::shared_ptr<nn::Linear>> layers;
     Tensor xs = randn({2, 128});
     for (int64_t i = 0; i < n; ++i) {
-      layers.push_back(std::make_shared<nn::Linear>(128, 512));  // exactly kSmallSparseBytes dense
+      layers.push_back(std::make_shared<nn::Linear>(128, 512));  // exactly kSmallLayerBytes dense
       layers.back()->sparsify();
-      EXPECT_TRUE(test::all_close(layers.back()->forward(xs), linear(xs, layers.back()->sparse, layers.back()->bias), 1e-5, 1e-5));
+      EXPECT_TRUE(test::all_close(layers.back()->forward(xs), dense_ref(xs, *layers.back()), 1e-5, 1e-5));
     }
-    EXPECT_LE(nn::Linear::sparse_dense_copy_bytes(), nn::Linear::kSparseDenseCopyBudget);
-    EXPECT_GE(nn::Linear::sparse_dense_copy_bytes(), nn::Linear::kSparseDenseCopyBudget - nn::Linear::kSmallSparseBytes);
+    EXPECT_LE(sparse_dense_copy_bytes(), kDenseCopyBudget);
+    EXPECT_GE(sparse_dense_copy_bytes(), kDenseCopyBudget - kSmallLayerBytes);
   }
-  EXPECT_EQ(nn::Linear::sparse_dense_copy_bytes(), before);
+  EXPECT_EQ(sparse_dense_copy_bytes(), before);
 }
 
 }  // namespace

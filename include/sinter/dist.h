@@ -259,8 +259,9 @@ FSDPStats fsdp_stats();
 std::optional<DTensor> parameter_layout(const Tensor& param);
 // The whole parameter on every rank (collective over its layout's mesh); `param` itself if plain.
 Tensor full_parameter(const Tensor& param);
-// Gradient clipping over a parallelised model: the global norm counts every element once.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// Gradient clipping over a parallelised model: the global norm (returned, 0-d f64) counts every
+// element once.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 // ---- Sharded checkpoints ----
 // <dir>/<stem>-GEN.shard-RRRRR-of-WWWWW.safetensors per rank (the pieces it owns: one copy of each

@@ -25,11 +25,13 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
 // softmax(q k^T * scale + mask) v with PyTorch's semantics. q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D);
 // attn_mask bool (true = keep) or additive, broadcastable to (B, Hq, Lq, Lkv); causal masks align
 // to the bottom right when Lq != Lkv (a decode step attends to the whole cache). sliding_window > 0
-// (causal only) lets each query see only its last `sliding_window` keys, itself included.
+// (causal only) lets each query see only its last `sliding_window` keys, itself included. kv_len
+// (an i64 0-d tensor) says only the first kv_len keys exist: a KV cache of fixed size filled that
+// far (the causal alignment then uses kv_len). One op ("sdpa"): its kernel picks the backend.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
                                     double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = {},
                                     bool enable_gqa = false, SDPABackend backend = SDPABackend::automatic,
-                                    int64_t sliding_window = 0);
+                                    int64_t sliding_window = 0, const Tensor& kv_len = {});
 
 namespace nn {
 
@@ -101,7 +103,7 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out, bool bias = true);
   Tensor forward(const Tensor& x) const {
     if (parallel_style) return parallel_style->forward(*this, x);
-    return sparse.defined() ? sparse_forward(x) : linear(x, weight, bias);
+    return sparse.defined() ? linear(x, sparse, bias) : linear(x, weight, bias);
   }
   // Prunes the weight to 2:4 (magnitude, per group of four inputs) and keeps it packed: the state
   // dict then holds weight_values (a parameter when float: fine-tuning keeps the pattern),
@@ -109,25 +111,6 @@ class Linear : public Module {
   void sparsify(DType values_dtype = DType::f32);
   Tensor weight, bias;
   SemiStructuredSparse sparse;  // defined after sparsify()
-
-  // A 2:4 layer this small (its dense f32 weight, bytes) computes densely with f32 or bf16
-  // inputs: it lives in cache, where the 2:4 kernels' index decoding costs more than the bytes
-  // they save (measured 0.42-1.02x the dense kernel at M = 1 ... 2048 up to 256 KiB, BENCHMARKS.md).
-  // Without gradients it multiplies by a dense copy in the inputs' dtype, made once and remade
-  // when the values, meta, scales or that dtype change (all such copies together are capped at
-  // kSparseDenseCopyBudget bytes: past it, a model is too big to stay in cache and the 2:4
-  // kernels win); with gradients and f32 inputs by sparse.to_dense(), whose backward keeps the
-  // pattern (bf16 inputs with gradients run the 2:4 kernels). linear(x, layer.sparse,
-  // layer.bias) always runs the 2:4 kernels.
-  static constexpr int64_t kSmallSparseBytes = int64_t(256) << 10;
-  static constexpr int64_t kSparseDenseCopyBudget = int64_t(16) << 20;
-  static int64_t sparse_dense_copy_bytes();  // held by all such copies now
-  bool sparse_is_small() const;  // 2:4 and at most kSmallSparseBytes of dense f32 weight
-
- private:
-  Tensor sparse_forward(const Tensor& x) const;
-  struct DenseCopy;
-  std::shared_ptr<DenseCopy> dense_copy_;
 };
 
 class Embedding : public Module {

@@ -1,8 +1,12 @@
 #pragma once
-// The op table. Every op is defined once: a schema (name, arity), `infer` (output shapes and
-// dtypes from input metadata alone, so ops run on symbolic tensors), a CPU kernel (or a view
-// function for ops that alias their input), and a backward written with public ops.
-// User-defined ops register into the same table with sinter::register_op.
+// The op table: the one door to every kernel. Every op is defined once: a schema (name, arity,
+// which inputs it writes in place, whether its output needs the inputs' data to be known),
+// `infer` (output shapes and dtypes from input metadata alone, so ops run on symbolic tensors), a
+// view function for ops whose outputs alias input 0, a backward written with public ops, and one
+// kernel per device type, registered by the kernel folders (src/cpu/, ...). `call()` checks,
+// infers, looks the kernel up by (op, device) and attaches autograd. User-defined ops register into
+// the same table with sinter::register_op and sinter::register_kernel.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -21,8 +25,9 @@ struct TensorMeta {
   Device device;
 };
 
-using AttrValue = std::variant<int64_t, double, bool, Shape, DType, std::string>;
+using AttrValue = std::variant<int64_t, double, bool, Shape, DType, std::string, Device>;
 
+// An op call's attributes, in the order they were set. Equal attrs hash equal (for CSE and cache keys).
 class Attrs {
  public:
   Attrs() = default;
@@ -34,8 +39,13 @@ class Attrs {
   const Shape& ints(std::string_view name) const { return get<Shape>(name); }
   DType dtype(std::string_view name) const { return get<DType>(name); }
   const std::string& str(std::string_view name) const { return get<std::string>(name); }
+  Device device(std::string_view name) const { return get<Device>(name); }
+  int64_t i_or(std::string_view name, int64_t fallback) const { return has(name) ? i(name) : fallback; }
+  bool b_or(std::string_view name, bool fallback) const { return has(name) ? b(name) : fallback; }
   void set(std::string name, AttrValue v);
   const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+  bool operator==(const Attrs& o) const { return items_ == o.items_; }
+  uint64_t hash() const;
 
  private:
   const AttrValue* find(std::string_view name) const {
@@ -61,32 +71,75 @@ struct BackwardCtx {
 };
 
 using InferFn = std::function<std::vector<TensorMeta>(std::span<const TensorMeta>, const Attrs&)>;
+// Fills `out`: fresh contiguous tensors allocated from `infer`, or for an op that mutates its
+// inputs, those inputs themselves (then out[k] is input k of the op's `mutates` bits, in order).
 using KernelFn = std::function<void(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&)>;
 using ViewFn = std::function<std::vector<Tensor>(std::span<const Tensor> in, const Attrs&)>;
 using BackwardFn = std::function<std::vector<Tensor>(BackwardCtx&)>;
 
 struct OpDef {
   std::string name;
-  int num_inputs = 1;        // -1: variadic, at least one
+  int num_inputs = 1;        // -1: variadic (at least one unless min_inputs says otherwise)
+  int min_inputs = 1;        // for variadic ops
   int num_outputs = 1;
   InferFn infer;
-  KernelFn cpu;              // fills outputs allocated (contiguous) from `infer`
-  ViewFn view;               // instead of `cpu` for ops whose outputs alias input 0
+  ViewFn view;               // for ops whose outputs alias input 0 (no kernel: works on any device)
   BackwardFn backward;       // null: not differentiable
   uint32_t save_inputs = ~0u;  // bit i: input i is needed by backward
   uint32_t save_outputs = 0;   // bit i: output i is needed by backward
-  bool random = false;       // draws from the Philox generator
+  // Bit i: the op writes input i in place; its outputs are those inputs, in order (add_, fill_,
+  // the optimizer updates). Refused on tensors that require grad while grad mode is on.
+  uint32_t mutates = 0;
+  // The output's values (or shape) need the inputs' data (item, nonzero): a trace cannot see
+  // past it, so a compiled function breaks its graph here.
+  bool data_dependent = false;
+  bool random = false;       // draws from the Philox generator (attrs seed and counter)
   bool fusable = false;      // elementwise: code generation may fuse it
+  // Factories (no inputs) take their device from the attribute "device" (default: the CPU).
+  std::array<KernelFn, kNumDeviceTypes> kernels;  // by DeviceType; set with register_kernel
 };
 
 const OpDef& register_op(OpDef def);          // throws if the name is taken
+// Sets the kernel of an op for a device type (replacing one registered before).
+void register_kernel(std::string_view op, DeviceType device, KernelFn kernel);
 const OpDef* find_op(std::string_view name);  // null if absent
 const OpDef& get_op(std::string_view name);   // throws naming the op if absent
 std::vector<const OpDef*> all_ops();          // sorted by name
 
-// Runs an op: checks arity, infers outputs, runs the kernel (or only infers, for symbolic
-// inputs), and attaches the backward node when grad mode is on and an input requires grad.
+// Runs an op: checks arity and devices, infers outputs, runs the device's kernel (or only infers,
+// for symbolic inputs or while tracing), and attaches the backward node when grad mode is on and
+// an input requires grad.
 std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs = {});
+inline Tensor call1(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
+  return call(op, std::move(inputs), attrs)[0];
+}
+
+// Watching op calls. While an observer is installed on a thread, every op call made at the top
+// level (not from inside another op's kernel) is reported to it. A tracing observer turns
+// execution symbolic: kernels do not run, outputs are symbolic tensors, and tensors with data that
+// the calls read (parameters, buffers) are only read by reference, never written.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual bool tracing() const { return false; }
+  // Before inference and the kernel. A tracer may refuse the call (a data-dependent op) by throwing.
+  virtual void before(const OpDef&, std::span<const Tensor> /*inputs*/, const Attrs&) {}
+  virtual void after(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
+                     std::span<const Tensor> outputs) = 0;
+};
+class ObserveScope {
+ public:
+  explicit ObserveScope(OpObserver* observer);
+  ~ObserveScope();
+  ObserveScope(const ObserveScope&) = delete;
+  ObserveScope& operator=(const ObserveScope&) = delete;
+ private:
+  OpObserver* prev_;
+};
+OpObserver* current_observer();
+bool tracing();  // a tracing observer is installed on this thread
+// How deep in op calls this thread is: 0 at the top level, 1 inside a kernel, and so on.
+int op_call_depth();
 
 // Op profiling: while on, every call's kernel time is summed per op (calls made by backward
 // functions included); the table lists ops by total time. Also switched on by SINTER_PROFILE=1,
@@ -103,8 +156,5 @@ class ProfileScope {
  private:
   const std::string* prev_;
 };
-inline Tensor call1(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs = {}) {
-  return call(op, std::move(inputs), attrs)[0];
-}
 
 }  // namespace sinter

@@ -80,6 +80,8 @@ Tensor min(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor sum_to(const Tensor& x, const Shape& shape);  // reverses broadcasting
+// The sum of the squares of every element of every tensor, in f64 (0-d): squared global norms.
+Tensor sum_squares(const std::vector<Tensor>& xs);
 
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

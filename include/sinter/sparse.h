@@ -68,14 +68,28 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
 Tensor prune_2_4(const Tensor& w);
 Tensor mask_2_4(const Tensor& w);
 
-// Whether linear() reads a prepacked weight of these values for M rows of x (2 <= M <= 40 with
-// AVX2, 2 <= M <= 128 with AVX-512, and M = 1 for i8 values; the other sizes run kernels faster
-// from values + meta).
+// Whether the 2:4 kernels read a prepacked weight of these values for M rows of x (2 <= M <= 40
+// with AVX2, 2 <= M <= 128 with AVX-512, and M = 1 for i8 values; the other sizes run kernels
+// faster from values + meta).
 bool prepacked_serves(DType values, int64_t M);
+// Whether a prepacked copy of w would be read by linear(x, w) with M rows of x of dtype x: the
+// kernel choice of the op itself (small layers run densely from a cached dense copy, and never
+// read it).
+bool prepack_helps(const SemiStructuredSparse& w, DType x, int64_t M);
+// The kernel linear(x, w) runs for M rows of x of dtype x ("streaming", "16-row tiles", "dense copy
+// (oneDNN)", ...), and whether that is the dense copy of a small layer.
+std::string sparse_kernel_for(const SemiStructuredSparse& w, DType x, int64_t M);
+bool sparse_runs_densely(const SemiStructuredSparse& w, DType x);
+// Bytes held by the dense copies of small 2:4 layers (a layer whose dense f32 weight is at most
+// 256 KiB computes densely with f32 or bf16 inputs: it lives in cache, where the 2:4 kernels'
+// index decoding costs more than the bytes they save; all copies together stay within 16 MiB).
+int64_t sparse_dense_copy_bytes();
 
 // y = act(x w^T + b) with a 2:4 weight (N, K); x (..., K) f32 or bf16, y in x's dtype. activation:
 // "none", "relu", "silu" or "gelu" (erf), applied in the kernel's epilogue. Differentiable in x,
-// b and the weight's values (the gradient of the kept entries only: the pattern stays).
+// b and the weight's values (the gradient of the kept entries only: the pattern stays). One op
+// (sparse24_linear) whose kernel chooses how to compute it: by the rows of x, the CPU, the
+// dtypes, whether w.prepack() made a current copy, and the layer's size.
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b = {}, const std::string& activation = "none");
 
 }  // namespace sinter

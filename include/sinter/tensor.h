@@ -1,6 +1,7 @@
 #pragma once
-// Tensor: a ref-counted handle to a strided view of a Storage. A tensor with no storage is
-// *symbolic*: it has shape, dtype and device but no data, and ops on it only infer their outputs.
+// Tensor: a ref-counted handle to a strided view of a Storage. A tensor whose storage holds no
+// bytes is *symbolic*: it has shape, dtype, device and layout but no data, and ops on it only
+// infer their outputs.
 #include <algorithm>
 #include <compare>
 #include <cstddef>
@@ -135,7 +136,11 @@ class Shape {
 };
 std::ostream& operator<<(std::ostream& os, const Shape& s);  // prints "(2, 3, 4)"
 
-enum class DeviceType : uint8_t { cpu, cuda };
+// Where a tensor's bytes live. Kernels are looked up by (op, device type) in the op table;
+// `external` is the slot for a backend registered from outside the library (PyTorch's
+// PrivateUse1): it gets an allocator and kernels like any other device.
+enum class DeviceType : uint8_t { cpu, cuda, external };
+inline constexpr int kNumDeviceTypes = 3;
 struct Device {
   DeviceType type = DeviceType::cpu;
   int index = 0;
@@ -143,13 +148,26 @@ struct Device {
 };
 std::ostream& operator<<(std::ostream& os, Device d);
 
-// 64-byte aligned bytes with a version counter shared by every view (bumped by in-place ops).
+// Device memory: each device type has one allocator (the CPU's is built in; others register
+// theirs). Blocks are 64-byte aligned.
+struct Allocator {
+  std::function<void*(int64_t nbytes, int index)> alloc;
+  std::function<void(void* p, int64_t nbytes, int index)> free;
+};
+void register_allocator(DeviceType type, Allocator a);
+bool has_allocator(DeviceType type);
+
+// Bytes with a version counter shared by every view (bumped by in-place ops).
+// A symbolic tensor's storage holds no bytes (data is null) but still gives identity: its views
+// and detached copies share it, and a lazy trace that computes the value attaches the bytes here.
 struct Storage {
   void* data = nullptr;
   int64_t nbytes = 0;
   uint64_t version = 0;
+  Device device;
+  bool symbolic = false;
   std::function<void(void*)> deleter;  // null: not owned
-  static std::shared_ptr<Storage> allocate(int64_t nbytes);
+  static std::shared_ptr<Storage> allocate(int64_t nbytes, Device device = {});
   ~Storage();
 };
 
@@ -157,7 +175,7 @@ class Tensor;
 namespace autograd { struct Node; }
 
 struct TensorImpl {
-  std::shared_ptr<Storage> storage;  // null for a symbolic tensor
+  std::shared_ptr<Storage> storage;  // symbolic tensors have one too (Storage::symbolic)
   int64_t offset = 0;                // in elements
   Shape shape;
   Shape strides;                     // in elements
@@ -175,14 +193,16 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // Construction
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32);
-  static Tensor symbolic(const Shape& shape, DType dtype = DType::f32, Device device = {});
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = {});
+  // No data: shape, dtype, device and a layout (contiguous unless strides are given, as a view's).
+  static Tensor symbolic(const Shape& shape, DType dtype = DType::f32, Device device = {}, const Shape* strides = nullptr,
+                         int64_t offset = 0);
   static Tensor from_storage(std::shared_ptr<Storage> s, const Shape& shape, const Shape& strides,
                              int64_t offset, DType dtype);
 
   // Properties
   bool defined() const { return impl_ != nullptr; }
-  bool is_symbolic() const { return impl().storage == nullptr; }
+  bool is_symbolic() const { return impl().storage->symbolic; }
   const Shape& shape() const { return impl().shape; }
   const Shape& strides() const { return impl().strides; }
   int64_t dim() const { return int64_t(impl().shape.size()); }
@@ -281,10 +301,11 @@ template <class T> T* Tensor::data() const {
   return static_cast<T*>(data_ptr());
 }
 
-template <class T> T Tensor::item() const {
-  SINTER_CHECK_SHAPE(numel() == 1, "[item] tensor of shape ", shape(), " has ", numel(), " elements, not 1");
-  return to_vector<T>()[0];
+namespace detail {
+Tensor local_scalar(const Tensor& t);  // the `item` op: a 0-d copy of a one-element tensor
 }
+
+template <class T> T Tensor::item() const { return detail::local_scalar(*this).to_vector<T>()[0]; }
 
 std::vector<double> to_double_vector(const Tensor& t);  // any dtype, logical (row-major) order
 

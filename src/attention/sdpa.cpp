@@ -1,18 +1,224 @@
-// scaled_dot_product_attention: the flash backend (src/attention/flash.cpp, O(L) memory) where it
-// applies, else the math backend, the materialised reference (scores in memory).
+// scaled_dot_product_attention as one op, whose CPU kernel (sdpa_cpu.cpp) picks the flash backend
+// (O(L) memory, attention/flash_*.cpp) or the math backend: the reference written with public ops
+// below (scores materialised), which also serves as the backward of calls the kernel ran that way.
+//   sdpa(q, k, v[, mask][, kv_len]) -> (o, lse)
+//     q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D|Dv); mask bool (true = keep) or additive, broadcast to
+//     (B, Hq, Lq, Lkv); kv_len an i64 0-d tensor: only the first kv_len keys exist (a KV cache
+//     filled that far; the causal alignment uses kv_len); lse (B, Hq, Lq) in the compute dtype,
+//     the rows' log-sum-exp of the visible scores. attrs scale, causal, window, gqa, backend
+//     ("auto", "flash", "math"), mask, kv_len (which optional inputs are present)[, dropout_p,
+//     seed, counter].
+//   sdpa_flash_backward(q, k, v, o, lse, do, dlse[, mask]) -> (dq, dk, dv)   mask additive
 #include <cmath>
 
+#include "attention/flash.h"
+#include "ops/common.h"
 #include "sinter/autograd.h"
 #include "sinter/nn.h"
-#include "sinter/op.h"
-#include "sinter/random.h"
 
 namespace sinter {
-
 namespace detail {
-bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);               // attention/flash.cpp
-void check_attention_mask(const Shape& mask, const Shape& full, const char* op);  // attention/flash.cpp
+
+void check_attention_mask(const Shape& m, const Shape& full, const char* op) {
+  bool ok = m.size() <= 4;
+  for (size_t i = 0; ok && i < m.size(); ++i) ok = m[m.size() - 1 - i] == full[3 - i] || m[m.size() - 1 - i] == 1;
+  SINTER_CHECK_SHAPE(ok, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
 }
+
+Geometry geometry(std::span<const TensorMeta> in, const Attrs& a, const char* op) {
+  const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+  SINTER_CHECK_SHAPE(q.size() == 4 && k.size() == 4 && v.size() == 4, "[", op, "] q, k, v must be (B, H, L, D), got q", q, " k",
+                     k, " v", v);
+  SINTER_CHECK_SHAPE(k[0] == q[0] && v[0] == q[0] && k[3] == q[3] && v[1] == k[1] && v[2] == k[2], "[", op,
+                     "] inconsistent shapes q", q, " k", k, " v", v);
+  SINTER_CHECK_SHAPE(k[1] > 0 && q[1] % k[1] == 0, "[", op, "] ", q[1], " query heads are not a multiple of ", k[1],
+                     " key/value heads");
+  for (size_t i = 1; i < 3; ++i)
+    SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[", op, "] q, k, v dtypes differ: ", in[0].dtype, ", ", in[1].dtype, ", ",
+                       in[2].dtype);
+  SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64 || in[0].dtype == DType::bf16, "[", op,
+                     "] needs f32, bf16 or f64, got ", in[0].dtype);
+  const int64_t window = a.i_or("window", 0);
+  SINTER_CHECK(window >= 0 && (window == 0 || a.b("causal")), "[", op, "] a sliding window (", window,
+               ") needs causal attention and a positive size");
+  Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window, k[2] * q[3], v[2] * v[3]};
+  if (a.has("dropout_p")) {
+    g.dropout = a.f("dropout_p");
+    SINTER_CHECK(g.dropout >= 0 && g.dropout < 1, "[", op, "] dropout_p must be in [0, 1), got ", g.dropout);
+    g.seed = uint64_t(a.i("seed")), g.counter = uint64_t(a.i("counter"));
+  }
+  return g;
+}
+
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
+  return (dtype == DType::f32 || dtype == DType::bf16) && D % kV == 0 && Dv % kNr == 0;
+}
+
+SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
+  const std::string& requested = a.str("backend");
+  if (requested == "math") return {SDPABackend::math, "math backend requested"};
+  const DType dt = in[0].dtype;
+  const int64_t D = in[0].shape[3], Dv = in[2].shape[3];
+  const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
+  if (requested == "flash") return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
+  // Measured (BENCHMARKS.md, `sinter bench attention`): the register-blocked flash kernel is faster
+  // than math from L = 128 up, forward and backward; its generic path (f64, odd head dims) is a slow
+  // reference.
+  if (!flash_fast_path(dt, D, Dv))
+    return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 or bf16 and head dims that are multiples of the ") +
+                                   "vector width (got " + dtype_name(dt) + ", D = " + std::to_string(D) + ")"};
+  return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims};
+}
+
+// The math backend: softmax(q k^T scale + mask) v with the scores in memory, in public ops. With
+// `lse`, also the rows' log-sum-exp of the visible scores (-inf where none is visible), read off
+// the softmax: at a row's largest probability p_j, lse = s_j - log p_j.
+Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
+                 Tensor* lse) {
+  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), Hkv = k.size(1);
+  Tensor kk = kv_len < k.size(2) ? k.narrow(2, 0, kv_len) : k, vv = kv_len < v.size(2) ? v.narrow(2, 0, kv_len) : v;
+  if (Hkv != Hq) {  // the math backend materialises the shared heads
+    const int64_t rep = Hq / Hkv;
+    kk = kk.unsqueeze(2).expand({B, Hkv, rep, kv_len, kk.size(3)}).reshape({B, Hq, kv_len, kk.size(3)});
+    vv = vv.unsqueeze(2).expand({B, Hkv, rep, kv_len, vv.size(3)}).reshape({B, Hq, kv_len, vv.size(3)});
+  }
+  Tensor scores = matmul(q * a.f("scale"), kk.transpose(-1, -2));  // scaling q is Lq*D work, not Lq*Lkv
+  if (mask.defined()) {
+    const Tensor m = kv_len < mask.size(-1) ? mask.narrow(-1, 0, kv_len) : mask;
+    scores = m.dtype() == DType::boolean ? masked_fill(scores, eq(m, zeros({}, DType::boolean)), -INFINITY) : scores + m;
+  }
+  // Causal: bottom-right aligned, query i sees keys j <= i + (kv_len - Lq). Not causal: every key.
+  // A row that sees nothing gives 0 (causal_softmax is a safe softmax).
+  Tensor p = causal_softmax(scores, a.b("causal") ? kv_len - Lq : kv_len, a.i_or("window", 0));
+  if (lse) {
+    const ValuesIndices top = max(p, -1, true);
+    const Tensor s_at = gather(scores, -1, top.indices), seen = gt(top.values, zeros({}, p.dtype()));
+    const Tensor p_top = where(seen, top.values, ones({}, p.dtype()));  // no log(0) (nor its gradient) in rows that see nothing
+    *lse = where(seen, s_at - log(p_top), full({}, -INFINITY, p.dtype())).squeeze(-1).to(compute_dtype(q.dtype()));
+  }
+  if (a.has("dropout_p") && a.f("dropout_p") > 0) {  // the draws flash makes, element by element
+    static const OpDef& dropout_op = get_op("dropout");
+    p = call1(dropout_op, {p}, {{"p", a.f("dropout_p")}, {"seed", a.i("seed")}, {"counter", a.i("counter")}});
+  }
+  return matmul(p, vv);
+}
+
+namespace {
+
+struct Optional {
+  Tensor mask, kv_len;
+};
+Optional optional_inputs(std::span<const Tensor> in, const Attrs& a) {
+  Optional o;
+  size_t at = 3;
+  if (a.b("mask")) o.mask = in[at++];
+  if (a.b("kv_len")) o.kv_len = in[at++];
+  return o;
+}
+
+std::vector<TensorMeta> sdpa_infer(std::span<const TensorMeta> in, const Attrs& a) {
+  const size_t want = 3 + a.b("mask") + a.b("kv_len");
+  SINTER_CHECK(in.size() == want, "[sdpa] takes q, k, v", a.b("mask") ? ", mask" : "", a.b("kv_len") ? ", kv_len" : "", ": ",
+               want, " inputs, got ", in.size());
+  const Geometry g = geometry(in, a, "sdpa");
+  SINTER_CHECK_SHAPE(g.Hq == g.Hkv || a.b("gqa"), "[sdpa] ", g.Hq, " query heads and ", g.Hkv,
+                     " key/value heads (pass enable_gqa for GQA)");
+  size_t at = 3;
+  if (a.b("mask")) {
+    check_attention_mask(in[at].shape, {g.B, g.Hq, g.Lq, g.Lkv}, "sdpa");
+    SINTER_CHECK_DTYPE(in[at].dtype == DType::boolean || is_floating(in[at].dtype), "[sdpa] the mask must be bool or floating, got ",
+                       in[at].dtype);
+    ++at;
+  }
+  if (a.b("kv_len"))
+    SINTER_CHECK(in[at].shape.empty() && in[at].dtype == DType::i64, "[sdpa] kv_len must be an i64 0-d tensor, got ", in[at].shape,
+                 " ", in[at].dtype);
+  const std::string& be = a.str("backend");
+  SINTER_CHECK(be == "auto" || be == "flash" || be == "math", "[sdpa] backend must be auto, flash or math, got '", be, "'");
+  return {{{g.B, g.Hq, g.Lq, g.Dv}, in[0].dtype, in[0].device}, {{g.B, g.Hq, g.Lq}, compute_dtype(in[0].dtype), in[0].device}};
+}
+
+// The additive mask flash reads: bool masks become 0 / -inf in the compute dtype.
+Tensor additive_mask(const Tensor& mask, DType ct) {
+  if (mask.dtype() != DType::boolean) return mask.detach().to(ct);
+  return masked_fill(zeros(mask.shape(), ct), eq(mask, zeros({}, DType::boolean)), -INFINITY);
+}
+
+std::vector<Tensor> sdpa_backward(BackwardCtx& c) {
+  const Optional opt = optional_inputs(c.inputs, c.attrs);
+  SINTER_CHECK_T(AutogradError, !opt.kv_len.defined(), "[sdpa] no backward through a call with kv_len (a decode step)");
+  const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
+  std::vector<Tensor> out(c.inputs.size());
+  if (choose_sdpa(c.input_meta, c.attrs).backend == SDPABackend::flash) {
+    static const OpDef& bw = get_op("sdpa_flash_backward");
+    std::vector<Tensor> in{q, k, v, c.outputs[0], c.outputs[1], c.grads[0], c.grads[1]};
+    if (opt.mask.defined()) in.push_back(additive_mask(opt.mask, compute_dtype(q.dtype())));
+    Attrs a = c.attrs;
+    auto g = call(bw, in, a);
+    out[0] = g[0], out[1] = g[1], out[2] = g[2];  // no mask gradient (a mask that wants one runs math)
+    return out;
+  }
+  // Math: differentiate the reference on detached copies of the inputs.
+  EnableGradGuard on;
+  std::vector<Tensor> leaves, wanted;
+  for (size_t i = 0; i < 3 + opt.mask.defined(); ++i) {
+    Tensor t = c.inputs[i].detach();
+    if (c.needs_grad[i] && is_floating(t.dtype())) t.requires_grad_(true), wanted.push_back(t);
+    leaves.push_back(t);
+  }
+  Tensor lse;
+  const Tensor o = sdpa_math(leaves[0], leaves[1], leaves[2], opt.mask.defined() ? leaves[3] : Tensor(), k.size(2), c.attrs, &lse);
+  if (wanted.empty()) return out;
+  std::vector<Tensor> g = autograd::grad({o, lse}, wanted, {c.grads[0], c.grads[1]}, false, false, true);
+  for (size_t i = 0, w = 0; i < leaves.size(); ++i)
+    if (leaves[i].requires_grad()) out[i] = g[w++];
+  return out;
+}
+
+std::vector<TensorMeta> flash_backward_infer(std::span<const TensorMeta> in, const Attrs& a) {
+  SINTER_CHECK(in.size() == 7 || in.size() == 8, "[sdpa_flash_backward] takes q, k, v, o, lse, do, dlse and an optional mask, got ",
+               in.size(), " inputs");
+  const Geometry g = geometry(in.subspan(0, 3), a, "sdpa_flash_backward");
+  const Shape o{g.B, g.Hq, g.Lq, g.Dv};
+  const Shape rows{g.B, g.Hq, g.Lq};
+  SINTER_CHECK_SHAPE(in[3].shape == o && in[5].shape == o && in[4].shape == rows && in[6].shape == rows, "[sdpa_flash_backward] o",
+                     in[3].shape, ", lse", in[4].shape, ", do", in[5].shape, ", dlse", in[6].shape, " do not match q", in[0].shape,
+                     " and v", in[2].shape);
+  const DType ct = compute_dtype(in[0].dtype);
+  for (size_t i = 3; i < 7; ++i) {
+    const DType want = (i == 4 || i == 6) ? ct : in[0].dtype;  // lse and its gradient stay in the compute dtype
+    SINTER_CHECK_DTYPE(in[i].dtype == want, "[sdpa_flash_backward] input ", i, " has dtype ", in[i].dtype, ", expected ", want);
+  }
+  if (in.size() == 8) {
+    check_attention_mask(in[7].shape, {g.B, g.Hq, g.Lq, g.Lkv}, "sdpa_flash_backward");
+    SINTER_CHECK_DTYPE(is_floating(in[7].dtype), "[sdpa_flash_backward] the mask must be additive (floating), got ", in[7].dtype);
+  }
+  return {in[0], in[1], in[2]};
+}
+
+}  // namespace
+
+void register_attention_ops() {
+  OpDef f;
+  f.name = "sdpa";
+  f.num_inputs = -1;
+  f.min_inputs = 3;
+  f.num_outputs = 2;
+  f.infer = sdpa_infer;
+  f.backward = sdpa_backward;
+  f.save_outputs = 3;
+  add_op(std::move(f));
+
+  OpDef b;
+  b.name = "sdpa_flash_backward";
+  b.num_inputs = -1;
+  b.min_inputs = 7;
+  b.num_outputs = 3;
+  b.infer = flash_backward_infer;
+  add_op(std::move(b));
+}
+
+}  // namespace detail
 
 SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p, SDPABackend requested) {
   (void)dropout_p;  // flash regenerates dropout's mask tile by tile (Philox), as the math backend draws it
@@ -22,67 +228,38 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
   else if (q.dtype() != DType::f32 && q.dtype() != DType::bf16 && q.dtype() != DType::f64)
     why_not = std::string("dtype ") + dtype_name(q.dtype());
   if (requested == SDPABackend::math) return {SDPABackend::math, "math backend requested"};
-  // Measured (BENCHMARKS.md): the register-blocked flash kernel is faster than math from L = 128
-  // up, forward and backward; its generic path (f64, odd head dims) is a slow reference.
-  if (why_not.empty() && requested == SDPABackend::automatic && !detail::flash_fast_path(q.dtype(), q.size(-1), k.size(-1)))
-    return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 or bf16 and head dims that are multiples of the ") +
-                                   "vector width (got " + dtype_name(q.dtype()) + ", D = " + std::to_string(q.size(-1)) + ")"};
-  if (why_not.empty()) return {SDPABackend::flash, std::string("flash: ") + dtype_name(q.dtype()) + ", head dims " +
-                                                       std::to_string(q.size(-1)) + "/" + std::to_string(k.size(-1)) +
-                                                       (requested == SDPABackend::flash ? " (requested)" : "")};
-  SINTER_CHECK(requested != SDPABackend::flash, "[sdpa] the flash backend was requested but cannot run: ", why_not);
-  return {SDPABackend::math, "math: " + why_not};
+  if (!why_not.empty()) {
+    SINTER_CHECK(requested != SDPABackend::flash, "[sdpa] the flash backend was requested but cannot run: ", why_not);
+    return {SDPABackend::math, "math: " + why_not};
+  }
+  const Attrs a{{"backend", std::string(requested == SDPABackend::flash ? "flash" : "auto")}};
+  const TensorMeta meta[3] = {{q.shape(), q.dtype(), q.device()}, {k.shape(), k.dtype(), k.device()}, {k.shape(), k.dtype(), k.device()}};
+  return detail::choose_sdpa(meta, a);
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
-                                    SDPABackend backend, int64_t sliding_window) {
-  SINTER_CHECK_SHAPE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[sdpa] q, k, v must be (B, H, L, D), got q", q.shape(),
-                     " k", k.shape(), " v", v.shape());
-  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Lkv = k.size(2);
-  SINTER_CHECK_SHAPE(k.size(0) == B && v.size(0) == B && k.size(3) == D && v.size(1) == Hkv && v.size(2) == Lkv,
-                     "[sdpa] inconsistent shapes q", q.shape(), " k", k.shape(), " v", v.shape());
-  SINTER_CHECK_SHAPE(Hkv == Hq || (enable_gqa && Hkv > 0 && Hq % Hkv == 0), "[sdpa] ", Hq, " query heads and ", Hkv,
-                     " key/value heads", enable_gqa ? " (query heads must be a multiple)" : " (pass enable_gqa for GQA)");
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, double dropout_p,
+                                    bool is_causal, std::optional<double> scale, bool enable_gqa, SDPABackend backend,
+                                    int64_t sliding_window, const Tensor& kv_len) {
+  static const OpDef& op = get_op("sdpa");
+  SINTER_CHECK_SHAPE(q.dim() == 4, "[sdpa] q, k, v must be (B, H, L, D), got q", q.shape(), " k", k.shape(), " v", v.shape());
   SINTER_CHECK(!(is_causal && attn_mask.defined()), "[sdpa] pass either is_causal or attn_mask, not both");
-  SINTER_CHECK(sliding_window >= 0 && (sliding_window == 0 || is_causal), "[sdpa] a sliding window (", sliding_window,
-               ") needs is_causal and a positive size");
   SINTER_CHECK(dropout_p >= 0 && dropout_p < 1, "[sdpa] dropout_p must be in [0, 1), got ", dropout_p);
-  if (attn_mask.defined()) detail::check_attention_mask(attn_mask.shape(), {B, Hq, Lq, Lkv}, "sdpa");
-  const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
-  if (sdpa_choose(q, k, attn_mask, dropout_p, backend).backend == SDPABackend::flash) {
-    static const OpDef& flash = get_op("sdpa_flash");  // K/V heads shared by query heads, never copied
-    Attrs a{{"scale", s}, {"causal", is_causal}};
-    if (sliding_window > 0) a.set("window", sliding_window);
-    if (dropout_p > 0) {  // the reservation the math backend's dropout of the (B, Hq, Lq, Lkv) matrix makes
-      Generator& gen = default_generator();
-      const uint64_t counter = gen.reserve(uint64_t((B * Hq * Lq * Lkv + 3) / 4));
-      a.set("dropout_p", dropout_p), a.set("seed", int64_t(gen.seed)), a.set("counter", int64_t(counter));
-    }
-    std::vector<Tensor> in{q, k, v};
-    if (attn_mask.defined()) {  // additive, in the compute dtype; a boolean mask keeps where true
-      const DType ct = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-      in.push_back(attn_mask.dtype() == DType::boolean
-                       ? masked_fill(zeros(attn_mask.shape(), ct), eq(attn_mask, zeros({}, DType::boolean)), -INFINITY)
-                       : attn_mask.detach().to(ct));
-    }
-    return call(flash, in, a)[0];
+  // A mask that wants a gradient runs the math backend (flash gives none); the rest the kernel chooses.
+  const SDPAChoice forced = sdpa_choose(q, k, attn_mask, dropout_p, backend);
+  const bool pick = backend != SDPABackend::automatic || forced.backend == SDPABackend::math;
+  const std::string be = !pick ? "auto" : forced.backend == SDPABackend::flash ? "flash" : "math";
+  Attrs a{{"scale", scale ? *scale : 1.0 / std::sqrt(double(q.size(3)))}, {"causal", is_causal}, {"gqa", enable_gqa},
+          {"backend", be}, {"mask", attn_mask.defined()}, {"kv_len", kv_len.defined()}};
+  if (sliding_window != 0) a.set("window", sliding_window);
+  if (dropout_p > 0) {  // one reservation for the (B, Hq, Lq, Lkv) matrix, whichever backend draws it
+    Generator& gen = default_generator();
+    const uint64_t counter = gen.reserve(uint64_t((q.size(0) * q.size(1) * q.size(2) * k.size(2) + 3) / 4));
+    a.set("dropout_p", dropout_p), a.set("seed", int64_t(gen.seed)), a.set("counter", int64_t(counter));
   }
-  Tensor kk = k, vv = v;
-  if (Hkv != Hq) {  // the math backend materialises the shared heads
-    const int64_t rep = Hq / Hkv;
-    kk = k.unsqueeze(2).expand({B, Hkv, rep, Lkv, D}).reshape({B, Hq, Lkv, D});
-    vv = v.unsqueeze(2).expand({B, Hkv, rep, Lkv, v.size(3)}).reshape({B, Hq, Lkv, v.size(3)});
-  }
-  Tensor scores = matmul(q * s, kk.transpose(-1, -2));  // scaling q is Lq*D work, not Lq*Lkv
-  if (attn_mask.defined())
-    scores = attn_mask.dtype() == DType::boolean ? masked_fill(scores, eq(attn_mask, zeros({}, DType::boolean)), -INFINITY)
-                                                 : scores + attn_mask;
-  // Causal: bottom-right aligned, query i sees keys j <= i + (Lkv - Lq); no mask tensor. Not
-  // causal: every key visible. A row that sees nothing gives 0 (causal_softmax is a safe softmax).
-  Tensor p = causal_softmax(scores, is_causal ? Lkv - Lq : Lkv, sliding_window);
-  if (dropout_p > 0) p = dropout(p, dropout_p);
-  return matmul(p, vv);
+  std::vector<Tensor> in{q, k, v};
+  if (attn_mask.defined()) in.push_back(attn_mask);
+  if (kv_len.defined()) in.push_back(kv_len);
+  return call(op, in, a)[0];
 }
 
 }  // namespace sinter

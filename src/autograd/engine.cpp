@@ -290,4 +290,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 }  // namespace autograd
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{}, retain_graph);
+}
+
 }  // namespace sinter

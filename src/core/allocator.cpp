@@ -102,6 +102,38 @@ void cpu_free(void* p, int64_t nbytes) {
   std::free(p);
 }
 
+namespace {
+struct Allocators {
+  std::mutex mu;
+  Allocator by_type[kNumDeviceTypes];
+};
+Allocators& allocators() {
+  static Allocators a;
+  return a;
+}
+}  // namespace
+
+void register_allocator(DeviceType type, Allocator a) {
+  SINTER_CHECK(type != DeviceType::cpu, "[register_allocator] the CPU allocator is built in");
+  SINTER_CHECK(a.alloc && a.free, "[register_allocator] an allocator needs alloc and free functions");
+  std::lock_guard lock(allocators().mu);
+  allocators().by_type[int(type)] = std::move(a);
+}
+
+bool has_allocator(DeviceType type) {
+  if (type == DeviceType::cpu) return true;
+  std::lock_guard lock(allocators().mu);
+  return allocators().by_type[int(type)].alloc != nullptr;
+}
+
+const Allocator& device_allocator(DeviceType type) {
+  std::lock_guard lock(allocators().mu);
+  const Allocator& a = allocators().by_type[int(type)];
+  SINTER_CHECK(a.alloc != nullptr, "[alloc] no allocator is registered for device ", Device{type, 0},
+               " (this build has memory for the CPU only)");
+  return a;
+}
+
 int64_t cpu_cached_bytes() {
   std::lock_guard lock(cache().mu);
   return cache().bytes;

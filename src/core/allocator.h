@@ -5,7 +5,13 @@
 // most 64 kept per class).
 #include <cstdint>
 
+#include "sinter/tensor.h"
+
 namespace sinter {
+
+// The allocator registered for a device type other than the CPU; throws naming the device when
+// none is.
+const Allocator& device_allocator(DeviceType type);
 
 void* cpu_alloc(int64_t nbytes);       // throws sinter::Error when out of memory
 void cpu_free(void* p, int64_t nbytes);

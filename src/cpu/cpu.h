@@ -1,12 +1,32 @@
 #pragma once
 // CPU kernels. Ops in src/ops/ validate and allocate; these only compute. Outputs are written in
-// place (they may be strided views, which the in-place tensor methods use).
+// place (they may be strided views, which the in-place ops use). The src/cpu/op_*.cpp files
+// register them into the op table as the ops' CPU kernels.
 #include <cstdint>
 #include <optional>
+#include <vector>
 
+#include "core/view.h"
 #include "sinter/tensor.h"
 
 namespace sinter::cpu {
+
+// Every kernel entry point counts its calls (per thread), and separately those made outside any
+// op call: a computation that bypasses the op table shows up there (tests check it stays 0).
+struct KernelEntries {
+  int64_t total = 0, outside_ops = 0;
+};
+KernelEntries& kernel_entries();
+void count_kernel_entry();
+#define SINTER_KERNEL_ENTRY() ::sinter::cpu::count_kernel_entry()
+
+// Layout helpers (no autograd, no op table).
+// A contiguous copy of t in dtype dt, or t itself if it already is one.
+Tensor contiguous_as(const Tensor& t, DType dt);
+// A contiguous (outer, inner) copy of x with `dims` moved last (a view when already in place).
+Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims);
+// Throws IndexError naming the op unless every int64 index lies in [0, n) (idx contiguous).
+void check_index_range(const std::string& op, const Tensor& idx, int64_t n);
 
 enum class UnaryOp {
 #define UNARY(F, name, rule, dx) F,

@@ -67,7 +67,7 @@ ByteDataset ByteDataset::fortunes(double val_fraction) {
   const std::filesystem::path dir = "/usr/share/games/fortunes";
   std::error_code ec;
   SINTER_CHECK_T(IOError, std::filesystem::is_directory(dir, ec), "[", dir.string(),
-                 "] not found: install Debian's `fortunes` package (scripts/setup.sh does) or pass --data FILE");
+                 "] not found: the default corpus is Debian's fortunes package (scripts/setup.sh installs it); or train on a file of your own");
   std::vector<std::filesystem::path> files;
   for (auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.is_symlink() || !e.is_regular_file() || e.path().extension() == ".dat") continue;

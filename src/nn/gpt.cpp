@@ -281,7 +281,7 @@ void GPT::sparsify(DType values_dtype) {
 int64_t GPT::prepack_for_decode() {
   int64_t added = 0;
   for (auto& l : block_linears())
-    if (l->sparse.defined() && !l->sparse_is_small() && prepacked_serves(l->sparse.dtype(), 1)) {
+    if (l->sparse.defined() && prepack_helps(l->sparse, tok_emb->weight.dtype(), 1)) {
       l->sparse.prepack();
       added += l->sparse.packed.numel();
     }

@@ -1,6 +1,4 @@
-#include <atomic>
 #include <cmath>
-#include <mutex>
 #include <sstream>
 
 #include "sinter/autograd.h"
@@ -143,68 +141,7 @@ void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t->set_grad({});
 }
 
-namespace {
-int64_t dense_bytes(const SemiStructuredSparse& s, DType dt) { return s.rows() * s.cols() * dtype_size(dt); }
-// The (N, K) matrix of a 2:4 weight in dtype dt; differentiable in the float values (to_dense's
-// backward). to_dense gives the values' dtype for float values, f32 for int8.
-Tensor dense_as(const SemiStructuredSparse& s, DType dt) {
-  const Tensor d = s.to_dense();
-  return d.dtype() == dt ? d : d.to(dt);
-}
-}  // namespace
-
-// The dense copy of a small 2:4 weight (Linear::sparse_forward) in the inputs' dtype, with what
-// it was made from: the storages (weakly held: a freed one never matches a new one at the same
-// address), data pointers and versions of values, meta and scales.
-struct Linear::DenseCopy {
-  using Source = SemiStructuredSparse::Source;  // as its prepacked copy tracks values and meta
-  std::mutex mu;
-  Tensor dense;
-  Source from[3];
-  int64_t held = 0;  // bytes counted against the budget
-  static std::atomic<int64_t>& budget_used() {
-    static std::atomic<int64_t> used{0};
-    return used;
-  }
-  ~DenseCopy() { budget_used() -= held; }
-
-  // The dense weight in dtype dt (f32 or bf16), or an undefined tensor when the budget is spent.
-  Tensor get(const SemiStructuredSparse& s, DType dt) {
-    std::lock_guard lock(mu);
-    const Tensor* parts[3] = {&s.values, &s.meta, &s.scales};
-    bool same = dense.defined() && dense.dtype() == dt;
-    for (int i = 0; i < 3 && same; ++i) same = from[i].same(*parts[i]);
-    if (same) return dense;
-    const int64_t bytes = dense_bytes(s, dt);
-    if (bytes != held) {  // a first copy, or one in another dtype
-      if (budget_used().fetch_add(bytes - held) + (bytes - held) > kSparseDenseCopyBudget) {
-        budget_used() -= bytes;  // give back this request and the old copy
-        held = 0, dense = {};
-        return {};
-      }
-      held = bytes;
-    }
-    NoGradGuard no_grad;
-    dense = dense_as(s, dt);
-    for (int i = 0; i < 3; ++i) from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
-    return dense;
-  }
-};
-
-int64_t Linear::sparse_dense_copy_bytes() { return DenseCopy::budget_used().load(); }
-
-bool Linear::sparse_is_small() const { return sparse.defined() && dense_bytes(sparse, DType::f32) <= kSmallSparseBytes; }
-
-Tensor Linear::sparse_forward(const Tensor& x) const {
-  const bool f32 = x.dtype() == DType::f32;
-  if ((!f32 && x.dtype() != DType::bf16) || x.is_symbolic() || !sparse_is_small()) return linear(x, sparse, bias);
-  const bool grads = grad_enabled() && (x.requires_grad() || sparse.values.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (grads) return f32 ? linear(x, dense_as(sparse, DType::f32), bias) : linear(x, sparse, bias);
-  const Tensor w = dense_copy_->get(sparse, x.dtype());
-  return w.defined() ? linear(x, w, bias) : linear(x, sparse, bias);
-}
-
-Linear::Linear(int64_t in, int64_t out, bool bias) : dense_copy_(std::make_shared<DenseCopy>()) {
+Linear::Linear(int64_t in, int64_t out, bool bias) {
   const double bound = 1.0 / std::sqrt(double(std::max<int64_t>(in, 1)));
   register_parameter("weight", weight, (rand({out, in}) * 2.0 - 1.0) * bound);
   if (bias) register_parameter("bias", this->bias, (rand({out}) * 2.0 - 1.0) * bound);

@@ -1,14 +1,18 @@
 #pragma once
-// Helpers shared by op definitions: dim wrapping, broadcasting rules, raw views (no autograd).
+// Helpers shared by op definitions (schemas, infer, backward): dim wrapping, broadcasting rules,
+// dtype checks. Kernels live in the device folders (src/cpu/, ...) and may use these too.
 #include <span>
 #include <vector>
 
+#include "core/view.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
 
 namespace sinter::detail {
 
 const OpDef& add_op(OpDef def);  // registry.cpp
+// Sets a kernel while the library registers itself (register_kernel would wait on that registration).
+void add_kernel(std::string_view name, DeviceType device, KernelFn kernel);
 
 inline int64_t wrap_dim(const std::string& op, int64_t d, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);
@@ -29,20 +33,11 @@ inline void check_integer(const std::string& op, const TensorMeta& m, const char
   SINTER_CHECK_DTYPE(is_integral(m.dtype), "[", op, "] ", what, " must be an integer tensor, got ", m.dtype);
 }
 
-// Throws IndexError naming the op unless every int64 index lies in [0, n) (idx contiguous).
-void check_index_range(const std::string& op, const Tensor& idx, int64_t n);
-
-// Views of a tensor that bypass the op table: for kernels writing into parts of their outputs.
-Tensor raw_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset);
-Tensor raw_slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
-Tensor raw_reshape_contiguous(const Tensor& t, const Shape& shape);  // t must be contiguous
-
-// A contiguous (outer, inner) copy of x with `dims` moved last (a view when already in place).
-Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims);
-// Materialised, contiguous copy in dtype `dt` (no autograd), or `t` itself if it already is one.
-Tensor contiguous_as(const Tensor& t, DType dt);
-
 // Undoes keepdim=false: reinserts size-1 dims at `dims` so g broadcasts against the input.
 Tensor unsqueeze_dims(const Tensor& g, const std::vector<int64_t>& dims, int64_t in_ndim, bool keepdim);
+
+// The output metadata of an op that writes its input `i` in place: that input's, after checking
+// that `other` broadcasts to it (in-place ops never change the shape of what they write).
+void check_inplace_broadcast(const std::string& op, const Shape& self, const Shape& other);
 
 }  // namespace sinter::detail

@@ -1,12 +1,26 @@
 // Elementwise ops: the X-macros over elementwise.def produce the op-table entries and the public
-// functions; where, clamp and cast are written out.
-#include "cpu/cpu.h"
+// functions; where, clamp and cast are written out. Their CPU kernels: src/cpu/op_elementwise.cpp.
 #include "ops/common.h"
 
 namespace sinter {
 namespace {
 
 using detail::add_op;
+
+enum class UnaryFn {
+#define UNARY(F, name, rule, dx) F,
+#define BINARY(F, name, rule, da, db)
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+};
+enum class BinaryFn {
+#define UNARY(F, name, rule, dx)
+#define BINARY(F, name, rule, da, db) F,
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+};
 
 // Derivative helpers used by elementwise.def, built from public ops so they differentiate too.
 Tensor sign_of(const Tensor& x) { return sub(cast(gt(x, zeros({}, x.dtype())), x.dtype()), cast(lt(x, zeros({}, x.dtype())), x.dtype())); }
@@ -68,38 +82,22 @@ InferFn binary_infer(std::string name, Rule rule) {
   };
 }
 
-// Inputs converted to the dtype the kernel computes in (no copy when they already have it).
-Tensor as_dtype(const Tensor& t, DType dt) {
-  if (t.dtype() == dt) return t;
-  Tensor c = Tensor::empty(t.shape(), dt);
-  cpu::copy(t, c);
-  return c;
-}
-
-const OpDef& define_unary(const char* name, cpu::UnaryOp k, Rule rule, BackwardFn bw) {
+const OpDef& define_unary(const char* name, Rule rule, BackwardFn bw) {
   OpDef d;
   d.name = name;
   d.num_inputs = 1;
   d.infer = unary_infer(name, rule);
-  d.cpu = [k](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    cpu::unary(k, as_dtype(in[0], out[0].dtype()), out[0]);
-  };
   d.backward = std::move(bw);
   d.save_outputs = 1;
   d.fusable = true;
   return add_op(std::move(d));
 }
 
-const OpDef& define_binary(const char* name, cpu::BinaryOp k, Rule rule, BackwardFn bw) {
+const OpDef& define_binary(const char* name, Rule rule, BackwardFn bw) {
   OpDef d;
   d.name = name;
   d.num_inputs = 2;
   d.infer = binary_infer(name, rule);
-  d.cpu = [k, rule](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    DType dt = promote_types(in[0].dtype(), in[1].dtype());
-    if (rule == Rule::true_div && !is_floating(dt)) dt = DType::f32;
-    cpu::binary(k, as_dtype(in[0], dt), as_dtype(in[1], dt), out[0]);
-  };
   d.backward = std::move(bw);
   d.save_outputs = 1;
   d.fusable = true;
@@ -115,8 +113,8 @@ inline void ensure_tables() {
   static const bool ready = find_op("add") != nullptr;
   (void)ready;
 }
-const OpDef& unary_def(cpu::UnaryOp k) { return ensure_tables(), *g_unary[int(k)]; }
-const OpDef& binary_def(cpu::BinaryOp k) { return ensure_tables(), *g_binary[int(k)]; }
+const OpDef& unary_def(UnaryFn k) { return ensure_tables(), *g_unary[int(k)]; }
+const OpDef& binary_def(BinaryFn k) { return ensure_tables(), *g_binary[int(k)]; }
 
 }  // namespace
 
@@ -124,7 +122,7 @@ namespace detail {
 
 void register_elementwise_ops() {
 #define UNARY(F, name, rule, dx)                                                          \
-  g_unary[int(cpu::UnaryOp::F)] = &define_unary(#name, cpu::UnaryOp::F, rule_##rule, [](BackwardCtx& c) {                 \
+  g_unary[int(UnaryFn::F)] = &define_unary(#name, rule_##rule, [](BackwardCtx& c) {                 \
     const Tensor &x = c.inputs[0], &y = c.outputs[0], &g = c.grads[0];                    \
     (void)x; (void)y;                                                                     \
     return std::vector<Tensor>{dx};                                                       \
@@ -133,9 +131,9 @@ void register_elementwise_ops() {
 #define BINARY_promote(F, name, rule, da, db) BINARY_DIFF(F, name, rule, da, db)
 #define BINARY_true_div(F, name, rule, da, db) BINARY_DIFF(F, name, rule, da, db)
 #define BINARY_compare(F, name, rule, da, db) \
-  g_binary[int(cpu::BinaryOp::F)] = &define_binary(#name, cpu::BinaryOp::F, rule_##rule, nullptr);
+  g_binary[int(BinaryFn::F)] = &define_binary(#name, rule_##rule, nullptr);
 #define BINARY_DIFF(F, name, rule, da, db)                                                \
-  g_binary[int(cpu::BinaryOp::F)] = &define_binary(#name, cpu::BinaryOp::F, rule_##rule, [](BackwardCtx& c) {               \
+  g_binary[int(BinaryFn::F)] = &define_binary(#name, rule_##rule, [](BackwardCtx& c) {               \
     const Tensor &a = c.inputs[0], &b = c.inputs[1], &y = c.outputs[0], &g = c.grads[0];  \
     (void)a; (void)b; (void)y;                                                            \
     return std::vector<Tensor>{c.needs_grad[0] ? Tensor(da) : Tensor(),                   \
@@ -157,9 +155,6 @@ void register_elementwise_ops() {
     Shape s = broadcast_shapes("where", broadcast_shapes("where", in[0].shape, in[1].shape), in[2].shape);
     return std::vector<TensorMeta>{{s, promote_types(in[1].dtype, in[2].dtype), in[0].device}};
   };
-  w.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    cpu::where(in[0], as_dtype(in[1], out[0].dtype()), as_dtype(in[2], out[0].dtype()), out[0]);
-  };
   w.backward = [](BackwardCtx& c) {
     const Tensor& cond = c.inputs[0];
     Tensor z = zeros({}, c.grads[0].dtype());
@@ -178,10 +173,6 @@ void register_elementwise_ops() {
       SINTER_CHECK(a.f("min") <= a.f("max"), "[clamp] min ", a.f("min"), " is greater than max ", a.f("max"));
     return std::vector<TensorMeta>{in[0]};
   };
-  cl.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    cpu::clamp(in[0], a.has("min") ? std::optional<double>(a.f("min")) : std::nullopt,
-               a.has("max") ? std::optional<double>(a.f("max")) : std::nullopt, out[0]);
-  };
   cl.backward = [](BackwardCtx& c) {
     const Tensor& x = c.inputs[0];
     Tensor keep = ones_like(c.grads[0]);
@@ -197,7 +188,6 @@ void register_elementwise_ops() {
   cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
     return std::vector<TensorMeta>{{in[0].shape, a.dtype("dtype"), in[0].device}};
   };
-  cs.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { cpu::copy(in[0], out[0]); };
   cs.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0]}; };
   cs.save_inputs = 0;
   cs.fusable = true;
@@ -207,9 +197,9 @@ void register_elementwise_ops() {
 }  // namespace detail
 
 #define UNARY(F, name, rule, dx) \
-  Tensor name(const Tensor& x) { return call1(unary_def(cpu::UnaryOp::F), {x}); }
+  Tensor name(const Tensor& x) { return call1(unary_def(UnaryFn::F), {x}); }
 #define BINARY(F, name, rule, da, db) \
-  Tensor name(const Tensor& a, const Tensor& b) { return call1(binary_def(cpu::BinaryOp::F), {a, b}); }
+  Tensor name(const Tensor& a, const Tensor& b) { return call1(binary_def(BinaryFn::F), {a, b}); }
 #define gelu gelu_exact_
 #include "ops/elementwise.def"
 #undef gelu

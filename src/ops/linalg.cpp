@@ -1,16 +1,8 @@
-// matmul (NumPy semantics) and linear, both on cpu::gemm.
-#include "cpu/cpu.h"
-#include "ops/common.h"
+// matmul (NumPy semantics) and linear. CPU kernels: src/cpu/op_linalg.cpp (oneDNN GEMM).
+#include "ops/linalg.h"
 
 namespace sinter {
 namespace detail {
-namespace {
-
-struct MatmulPlan {
-  Shape batch;    // broadcast batch dims
-  int64_t n, k, m;
-  Shape out;      // final output shape
-};
 
 MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b) {
   const Shape &sa = a.shape, &sb = b.shape;
@@ -29,46 +21,7 @@ MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b) {
   return p;
 }
 
-// x viewed as (B, rows, cols) after broadcasting its batch dims to `batch` (copies only if needed).
-Tensor as_batched(const Tensor& x, const Shape& batch, int64_t rows, int64_t cols, bool vec_is_row) {
-  Tensor t = x;
-  if (t.dim() == 1) t = vec_is_row ? raw_view(t, {1, t.size(0)}, {t.size(0) * t.stride(0), t.stride(0)}, t.offset())
-                                   : raw_view(t, {t.size(0), 1}, {t.stride(0), 1}, t.offset());
-  Shape full = batch;
-  full.push_back(rows);
-  full.push_back(cols);
-  // Broadcast strides for the batch dims.
-  Shape strides(full.size(), 0);
-  const int64_t off = int64_t(full.size()) - t.dim();
-  for (int64_t i = 0; i < t.dim(); ++i) strides[size_t(off + i)] = t.size(i) == 1 && full[size_t(off + i)] != 1 ? 0 : t.stride(i);
-  Tensor e = raw_view(t, full, strides, t.offset());
-  // Fold batch dims into one when their strides allow it, else materialise.
-  const int64_t B = batch.numel();
-  bool foldable = true;
-  for (size_t i = 0; i + 1 < batch.size(); ++i)
-    foldable = foldable && (batch[i] == 1 || strides[i] == strides[i + 1] * batch[i + 1]);
-  const int64_t bstride = batch.empty() ? rows * cols : strides[batch.size() - 1];
-  if (!foldable || (B > 1 && bstride == 0)) {
-    e = contiguous_as(e, e.dtype());
-    return raw_view(e, {B, rows, cols}, {rows * cols, cols, 1}, e.offset());
-  }
-  return raw_view(e, {B, rows, cols}, {bstride, strides[full.size() - 2], strides[full.size() - 1]}, e.offset());
-}
-
-void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor &a = in[0], &b = in[1];
-  const MatmulPlan p = plan_matmul({a.shape(), a.dtype(), {}}, {b.shape(), b.dtype(), {}});
-  const int64_t B = p.batch.numel();
-  Tensor a3 = as_batched(a, p.batch, p.n, p.k, true), b3 = as_batched(b, p.batch, p.k, p.m, false);
-  if (B > 1 && b.dim() <= 2 && a3.stride(0) == p.n * a3.stride(1) && a3.stride(2) == 1) {
-    // Shared weights: fold the batch into the rows, one large GEMM instead of B small ones.
-    a3 = raw_view(a3, {1, B * p.n, p.k}, {B * p.n * p.k, a3.stride(1), 1}, a3.offset());
-    b3 = raw_view(b3, {1, p.k, p.m}, {0, b3.stride(1), b3.stride(2)}, b3.offset());
-    cpu::gemm(a3, b3, raw_view(out[0], {1, B * p.n, p.m}, {B * p.n * p.m, p.m, 1}, out[0].offset()));
-    return;
-  }
-  cpu::gemm(a3, b3, raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
-}
+namespace {
 
 // Gradients of a @ b: 1-D operands are promoted to matrices, differentiated, and folded back.
 std::vector<Tensor> matmul_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool want_a, bool want_b) {
@@ -89,7 +42,6 @@ void register_linalg_ops() {
   mm.infer = [](std::span<const TensorMeta> in, const Attrs&) {
     return std::vector<TensorMeta>{{plan_matmul(in[0], in[1]).out, in[0].dtype, in[0].device}};
   };
-  mm.cpu = matmul_kernel;
   mm.backward = [](BackwardCtx& c) {
     return matmul_backward(c.grads[0], c.inputs[0], c.inputs[1], c.needs_grad[0], c.needs_grad[1]);
   };
@@ -111,16 +63,6 @@ void register_linalg_ops() {
     Shape out = x;
     out.back() = w[0];
     return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
-  };
-  li.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    const Tensor& x = in[0];
-    const Tensor& w = in[1];
-    const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-    Tensor x2 = contiguous_as(x, x.dtype());
-    Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
-    Tensor bt = raw_view(w, {1, K, N}, {0, w.stride(1), w.stride(0)}, w.offset());  // w^T as a view
-    Tensor bias = in.size() == 3 ? contiguous_as(in[2], in[2].dtype()) : Tensor();
-    cpu::gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias);
   };
   li.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];

@@ -1,8 +1,7 @@
 // Neural-network ops: embedding, norms, rotary embedding, cross-entropy, dropout. Forward kernels
-// are fused (src/cpu/nn.cpp); backward is written with public ops.
+// are fused (src/cpu/nn.cpp, registered by src/cpu/op_nn.cpp); backward is written with public ops.
 #include <cmath>
 
-#include "cpu/cpu.h"
 #include "ops/common.h"
 #include "sinter/autograd.h"
 #include "sinter/random.h"
@@ -10,12 +9,6 @@
 namespace sinter {
 namespace detail {
 namespace {
-
-Tensor rows2d(const Tensor& x) {
-  const int64_t D = x.dim() ? x.size(-1) : 1;
-  Tensor c = contiguous_as(x, x.dtype());
-  return raw_reshape_contiguous(c, Shape{D ? x.numel() / D : 0, D});
-}
 
 void check_norm(const std::string& op, std::span<const TensorMeta> in) {
   check_float(op, in[0]);
@@ -26,13 +19,6 @@ void check_norm(const std::string& op, std::span<const TensorMeta> in) {
     SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[", op, "] parameter ", i, " has dtype ", in[i].dtype, ", input has ",
                        in[0].dtype);
   }
-}
-
-void check_targets(const char* op, const Tensor& t, int64_t classes, int64_t ignore) {
-  const int64_t* pt = t.data<int64_t>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    SINTER_CHECK_INDEX(pt[i] == ignore || (pt[i] >= 0 && pt[i] < classes), "[", op, "] target ", pt[i], " at position ", i,
-                       " out of range for ", classes, " classes");
 }
 
 void check_ce_inputs(const std::string& op, std::span<const TensorMeta> in, const Attrs& a) {
@@ -57,11 +43,6 @@ void register_nn_ops() {
     Shape out = in[1].shape;
     out.push_back(in[0].shape[1]);
     return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
-  };
-  em.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    Tensor idx = contiguous_as(in[1], DType::i64);
-    check_index_range("embedding", idx, in[0].size(0));
-    cpu::embedding_rows(contiguous_as(in[0], in[0].dtype()), idx, out[0]);
   };
   em.backward = [](BackwardCtx& c) {
     const Shape& ws = c.input_meta[0].shape;
@@ -91,11 +72,6 @@ void register_nn_ops() {
     SINTER_CHECK(a.i("num_weights") >= 0, "[embedding_backward] num_weights must be >= 0");
     return std::vector<TensorMeta>{{Shape{a.i("num_weights"), g.back()}, in[0].dtype, in[0].device}};
   };
-  eb.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    Tensor idx = contiguous_as(in[1], DType::i64);
-    check_index_range("embedding_backward", idx, out[0].size(0));
-    cpu::embedding_backward_rows(contiguous_as(in[0], in[0].dtype()), idx, out[0]);
-  };
   add_op(std::move(eb));
   OpDef ln;
   ln.name = "layer_norm";  // inputs: x (..., D), weight (D), bias (D); attr eps
@@ -103,12 +79,6 @@ void register_nn_ops() {
   ln.infer = [](std::span<const TensorMeta> in, const Attrs&) {
     check_norm("layer_norm", in);
     return std::vector<TensorMeta>{in[0]};
-  };
-  ln.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    if (in[0].numel() == 0) return;
-    Tensor x2 = rows2d(in[0]);
-    cpu::layer_norm_rows(x2, contiguous_as(in[1], in[1].dtype()), contiguous_as(in[2], in[2].dtype()), a.f("eps"),
-                         raw_reshape_contiguous(out[0], x2.shape()));
   };
   ln.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
@@ -135,11 +105,6 @@ void register_nn_ops() {
   rn.infer = [](std::span<const TensorMeta> in, const Attrs&) {
     check_norm("rms_norm", in);
     return std::vector<TensorMeta>{in[0]};
-  };
-  rn.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    if (in[0].numel() == 0) return;
-    Tensor x2 = rows2d(in[0]);
-    cpu::rms_norm_rows(x2, contiguous_as(in[1], in[1].dtype()), a.f("eps"), raw_reshape_contiguous(out[0], x2.shape()));
   };
   rn.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
@@ -170,11 +135,6 @@ void register_nn_ops() {
       if (layer) out.push_back(in[2]);
       return out;
     };
-    nb.cpu = [layer](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      Tensor x2 = rows2d(in[1]), g2 = rows2d(in[0]), w = contiguous_as(in[2], in[2].dtype());
-      Tensor dx2 = raw_reshape_contiguous(out[0], x2.shape());
-      cpu::norm_backward_rows(layer, g2, x2, w, a.f("eps"), dx2, out[1], layer ? out[2] : Tensor());
-    };
     add_op(std::move(nb));
   }
 
@@ -193,15 +153,6 @@ void register_nn_ops() {
                          in[size_t(i)].dtype, ", x has ", in[0].dtype);
     }
     return std::vector<TensorMeta>{in[0]};
-  };
-  ro.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    const Tensor& x = in[0];
-    if (x.numel() == 0) return;
-    const int64_t T = x.size(-2), D = x.size(-1);
-    Tensor xc = contiguous_as(x, x.dtype());
-    const Shape s3{x.numel() / (T * D), T, D};
-    cpu::rotary_rows(raw_reshape_contiguous(xc, s3), contiguous_as(in[1], x.dtype()), contiguous_as(in[2], x.dtype()),
-                     raw_reshape_contiguous(out[0], s3));
   };
   ro.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &cs = c.inputs[1], &sn = c.inputs[2], &g = c.grads[0];
@@ -222,12 +173,6 @@ void register_nn_ops() {
   ce.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
     check_ce_inputs("cross_entropy", in, a);
     return std::vector<TensorMeta>{{Shape{}, in[0].dtype, in[0].device}};
-  };
-  ce.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const int64_t C = in[0].size(-1), ignore = a.i("ignore_index");
-    Tensor t = contiguous_as(in[1], DType::i64);
-    check_targets("cross_entropy", t, C, ignore);
-    cpu::cross_entropy_rows(rows2d(in[0]), t, ignore, a.f("label_smoothing"), out[0]);
   };
   ce.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &g = c.grads[0];
@@ -254,14 +199,6 @@ void register_nn_ops() {
                        in[0].dtype, " tensor, got ", in[2].shape, " ", in[2].dtype);
     return std::vector<TensorMeta>{in[0]};
   };
-  cb.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const int64_t C = in[0].size(-1), ignore = a.i("ignore_index");
-    Tensor t = contiguous_as(in[1], DType::i64);
-    check_targets("cross_entropy_backward", t, C, ignore);
-    Tensor x2 = rows2d(in[0]);
-    cpu::cross_entropy_backward_rows(x2, t, ignore, a.f("label_smoothing"), in[2].item_double(),
-                                     raw_reshape_contiguous(out[0], x2.shape()));
-  };
   add_op(std::move(cb));
 
   OpDef dr;
@@ -273,14 +210,22 @@ void register_nn_ops() {
     SINTER_CHECK(p >= 0 && p <= 1, "[dropout] p must be in [0, 1], got ", p);
     return std::vector<TensorMeta>{in[0]};
   };
-  dr.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    cpu::dropout(contiguous_as(in[0], in[0].dtype()), a.f("p"), uint64_t(a.i("seed")), uint64_t(a.i("counter")), out[0]);
-  };
   dr.backward = [](BackwardCtx& c) {  // linear in x: the same mask applied to g
     return std::vector<Tensor>{call1(c.op, {c.grads[0]}, c.attrs)};
   };
   dr.save_inputs = 0;
   add_op(std::move(dr));
+
+  OpDef rp;
+  rp.name = "rope_cos_sin";  // a factory: attrs seq_len, dim, theta, sin -> (seq_len, dim/2) f32
+  rp.num_inputs = 0;
+  rp.min_inputs = 0;
+  rp.infer = [](std::span<const TensorMeta>, const Attrs& a) {
+    const int64_t T = a.i("seq_len"), D = a.i("dim");
+    SINTER_CHECK(D > 0 && D % 2 == 0 && T >= 0, "[rope_cos_sin] needs an even dim and seq_len >= 0, got ", D, ", ", T);
+    return std::vector<TensorMeta>{{{T, D / 2}, DType::f32, a.has("device") ? a.device("device") : Device{}}};
+  };
+  add_op(std::move(rp));
 }
 
 }  // namespace detail
@@ -310,17 +255,8 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 }
 
 Tensor rope_cos_sin(int64_t seq_len, int64_t dim, double theta, bool want_sin) {
-  SINTER_CHECK(dim > 0 && dim % 2 == 0 && seq_len >= 0, "[rope_cos_sin] needs an even dim and seq_len >= 0, got ", dim,
-               ", ", seq_len);
-  const int64_t H = dim / 2;
-  Tensor out = Tensor::empty({seq_len, H}, DType::f32);
-  float* p = out.data<float>();
-  for (int64_t t = 0; t < seq_len; ++t)
-    for (int64_t i = 0; i < H; ++i) {
-      const double ang = double(t) * std::pow(theta, -2.0 * double(i) / double(dim));
-      p[t * H + i] = float(want_sin ? std::sin(ang) : std::cos(ang));
-    }
-  return out;
+  static const OpDef& op = get_op("rope_cos_sin");
+  return call1(op, {}, {{"seq_len", seq_len}, {"dim", dim}, {"theta", theta}, {"sin", want_sin}});
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing) {

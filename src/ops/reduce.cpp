@@ -1,8 +1,7 @@
-// Reductions, softmax and cumsum. Kernels see a contiguous (outer, inner) layout with the reduced
-// dims last (detail::rows_last); backward broadcasts the gradient back over the reduced dims.
+// Reductions, softmax and cumsum; backward broadcasts the gradient back over the reduced dims.
+// CPU kernels: src/cpu/op_reduce.cpp.
 #include <cmath>
 
-#include "cpu/cpu.h"
 #include "ops/common.h"
 #include "sinter/autograd.h"
 
@@ -34,28 +33,10 @@ int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& dims) {
   return n;
 }
 
-void reduce_kernel(cpu::ReduceOp op, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const auto dims = reduce_dims("reduce", a.ints("dims"), in[0].dim());
-  // Summing leading dims of a contiguous tensor: columns sums, no transposing copy.
-  bool leading = op == cpu::ReduceOp::Sum && in[0].is_contiguous() && !dims.empty() && int64_t(dims.size()) < in[0].dim();
-  for (size_t i = 0; leading && i < dims.size(); ++i) leading = dims[i] == int64_t(i);
-  if (leading) {
-    const int64_t cols = out[0].numel(), rows = cols ? in[0].numel() / cols : 0;
-    if (rows > 0) {
-      cpu::sum_cols(raw_reshape_contiguous(in[0], Shape{rows, cols}), raw_reshape_contiguous(out[0], Shape{cols}));
-      return;
-    }
-  }
-  Tensor x2 = rows_last(in[0], dims);
-  cpu::reduce_rows(op, x2, raw_reshape_contiguous(out[0], Shape{x2.size(0)}));
-}
-
-void define_reduce(const char* name, bool float_only, bool to_i64, KernelFn k, BackwardFn bw, uint32_t save_in,
-                   uint32_t save_out) {
+void define_reduce(const char* name, bool float_only, bool to_i64, BackwardFn bw, uint32_t save_in, uint32_t save_out) {
   OpDef d;
   d.name = name;
   d.infer = reduce_infer(name, float_only, to_i64);
-  d.cpu = std::move(k);
   d.backward = std::move(bw);
   d.save_inputs = save_in;
   d.save_outputs = save_out;
@@ -77,14 +58,6 @@ void define_arg_reduce(const char* name, bool is_max, bool with_values) {
     if (with_values) out.push_back({s, in[0].dtype, in[0].device});
     out.push_back({s, DType::i64, in[0].device});
     return out;
-  };
-  d.cpu = [is_max, with_values](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const std::vector<int64_t> dims = in[0].dim() ? std::vector<int64_t>{wrap_dim("arg", a.i("dim"), in[0].dim())}
-                                                  : std::vector<int64_t>{};
-    Tensor x2 = rows_last(in[0], dims);
-    const Shape rows{x2.size(0)};
-    Tensor idx = raw_reshape_contiguous(out[with_values ? 1 : 0], rows);
-    cpu::arg_reduce_rows(is_max, x2, with_values ? raw_reshape_contiguous(out[0], rows) : Tensor(), idx);
   };
   if (with_values) {
     d.backward = [](BackwardCtx& c) {
@@ -109,27 +82,6 @@ void define_softmax(const char* name, bool log) {
     check_float(name, in[0]);
     wrap_dim(name, a.i("dim"), int64_t(in[0].shape.size()));
     return std::vector<TensorMeta>{in[0]};
-  };
-  d.cpu = [log](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const Tensor& x = in[0];
-    if (x.numel() == 0) return;
-    const int64_t dim = x.dim() ? wrap_dim("softmax", a.i("dim"), x.dim()) : 0;
-    if (x.dim() == 0 || dim == x.dim() - 1) {
-      const int64_t inner = x.dim() ? x.size(-1) : 1;
-      Tensor x2 = raw_reshape_contiguous(contiguous_as(x, x.dtype()), Shape{x.numel() / inner, inner});
-      cpu::softmax_rows(x2, raw_reshape_contiguous(out[0], x2.shape()), log);
-      return;
-    }
-    Tensor x2 = rows_last(x, {dim});  // (rest, dim): compute, then scatter back through a permuted view
-    Tensor tmp = Tensor::empty(x2.shape(), x.dtype());
-    cpu::softmax_rows(x2, tmp, log);
-    Shape perm_shape, perm_strides;
-    const Shape& os = out[0].strides();
-    for (int64_t i = 0; i < x.dim(); ++i)
-      if (i != dim) { perm_shape.push_back(x.size(i)); perm_strides.push_back(os[size_t(i)]); }
-    perm_shape.push_back(x.size(dim));
-    perm_strides.push_back(os[size_t(dim)]);
-    cpu::copy(raw_reshape_contiguous(tmp, perm_shape), raw_view(out[0], perm_shape, perm_strides, out[0].offset()));
   };
   d.backward = [log](BackwardCtx& c) {
     const int64_t dim = c.attrs.i("dim");
@@ -156,14 +108,6 @@ void define_softmax(const char* name, bool log) {
                        "] gradient", in[0].shape, " ", in[0].dtype, " does not match output", in[1].shape, " ", in[1].dtype);
     return std::vector<TensorMeta>{in[1]};
   };
-  b.cpu = [log](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    const int64_t inner = in[1].size(-1);
-    if (in[1].numel() == 0) return;
-    const Shape s2{in[1].numel() / inner, inner};
-    cpu::softmax_backward_rows(raw_reshape_contiguous(contiguous_as(in[0], in[0].dtype()), s2),
-                               raw_reshape_contiguous(contiguous_as(in[1], in[1].dtype()), s2), raw_reshape_contiguous(out[0], s2),
-                               log);
-  };
   add_op(std::move(b));
 }
 
@@ -171,23 +115,15 @@ void define_softmax(const char* name, bool log) {
 
 void register_reduce_ops() {
   define_reduce("sum", false, true,
-      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_kernel(cpu::ReduceOp::Sum, in, out, a); },
       [](BackwardCtx& c) { return std::vector<Tensor>{spread(c, c.grads[0]).expand(c.input_meta[0].shape)}; }, 0, 0);
 
   define_reduce("mean", true, false,
-      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-        reduce_kernel(cpu::ReduceOp::Sum, in, out, a);
-        const auto dims = reduce_dims("mean", a.ints("dims"), in[0].dim());
-        const double n = double(reduced_count(in[0].shape(), dims));
-        cpu::binary(cpu::BinaryOp::Div, out[0], scalar_tensor(n, out[0].dtype()), out[0]);
-      },
       [](BackwardCtx& c) {
         const double n = double(reduced_count(c.input_meta[0].shape, dims_of(c)));
         return std::vector<Tensor>{(spread(c, c.grads[0]) / n).expand(c.input_meta[0].shape)};
       }, 0, 0);
 
   define_reduce("prod", false, true,
-      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_kernel(cpu::ReduceOp::Prod, in, out, a); },
       [](BackwardCtx& c) {
         // d prod / d x_i = product of the others; exact with zeros (one zero: only it gets a gradient).
         const Tensor& x = c.inputs[0];
@@ -210,11 +146,6 @@ void register_reduce_ops() {
     const auto dims = reduce_dims("var", a.ints("dims"), int64_t(in[0].shape.size()));
     return std::vector<TensorMeta>{{reduced_shape(in[0].shape, dims, a.b("keepdim")), in[0].dtype, in[0].device}};
   };
-  v.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const auto dims = reduce_dims("var", a.ints("dims"), in[0].dim());
-    Tensor x2 = rows_last(in[0], dims);
-    cpu::var_rows(x2, a.i("correction"), raw_reshape_contiguous(out[0], Shape{x2.size(0)}));
-  };
   v.backward = [](BackwardCtx& c) {
     const Tensor& x = c.inputs[0];
     const auto dims = dims_of(c);
@@ -225,9 +156,6 @@ void register_reduce_ops() {
   add_op(std::move(v));
 
   define_reduce("logsumexp", true, false,
-      [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-        reduce_kernel(cpu::ReduceOp::LogSumExp, in, out, a);
-      },
       [](BackwardCtx& c) {
         return std::vector<Tensor>{spread(c, c.grads[0]) * exp(c.inputs[0] - spread(c, c.outputs[0]))};
       }, 1, 1);
@@ -248,14 +176,6 @@ void register_reduce_ops() {
     SINTER_CHECK(!a.has("window") || a.i("window") >= 0, "[causal_softmax] window must be >= 0, got ", a.i("window"));
     return std::vector<TensorMeta>{in[0]};
   };
-  ck.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const Tensor& x = in[0];
-    if (x.numel() == 0) return;
-    const int64_t inner = x.size(-1);
-    const Shape s2{x.numel() / inner, inner};
-    cpu::causal_softmax_rows(raw_reshape_contiguous(contiguous_as(x, x.dtype()), s2), raw_reshape_contiguous(out[0], s2),
-                             x.size(-2), a.i("offset"), a.has("window") ? a.i("window") : 0);
-  };
   ck.backward = [](BackwardCtx& c) {  // softmax's: the masked outputs are 0, so their gradient is too
     const Tensor &y = c.outputs[0], &g = c.grads[0];
     static const OpDef& fused = get_op("softmax_backward");
@@ -266,24 +186,26 @@ void register_reduce_ops() {
   ck.save_outputs = 1;
   add_op(std::move(ck));
 
+  OpDef ss;
+  ss.name = "sum_squares";  // any number of floating tensors -> f64 0-d
+  ss.num_inputs = -1;
+  ss.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    for (size_t i = 0; i < in.size(); ++i) check_float("sum_squares", in[i], "every input");
+    return std::vector<TensorMeta>{{{}, DType::f64, in[0].device}};
+  };
+  ss.backward = [](BackwardCtx& c) {
+    std::vector<Tensor> g(c.inputs.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      if (c.needs_grad[i]) g[i] = c.inputs[i] * (c.grads[0] * 2.0).to(c.inputs[i].dtype());
+    return g;
+  };
+  add_op(std::move(ss));
+
   OpDef cs;
   cs.name = "cumsum";
   cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
     wrap_dim("cumsum", a.i("dim"), int64_t(in[0].shape.size()));
     return std::vector<TensorMeta>{{in[0].shape, sum_dtype(in[0].dtype), in[0].device}};
-  };
-  cs.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const Tensor& x = in[0];
-    if (x.numel() == 0) return;
-    const int64_t dim = x.dim() ? wrap_dim("cumsum", a.i("dim"), x.dim()) : 0;
-    Tensor x2 = rows_last(x, x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{});
-    Tensor tmp = Tensor::empty(x2.shape(), out[0].dtype());
-    cpu::cumsum_rows(x2, tmp);
-    Shape ps, pst;
-    for (int64_t i = 0; i < x.dim(); ++i)
-      if (i != dim) { ps.push_back(x.size(i)); pst.push_back(out[0].stride(i)); }
-    if (x.dim()) { ps.push_back(x.size(dim)); pst.push_back(out[0].stride(dim)); }
-    cpu::copy(raw_reshape_contiguous(tmp, ps), raw_view(out[0], ps, pst, out[0].offset()));
   };
   cs.backward = [](BackwardCtx& c) {
     // Suffix sums: total - prefix + g.
@@ -358,6 +280,10 @@ Tensor causal_softmax(const Tensor& x, int64_t offset, int64_t window) {
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   static const OpDef& op = get_op("log_softmax");
   return call1(op, {x}, {{"dim", dim}});
+}
+Tensor sum_squares(const std::vector<Tensor>& xs) {
+  static const OpDef& op = get_op("sum_squares");
+  return call1(op, xs);
 }
 Tensor cumsum(const Tensor& x, int64_t dim) {
   static const OpDef& op = get_op("cumsum");

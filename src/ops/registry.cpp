@@ -15,7 +15,7 @@
 namespace sinter {
 
 namespace detail {
-void register_builtin_ops();  // ops/builtin.cpp
+void register_library();  // src/library.cpp: every op and kernel the library defines
 }
 
 namespace {
@@ -29,7 +29,7 @@ Registry& raw_registry() {
 }
 Registry& registry() {
   static std::once_flag once;
-  std::call_once(once, [] { detail::register_builtin_ops(); });
+  std::call_once(once, [] { detail::register_library(); });
   return raw_registry();
 }
 }  // namespace
@@ -41,7 +41,8 @@ const OpDef& add_op(OpDef def) {
   SINTER_CHECK(!def.name.empty(), "[register_op] an op needs a name");
   SINTER_CHECK(!r.ops.count(def.name), "[register_op] an op named '", def.name, "' is already registered");
   SINTER_CHECK(def.infer != nullptr, "[register_op] op '", def.name, "' has no infer function");
-  SINTER_CHECK(def.cpu != nullptr || def.view != nullptr, "[register_op] op '", def.name, "' has no CPU kernel");
+  SINTER_CHECK(!(def.view && def.mutates), "[register_op] op '", def.name, "' cannot both view and mutate its input");
+  SINTER_CHECK(def.num_inputs >= 0 || def.min_inputs >= 0, "[register_op] op '", def.name, "' has a negative minimum arity");
   auto p = std::make_unique<OpDef>(std::move(def));
   const OpDef& ref = *p;
   r.ops.emplace(ref.name, std::move(p));
@@ -53,6 +54,27 @@ const OpDef& register_op(OpDef def) {
   registry();
   return detail::add_op(std::move(def));
 }
+
+void register_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
+  registry();
+  Registry& r = raw_registry();
+  std::lock_guard lock(r.mu);
+  auto it = r.ops.find(name);
+  SINTER_CHECK(it != r.ops.end(), "[register_kernel] no op named '", name, "' in the op table");
+  SINTER_CHECK(!it->second->view, "[register_kernel] '", name, "' is a view op: it needs no kernel");
+  it->second->kernels[size_t(device)] = std::move(kernel);
+}
+
+namespace detail {
+// During library registration (inside the registry's call_once): no lookup through registry().
+void add_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
+  Registry& r = raw_registry();
+  std::lock_guard lock(r.mu);
+  auto it = r.ops.find(name);
+  SINTER_ASSERT(it != r.ops.end(), "kernel for unknown op ", name);
+  it->second->kernels[size_t(device)] = std::move(kernel);
+}
+}  // namespace detail
 
 const OpDef* find_op(std::string_view name) {
   Registry& r = registry();
@@ -101,6 +123,34 @@ void Attrs::set(std::string name, AttrValue v) {
   for (auto& [k, old] : items_)
     if (k == name) { old = std::move(v); return; }
   items_.emplace_back(std::move(name), std::move(v));
+}
+
+namespace {
+uint64_t mix(uint64_t h, uint64_t v) {  // FNV-1a over 64-bit words
+  h ^= v;
+  return h * 0x100000001b3ull;
+}
+uint64_t hash_bytes(uint64_t h, const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = mix(h, b[i]);
+  return h;
+}
+}  // namespace
+
+uint64_t Attrs::hash() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (auto& [k, v] : items_) {
+    h = hash_bytes(h, k.data(), k.size());
+    h = mix(h, v.index());
+    std::visit([&](const auto& x) {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, Shape>) h = hash_bytes(mix(h, x.size()), x.data(), x.size() * sizeof(int64_t));
+      else if constexpr (std::is_same_v<T, std::string>) h = hash_bytes(h, x.data(), x.size());
+      else if constexpr (std::is_same_v<T, Device>) h = mix(mix(h, uint64_t(x.type)), uint64_t(x.index));
+      else h = hash_bytes(h, &x, sizeof x);
+    }, v);
+  }
+  return h;
 }
 
 std::ostream& operator<<(std::ostream& os, const Attrs& a) {
@@ -176,50 +226,115 @@ std::string op_profile_table() {
   return os.str();
 }
 
+namespace {
+thread_local OpObserver* t_observer = nullptr;
+thread_local int t_depth = 0;
+
+struct DepthGuard {
+  DepthGuard() { ++t_depth; }
+  ~DepthGuard() { --t_depth; }
+};
+
+void run_kernel(const OpDef& op, Device dev, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const KernelFn& k = op.kernels[size_t(dev.type)];
+  SINTER_CHECK(k != nullptr, "[", op.name, "] has no kernel for device ", dev);
+  DepthGuard depth;
+  if (g_profiling.load(std::memory_order_relaxed)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    k(in, out, attrs);
+    record(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  } else {
+    k(in, out, attrs);
+  }
+}
+
+// A symbolic stand-in with x's layout (a tracer views real tensors without touching them).
+Tensor stand_in(const Tensor& x) {
+  if (x.is_symbolic()) return x;
+  return Tensor::symbolic(x.shape(), x.dtype(), x.device(), &x.strides(), x.offset());
+}
+}  // namespace
+
+ObserveScope::ObserveScope(OpObserver* observer) : prev_(t_observer) { t_observer = observer; }
+ObserveScope::~ObserveScope() { t_observer = prev_; }
+OpObserver* current_observer() { return t_observer; }
+bool tracing() { return t_observer && t_depth == 0 && t_observer->tracing(); }
+int op_call_depth() { return t_depth; }
+
 std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0) {
     SINTER_CHECK(int(inputs.size()) == op.num_inputs, "[", op.name, "] expects ", op.num_inputs, " inputs, got ",
                  inputs.size());
   } else {
-    SINTER_CHECK(!inputs.empty(), "[", op.name, "] expects at least one input");
+    SINTER_CHECK(int(inputs.size()) >= op.min_inputs, "[", op.name, "] expects at least ", op.min_inputs, " input",
+                 op.min_inputs == 1 ? "" : "s", ", got ", inputs.size());
   }
   SmallVector<TensorMeta, 4> meta(inputs.size(), TensorMeta{});  // no heap for the usual few inputs
   bool symbolic = false;
+  const Device dev = !inputs.empty() && inputs[0].defined() ? inputs[0].device()
+                     : attrs.has("device")                  ? attrs.device("device")
+                                                            : Device{};
   for (size_t i = 0; i < inputs.size(); ++i) {
     SINTER_CHECK(inputs[i].defined(), "[", op.name, "] input ", i, " is an undefined tensor");
     meta[i] = {inputs[i].shape(), inputs[i].dtype(), inputs[i].device()};
     symbolic = symbolic || inputs[i].is_symbolic();
-    SINTER_CHECK(meta[i].device.type == DeviceType::cpu, "[", op.name, "] input ", i, " is on ", meta[i].device,
-                 "; this build has kernels for the CPU only");
+    SINTER_CHECK(meta[i].device == dev, "[", op.name, "] input ", i, " is on ", meta[i].device, ", input 0 on ", dev,
+                 "; move them to one device");
   }
-  std::vector<TensorMeta> out_meta = op.infer(std::span<const TensorMeta>(meta.data(), meta.size()), attrs);
+  OpObserver* const obs = t_depth == 0 ? t_observer : nullptr;
+  const bool trace = obs && obs->tracing();
+  if (obs) obs->before(op, inputs, attrs);
+  symbolic = symbolic || trace;
+  std::vector<TensorMeta> out_meta;
+  try {
+    out_meta = op.infer(std::span<const TensorMeta>(meta.data(), meta.size()), attrs);
+  } catch (const ValueError& e) {  // a missing or mistyped attribute: say which op's
+    const std::string_view what = e.what();
+    if (what.rfind("[attrs]", 0) == 0) SINTER_THROW(ValueError, "[", op.name, "]", what.substr(7));
+    throw;
+  }
   SINTER_ASSERT(int(out_meta.size()) == op.num_outputs, op.name);
 
   std::vector<Tensor> out;
   out.reserve(out_meta.size());
-  if (symbolic) {
-    for (auto& m : out_meta) out.push_back(Tensor::symbolic(m.shape, m.dtype, m.device));
-  } else if (op.view) {
-    out = op.view(inputs, attrs);
+  if (op.view) {
+    if (symbolic) {
+      std::vector<Tensor> sym(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) sym[i] = stand_in(inputs[i]);
+      out = op.view(sym, attrs);
+    } else {
+      out = op.view(inputs, attrs);
+    }
     SINTER_ASSERT(out.size() == out_meta.size(), op.name);
     for (size_t i = 0; i < out.size(); ++i)
       SINTER_ASSERT(out[i].shape() == out_meta[i].shape && out[i].dtype() == out_meta[i].dtype, op.name);
-  } else {
-    for (auto& m : out_meta) out.push_back(Tensor::empty(m.shape, m.dtype));
-    if (g_profiling.load(std::memory_order_relaxed)) {
-      const auto t0 = std::chrono::steady_clock::now();
-      op.cpu(inputs, out, attrs);
-      record(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    } else {
-      op.cpu(inputs, out, attrs);
+  } else if (op.mutates) {
+    for (size_t i = 0; i < inputs.size() && i < 32; ++i) {
+      if (!(op.mutates >> i & 1u)) continue;
+      SINTER_CHECK_T(AutogradError, !(inputs[i].requires_grad() && grad_enabled()), "[", op.name, "] writes input ", i,
+                     " in place, which requires grad while grad mode is on; use the out-of-place op, or wrap the update "
+                     "in NoGradGuard");
+      out.push_back(inputs[i]);
     }
+    SINTER_ASSERT(out.size() == out_meta.size(), op.name, " mutates ", out.size(), " inputs but declares ", out_meta.size(),
+                  " outputs");
+    if (!symbolic) {
+      run_kernel(op, dev, inputs, out, attrs);
+      for (Tensor& t : out) ++t.storage()->version;
+    }
+  } else if (symbolic) {
+    for (auto& m : out_meta) out.push_back(Tensor::symbolic(m.shape, m.dtype, m.device));
+  } else {
+    for (auto& m : out_meta) out.push_back(Tensor::empty(m.shape, m.dtype, m.device));
+    run_kernel(op, dev, inputs, out, attrs);
   }
 
-  if (op.backward && grad_enabled()) {
+  if (op.backward && !op.mutates && grad_enabled()) {
     bool any = false;
     for (auto& t : inputs) any = any || t.requires_grad();
     if (any) autograd::attach(op, attrs, inputs, std::span<const TensorMeta>(meta.data(), meta.size()), out);
   }
+  if (obs) obs->after(op, inputs, attrs, out);
   return out;
 }
 

@@ -1,10 +1,9 @@
 // View ops (view, permute, slice, expand: outputs alias their input), copy and cat, and the
-// Tensor methods built from them.
+// Tensor methods built from them. Kernels of copy and cat: src/cpu/op_shape.cpp.
 #include <algorithm>
 #include <numeric>
 #include <optional>
 
-#include "cpu/cpu.h"
 #include "ops/common.h"
 
 namespace sinter {
@@ -46,42 +45,13 @@ Shape broadcast_shapes(const std::string& op, const Shape& a, const Shape& b) {
   return out;
 }
 
-Tensor raw_view(const Tensor& t, const Shape& shape, const Shape& strides, int64_t offset) {
-  if (t.is_symbolic()) return Tensor::symbolic(shape, t.dtype(), t.device());
-  return Tensor::from_storage(t.storage(), shape, strides, offset, t.dtype());
-}
-
-Tensor raw_slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  Shape shape = t.shape(), strides = t.strides();
-  shape[size_t(dim)] = end > start ? (end - start + step - 1) / step : 0;
-  strides[size_t(dim)] *= step;
-  return raw_view(t, shape, strides, t.offset() + start * t.stride(dim));
-}
-
-Tensor raw_reshape_contiguous(const Tensor& t, const Shape& shape) {
-  Shape st(shape.size());
-  int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) { st[i] = s; s *= std::max<int64_t>(shape[i], 1); }
-  return raw_view(t, shape, st, t.offset());
-}
-
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (t.dtype() == dt && t.is_contiguous()) return t;
-  Tensor c = Tensor::empty(t.shape(), dt);
-  cpu::copy(t, c);
-  return c;
-}
-
-Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims) {
-  std::vector<int64_t> perm;
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < x.dim(); ++i)
-    if (!std::binary_search(dims.begin(), dims.end(), i)) { perm.push_back(i); outer *= x.size(i); }
-  for (int64_t d : dims) { perm.push_back(d); inner *= x.size(d); }
-  Shape shape, strides;
-  for (int64_t p : perm) { shape.push_back(x.size(p)); strides.push_back(x.stride(p)); }
-  Tensor permuted = raw_view(x, shape, strides, x.offset());
-  return raw_reshape_contiguous(contiguous_as(permuted, x.dtype()), Shape{outer, inner});
+void check_inplace_broadcast(const std::string& op, const Shape& self, const Shape& o) {
+  bool ok = o.size() <= self.size();
+  for (size_t i = 1; ok && i <= o.size(); ++i) {
+    const int64_t a = self[self.size() - i], b = o[o.size() - i];
+    ok = (b == a || b == 1);
+  }
+  SINTER_CHECK_SHAPE(ok, "[", op, "] cannot broadcast ", o, " to the in-place target ", self);
 }
 
 Tensor unsqueeze_dims(const Tensor& g, const std::vector<int64_t>& dims, int64_t in_ndim, bool keepdim) {
@@ -285,7 +255,6 @@ void register_shape_ops() {
   OpDef cp;
   cp.name = "copy";
   cp.infer = [](std::span<const TensorMeta> in, const Attrs&) { return std::vector<TensorMeta>{in[0]}; };
-  cp.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { cpu::copy(in[0], out[0]); };
   cp.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0]}; };
   cp.save_inputs = 0;
   add_op(std::move(cp));
@@ -310,15 +279,6 @@ void register_shape_ops() {
       dt = promote_types(dt, in[k].dtype);
     }
     return std::vector<TensorMeta>{{out, dt, in[0].device}};
-  };
-  ct.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const int64_t dim = wrap_dim("cat", a.i("dim"), in[0].dim());
-    int64_t at = 0;
-    for (const Tensor& t : in) {
-      const int64_t n = t.size(dim);
-      cpu::copy(t, raw_slice(out[0], dim, at, at + n));
-      at += n;
-    }
   };
   ct.backward = [](BackwardCtx& c) {
     const int64_t dim = wrap_dim("cat", c.attrs.i("dim"), int64_t(c.input_meta[0].shape.size()));
@@ -346,7 +306,7 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::reshape(const Shape& shape) const {
   const Shape resolved = detail::resolve_shape("reshape", this->shape(), shape);
-  if (is_symbolic() || detail::view_strides(this->shape(), strides(), resolved)) return view(resolved);
+  if (detail::view_strides(this->shape(), strides(), resolved)) return view(resolved);
   return contiguous().view(resolved);
 }
 

@@ -2,15 +2,26 @@
 
 #include <cmath>
 
-#include "core/parallel.h"
+#include "sinter/op.h"
 #include "sinter/autograd.h"
 #include "sinter/ops.h"
 
 namespace sinter::optim {
 
+Optimizer::Optimizer(NamedParams params, double lr)
+    : params_(std::move(params)), lr_(full({}, lr, DType::f64)), step_(zeros({}, DType::i64)), lr_value_(lr) {}
+
 void Optimizer::zero_grad() {
   for (auto& [n, p] : params_) p->set_grad({});
 }
+
+void Optimizer::set_lr(double lr) {
+  NoGradGuard g;
+  lr_.fill_(lr);
+  lr_value_ = lr;
+}
+
+int64_t Optimizer::steps() const { return step_.item<int64_t>(); }
 
 namespace {
 void check_param(const std::string& name, const Tensor& p) {
@@ -23,12 +34,15 @@ void load_state(const std::map<std::string, Tensor>& sd, const std::string& key,
   SINTER_CHECK(it != sd.end(), "[optim] optimizer state is missing '", key, "'");
   SINTER_CHECK_SHAPE(it->second.shape() == shape && it->second.dtype() == DType::f32, "[optim] state '", key, "' has shape ",
                      it->second.shape(), " ", it->second.dtype(), ", want ", shape, " f32");
-  into = it->second.contiguous().clone().detach();
+  NoGradGuard g;
+  if (into.defined()) into.copy_(it->second);  // in place: what a compiled step holds stays current
+  else into = it->second.contiguous().clone().detach();
 }
-int64_t load_step(const std::map<std::string, Tensor>& sd) {
+void load_step(const std::map<std::string, Tensor>& sd, Tensor& step) {
   auto it = sd.find("step");
   SINTER_CHECK(it != sd.end() && it->second.numel() == 1, "[optim] optimizer state is missing 'step'");
-  return it->second.item<int64_t>();
+  NoGradGuard g;
+  step.copy_(it->second.reshape({}));
 }
 }  // namespace
 
@@ -36,35 +50,37 @@ SGD::SGD(NamedParams params, double lr, double momentum, bool nesterov, double w
     : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay), nesterov_(nesterov) {
   SINTER_CHECK(lr >= 0 && momentum >= 0 && weight_decay >= 0, "[sgd] lr, momentum and weight_decay must be >= 0");
   SINTER_CHECK(!nesterov || momentum > 0, "[sgd] Nesterov momentum needs momentum > 0");
-  for (auto& [n, p] : params_) check_param(n, *p);
+  for (auto& [n, p] : params_) {
+    check_param(n, *p);
+    if (momentum_ != 0) buf_[n] = state_like(*p);
+  }
 }
 
 void SGD::step() {
   NoGradGuard g;
-  ++step_;
+  step_.add_(1.0);
+  static const OpDef& plain = get_op("sgd_update");
+  static const OpDef& with_momentum = get_op("sgd_momentum_update");
   for (auto& [name, p] : params_) {
-    if (!p->grad().defined()) continue;
-    Tensor d = p->grad();
-    if (weight_decay_ != 0) d = d + *p * weight_decay_;
-    if (momentum_ != 0) {
-      auto it = buf_.find(name);
-      if (it == buf_.end()) it = buf_.emplace(name, d.clone()).first;
-      else it->second.mul_(momentum_).add_(d);
-      d = nesterov_ ? d + it->second * momentum_ : it->second;
+    const Tensor grad = p->grad();
+    if (!grad.defined()) continue;
+    if (momentum_ == 0) {
+      call(plain, {*p, grad, lr_}, {{"weight_decay", weight_decay_}});
+    } else {
+      call(with_momentum, {*p, grad, buf_.at(name), lr_},
+           {{"momentum", momentum_}, {"nesterov", nesterov_}, {"weight_decay", weight_decay_}});
     }
-    p->add_(d, -lr);
   }
 }
 
 std::map<std::string, Tensor> SGD::state_dict() const {
-  std::map<std::string, Tensor> sd{{"step", scalar_tensor(double(step_), DType::i64)}};
+  std::map<std::string, Tensor> sd{{"step", step_}};
   for (auto& [n, b] : buf_) sd["momentum." + n] = b;
   return sd;
 }
 
 void SGD::load_state_dict(const std::map<std::string, Tensor>& sd) {
-  step_ = load_step(sd);
-  buf_.clear();
+  load_step(sd, step_);
   for (auto& [n, p] : params_)
     if (sd.count("momentum." + n)) load_state(sd, "momentum." + n, buf_[n], p->shape());
 }
@@ -82,41 +98,26 @@ AdamW::AdamW(NamedParams params, double lr, double beta1, double beta2, double e
 }
 
 void AdamW::step() {
-  ++step_;
-  const double bc1 = 1.0 - std::pow(beta1_, double(step_)), bc2 = 1.0 - std::pow(beta2_, double(step_));
-  const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2));
-  const float b1 = float(beta1_), b2 = float(beta2_), eps = float(eps_);
+  NoGradGuard g;
+  step_.add_(1.0);
+  static const OpDef& op = get_op("adamw_update");
   for (auto& [name, p] : params_) {
-    Tensor g = p->grad();
-    if (!g.defined()) continue;
-    g = g.contiguous();
-    SINTER_CHECK_DTYPE(g.dtype() == DType::f32, "[adamw] gradient of ", name, " is ", g.dtype(), ", want f32");
-    const float decay = p->dim() >= 2 ? float(1.0 - lr * weight_decay_) : 1.0f;
-    float* w = p->data<float>();
-    float* m = m_.at(name).data<float>();
-    float* v = v_.at(name).data<float>();
-    const float* gp = g.data<float>();
-    parallel_for(0, p->numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {  // PyTorch's order: decay, moments, then the step
-        w[i] *= decay;
-        m[i] = b1 * m[i] + (1 - b1) * gp[i];
-        v[i] = b2 * v[i] + (1 - b2) * gp[i] * gp[i];
-        w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-      }
-    });
-    ++p->storage()->version;
+    const Tensor grad = p->grad();
+    if (!grad.defined()) continue;
+    call(op, {*p, grad, m_.at(name), v_.at(name), lr_, step_},
+         {{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", p->dim() >= 2 ? weight_decay_ : 0.0}});
   }
 }
 
 std::map<std::string, Tensor> AdamW::state_dict() const {
-  std::map<std::string, Tensor> sd{{"step", scalar_tensor(double(step_), DType::i64)}};
+  std::map<std::string, Tensor> sd{{"step", step_}};
   for (auto& [n, t] : m_) sd["exp_avg." + n] = t;
   for (auto& [n, t] : v_) sd["exp_avg_sq." + n] = t;
   return sd;
 }
 
 void AdamW::load_state_dict(const std::map<std::string, Tensor>& sd) {
-  step_ = load_step(sd);
+  load_step(sd, step_);
   for (auto& [n, p] : params_) {
     load_state(sd, "exp_avg." + n, m_[n], p->shape());
     load_state(sd, "exp_avg_sq." + n, v_[n], p->shape());
@@ -130,22 +131,22 @@ double warmup_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr,
   return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(M_PI * t));
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard g;
-  double total = 0;
+  std::vector<Tensor> grads;
   for (auto& p : params)
-    if (p.grad().defined()) total += sum(p.grad().to(DType::f64) * p.grad().to(DType::f64)).item<double>();
-  const double norm = std::sqrt(total);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return zeros({}, DType::f64);
+  Tensor norm = sqrt(sum_squares(grads));
   clip_grads_with_norm(params, max_norm, norm);
   return norm;
 }
 
-void clip_grads_with_norm(const std::vector<Tensor>& params, double max_norm, double norm) {
-  if (!(norm > max_norm && norm > 0)) return;
+void clip_grads_with_norm(const std::vector<Tensor>& params, double max_norm, const Tensor& norm) {
   NoGradGuard g;
-  const double s = max_norm / (norm + 1e-6);
+  const Tensor scale = clamp(full({}, max_norm, DType::f64) / (norm + 1e-6), std::nullopt, 1.0);
   for (auto& p : params)
-    if (p.grad().defined()) p.grad().mul_(s);
+    if (p.grad().defined()) p.grad().mul_(scale);
 }
 
 }  // namespace sinter::optim

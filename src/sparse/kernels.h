@@ -1,6 +1,22 @@
 #pragma once
-// The 2:4 sparse matmul kernels behind linear(x, SemiStructuredSparse): y = act(scale * (x W^T) + b).
+// The 2:4 sparse matmul kernels behind the sparse24_linear op: y = act(scale * (x W^T) + b).
 // Layout (include/sinter/sparse.h): values (N, K/2), meta (N, K/8) u8, scales (N) f32.
+//
+// One function, choose(), picks the kernel of a call (by M, the ISA, the dtypes, whether a
+// prepacked copy is at hand and the layer's size); the op's CPU kernel (linear_cpu.cpp) runs it.
+// The families, one file each:
+//   streaming.cpp  M <= kSmallM (decode): one streaming pass over the weights, the kept columns of
+//                  x gathered in registers, four rows of x per pass over an L2-sized block of rows.
+//   tiles8.cpp     AVX2, kSmallM < M < kKMajorM: vectors over 8 weight rows, x's kept columns
+//                  picked per lane by an in-lane permute indexed by the meta nibbles; weights
+//                  repacked per call (or read prepacked) and reused for every tile of 8 rows of x.
+//   tiles16.cpp    AVX-512: the same over 16 weight rows, one vpermps per kept value over 16
+//                  columns of x; bf16 x with bf16 values through vdpbf16ps on pairs.
+//   k_major.cpp    M >= kKMajorM: x as column-major panels of 64 (AVX2) or 128 rows (AVX-512),
+//                  each kept value broadcast against its column of x, picked by address.
+//   pairs.cpp      bf16 x and bf16 values with AVX512-BF16: K-major, a group's two kept values
+//                  one pair for vdpbf16ps.
+// Without AVX2 every M takes the streaming path.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -25,39 +41,22 @@ template <class T> inline T activate(T v, Act a) {
 #define SINTER_TILES16 1  // the tiles run over 16 weight rows (tiles16.cpp), with their own prepacked layout
 #endif
 
-// x (M, K) f32 row-major; values of dtype vt (f32, bf16, i8); bias (N) or null; y (M, N) f32.
-// M <= kSmallM: one streaming pass over the weights (decode), kept columns of x gathered with
-// in-register permutes, four rows of x per pass over an L2-sized block of weight rows;
-// kSmallM < M < kKMajorM: the tiles. With AVX2, vectors over 8 weight rows, x's kept columns
-// picked per lane by an in-lane permute indexed by the meta nibbles; with AVX-512 (tiles16.cpp),
-// vectors over 16 weight rows and one vpermps per kept value over 16 columns of x. Weights are
-// repacked per call and reused for every tile of 8 (or 16) rows of x (a prepacked weight, below,
-// skips that);
-// M >= kKMajorM: K-major, x as column-major panels of 64 (AVX2) or 128 rows (AVX-512), each kept
-// value broadcast against its column of x (picked by address: the load ports, not the shuffle
-// pipe), the weights packed a block of a chunk of rows at a time as f32.
-// Without AVX2 every M takes the streaming path.
 constexpr int64_t kSmallM = 4;
 #if defined(SINTER_TILES16)
-// Measured (session 23, Zen 5, 2 threads, alternating in one process, f32 values): the 16-row
-// tiles from values + meta against the K-major kernel on 4096 x 11008 M = 8 / 16 / 32 / 64 / 96:
-// 4.4 / 5.8 / 8.0 / 13.9-14.9 / 19.6 against 10.2 / 10.4 / 11.0 / 15.2-16.8 / 19.8 ms; at
-// M = 128 22.9-26.6 against 23.4-26.6 on the three shapes (even). At M = 4 the streaming kernel
-// 3.7 against 4.5 ms.
+// Zen 5, 2 threads, 4096 x 11008, f32 values (`sinter bench sparse`, the 2:4 rows): the 16-row
+// tiles from values + meta against the K-major kernel at M = 8 / 16 / 32 / 64 / 96: 4.4 / 5.8 /
+// 8.0 / 13.9-14.9 / 19.6 against 10.2 / 10.4 / 11.0 / 15.2-16.8 / 19.8 ms; even at M = 128.
 constexpr int64_t kKMajorM = 96;
 #else
-// Measured (session 17, alternating in-process runs, 2 threads, f32 values, 4096 x 4096 and
-// 4096 x 11008): the 8-row tiles against the K-major kernel 1.11-1.45x at M = 9-18 (int8, bf16
-// values at M = 10-16: 0.98-1.33x), 0.98-1.15x at M = 20-21, even at 22, 0.91-0.93x at 24 (where
-// K-major's 24-row panel has no padding); session 14 had measured them even at M = 9-24 before
-// the tiles' weights were packed in long runs.
+// Zen 3, 2 threads, 4096 x 4096 and 4096 x 11008, f32 values: the 8-row tiles against the
+// K-major kernel 1.11-1.45x at M = 9-18, even at 22, 0.91-0.93x at 24 (where K-major's 24-row
+// panel has no padding).
 constexpr int64_t kKMajorM = 23;
 #endif
-void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
-                const float* bias, Act act, float* y, int64_t N);
+
 // Prepacked weights (SemiStructuredSparse::prepack): the tiles' layout built once, in the values'
-// dtype (f32, bf16, i8), so a call where prepacked_serves(vt, M) reads the weights once, in
-// order, instead of packing them first (the values are widened in the tile).
+// dtype (f32, bf16, i8), so a call that reads it streams the weights once, in order, instead of
+// packing them first (the values are widened in the tile).
 // - AVX2 (and portable builds): blocks of 8 weight rows x 32 columns: 8 meta words (u32, a row's
 //   4 meta bytes), then the 16 kept values of each row interleaved (value j of row r at 8 j + r);
 //   chunk-major (64 rows: 8 groups of 8), then column block (256 columns), group, block. Rows and
@@ -69,32 +68,77 @@ void linear_f32(const float* x, int64_t M, int64_t K, const void* values, DType 
 //   side in lane r); chunks of 8 groups of 16 rows, then spans of 64 blocks, group, block. Rows
 //   and columns are padded to 16 with zero values: 0.25 bytes a kept value more than values +
 //   meta (the index words are twice the meta): 6% more for f32 values, 11% bf16, 20% int8.
-int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
-void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
-void linear_prepacked_f32(const float* x, int64_t M, int64_t K, const uint8_t* packed, DType vt, const float* scales,
-                          const float* bias, Act act, float* y, int64_t N);
 #if defined(SINTER_TILES16)
-// Where linear() reads a prepacked weight (session 23, Zen 5, 2 threads, alternating in one
-// process, against the values + meta kernels of the same call; f32 values): 4096 x 11008 M = 1 /
-// 4 / 16 / 32 / 64 / 128: 1.97 / 2.38 / 3.16 / 5.7 / 12.0 / 22.9 ms against 2.09 / 3.68 / 5.8 /
-// 8.0 / 14.9 / 23.9-26.6; the three shapes at M = 128 1.35-1.40x dense against 1.22-1.34x, at
-// M = 256 1.12-1.28x against 1.27-1.36x (K-major), at M = 512 0.59-1.27x against 1.21-1.48x
-// (every tile of x is read again for each group of 16 weight rows: x no longer stays in L2). At
-// M = 1 only int8 values read it (0.58 against 0.85 ms): f32 values gain 6%, not worth a second
-// copy of the weights in memory.
+// Zen 5, 2 threads, 4096 x 11008, f32 values, against the values + meta kernels of the same call:
+// M = 1 / 4 / 16 / 32 / 64 / 128: 1.97 / 2.38 / 3.16 / 5.7 / 12.0 / 22.9 ms against 2.09 / 3.68 /
+// 5.8 / 8.0 / 14.9 / 23.9-26.6; at M = 512 0.59-1.27x dense against 1.21-1.48x (x no longer
+// stays in L2). At M = 1 only int8 values read it (0.58 against 0.85 ms).
 constexpr int64_t kPrepackedMaxM = 128;
 #else
-// Where linear() reads a prepacked weight (scratch A/B in session 18, 2 threads, the three bench
-// shapes, alternating with the values + meta kernels of the same call): M = 2 0.97-1.17x,
-// M = 4-32 1.05-1.85x (on 4096 x 11008 at M = 18-30 the difference between about even with dense
-// and 1.23-1.44x it), M = 33-40 0.94-1.28x (1.07-1.28x at 33-36), K-major even at 48 and ahead at
-// 64; at M = 1 int8 values 1.03-1.33x, f32 0.78-0.90x and bf16 0.88-0.95x (their decode kernel
-// reads two or four rows side by side; two or four chunks side by side did not speed the tiles
-// up). Without AVX2 never (the portable reading of the layout is a plain loop, kept for the op's
-// other callers).
+// Zen 3, 2 threads, the three `sinter bench sparse` shapes, against the values + meta kernels of
+// the same call: M = 2 0.97-1.17x, M = 4-32 1.05-1.85x, M = 33-40 0.94-1.28x, K-major ahead from
+// 48; at M = 1 int8 values 1.03-1.33x, f32 0.78-0.90x, bf16 0.88-0.95x. Without AVX2 never.
 constexpr int64_t kPrepackedMaxM = 40;
 #endif
 bool prepacked_serves(DType vt, int64_t M);
+int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
+void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
+
+// bf16 x and bf16 values on AVX512-BF16, M >= kPairsM: the K-major pairs kernel. Zen 4, 2
+// threads, 4096 x 4096, against the f32 kernels on values + meta: M = 16-32 1.18-1.27x, 48-128
+// 1.37-1.45x. Against the 8-row prepacked tiles (4096 x 4096 and 4096 x 11008): M = 12 0.97x, 16
+// 1.22-1.28x, 20 0.84-0.87x, 24 0.97-1.01x, 28 1.13-1.16x, 32 1.25-1.30x: a prepacked weight keeps
+// its tiles at kPairsM < M < kPairsPrepackedM. With the 16-row tiles, bf16 x takes their pairs
+// kernel above kSmallM rows (prepacked always, values + meta from M > kPairsM) and K-major pairs
+// at kSmallM < M <= kPairsM.
+constexpr int64_t kPairsM = 16, kPairsPrepackedM = 26;
+
+// Dense 2:4 layers this small (their dense f32 weight, bytes) compute densely with f32 or bf16
+// inputs: they live in cache, where the 2:4 kernels' index decoding costs more than the bytes they
+// save (0.42-1.02x the dense kernel at M = 1 ... 2048 up to 256 KiB; `sinter bench sparse`, the
+// small-layer rows). The dense copies (dense_copy.cpp, f32: bf16 x is widened, so the product is
+// the 2:4 kernels' one) are made once and remade when values, meta or scales change; all of them
+// together stay within kDenseCopyBudget bytes: past it, a model is too big to stay in cache and
+// the 2:4 kernels win.
+constexpr int64_t kSmallLayerBytes = int64_t(256) << 10;
+constexpr int64_t kDenseCopyBudget = int64_t(16) << 20;
+
+enum class Kernel {
+  dense,            // a cached dense copy of a small layer, oneDNN's GEMM
+  reference_f64,    // f64 x and values, plainly (what gradient checks differentiate)
+  streaming,        // streaming.cpp
+  tiles8,           // tiles8.cpp, from values + meta
+  tiles16,          // tiles16.cpp, from values + meta
+  k_major,          // k_major.cpp
+  prepacked8,       // tiles8.cpp (or its portable reading), from the prepacked layout
+  prepacked16,      // tiles16.cpp, from the prepacked layout
+  pairs_k_major,    // pairs.cpp: bf16 x bf16
+  pairs_tiles16,    // tiles16.cpp's vdpbf16ps kernel, from values + meta
+  pairs_prepacked16,// the same from the prepacked layout
+};
+const char* kernel_name(Kernel k);
+
+struct Call {
+  DType x, values;
+  int64_t M, N, K;
+  bool prepacked = false;     // a current prepacked copy comes with the call
+  bool dense_allowed = true;  // the dense-copy budget has room (or the copy exists)
+};
+// The kernel for a call: the one place it is decided.
+Kernel choose(const Call& c);
+
+// The families' entry points. x (M, K) row-major; bias (N) or null; y (M, N) f32 (f64 for the
+// reference). values of dtype vt unless said otherwise.
+void run_streaming(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                   const float* bias, Act act, float* y, int64_t N);
+void run_tiles8(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
+                const float* scales, const float* bias, Act act, float* y, int64_t N);
+int64_t tiles8_bytes(DType vt, int64_t N, int64_t K);
+void tiles8_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
+void run_k_major(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                 const float* bias, Act act, float* y, int64_t N);
+void run_k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
+                       const float* bias, Act act, float* y, int64_t N);
 #if defined(SINTER_TILES16)
 int64_t tiles16_bytes(DType vt, int64_t N, int64_t K);
 void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
@@ -102,33 +146,11 @@ void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t 
 void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                     const float* scales, const float* bias, Act act, float* y, int64_t N);
 #if defined(__AVX512BF16__)
-// bf16 x with bf16 values (prepacked or values + meta): vdpbf16ps on the pairs (tiles16.cpp).
+// bf16 x with bf16 values (prepacked or values + meta): vdpbf16ps on the pairs.
 void tiles16_linear_bf16(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const uint8_t* prepacked,
                          const float* scales, const float* bias, Act act, float* y, int64_t N);
 #endif
 #endif
-// bf16 x and bf16 values on a CPU with AVX512-BF16, M >= kPairsM: vdpbf16ps takes a group's two
-// kept values as one pair against x laid out as pairs of columns (kernels.cpp, k_major_pairs);
-// y (M, N) f32. pairs_serve says when linear() takes it. Measured (session 22, Zen 4, 2 threads,
-// 4096 x 4096, alternating in one process) against the kernels above on values + meta: M = 16-32
-// 1.18-1.27x, 48-128 1.37-1.45x. Against the prepacked tiles (4096 x 4096 and 4096 x 11008):
-// M = 12 0.97x, 16 1.22-1.28x (the rows read in place), 20 0.84-0.87x, 24 0.97-1.01x, 28
-// 1.13-1.16x, 32 1.25-1.30x; so a prepacked weight keeps its tiles at kPairsM < M < kPairsPrepackedM
-// (pairs_beat_prepacked).
-// With the 16-row tiles (SINTER_TILES16) bf16 x takes the tiles' pairs kernel (vpermw picks each
-// lane's two columns, vdpbf16ps multiplies them with the lane's pair of values) above kSmallM rows
-// (pairs_serve): prepacked always, from values + meta at M > kPairsM, the K-major kernel at
-// kSmallM < M <= kPairsM (its rows read in place). Measured (session 23, Zen 5, 4096 x 11008,
-// alternating): prepacked, the tiles against K-major pairs M = 16 / 32 / 64 / 128 2.5 / 3.9 / 7.2
-// / 13.7-14.9 ms against 3.3 / 7.2 / 10.6 / 20.1; from values + meta M = 16 / 32 / 128 / 512 4.2 /
-// 5.5 / 14.2 / 53.7 against 3.2 / 7.5 / 20.6 / 73.3; at M = 6-12 the f32 tiles, the tiles' pairs
-// kernel and K-major pairs all run 0.73-1.10x oneDNN's bf16 matmul (the packing per call bounds them).
-constexpr int64_t kPairsM = 16, kPairsPrepackedM = 26;
-bool pairs_beat_prepacked(int64_t M);
-bool pairs_serve(DType x, DType vt, int64_t M);
-void linear_bf16_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
-                       const float* bias, Act act, float* y, int64_t N);
-// The same in f64, plainly (the reference the gradient checks differentiate); values f64.
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
                 const double* bias, Act act, double* y, int64_t N);
 

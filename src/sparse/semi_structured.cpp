@@ -1,6 +1,8 @@
 // 2:4 semi-structured sparse weights: packing, pruning, and the ops that use them.
-//   sparse24_linear(x, values, meta, scales[, bias]) -> y         attr activation
-//   sparse24_linear_prepacked(x, packed, scales[, bias]) -> y     attrs activation, cols, values
+//   sparse24_linear(x, values, meta, scales[, bias][, packed]) -> y
+//       attrs activation, bias, packed (which optional inputs are present)[, dense_copy (default
+//       true; false keeps small layers on the 2:4 kernels)]; the CPU kernel (linear_cpu.cpp) picks
+//       the kernel for the call (kernels.h, choose)
 //   sparse24_to_dense(values, meta, scales) -> dense (N, K)
 //   sparse24_gather(dense, meta) -> kept (N, K/2)
 // One op definition serves eager calls, autograd (gradients for x, bias and the float values:
@@ -11,6 +13,7 @@
 #include "ops/common.h"
 #include "sinter/autograd.h"
 #include "sinter/sparse.h"
+#include "sparse/dense_copy.h"
 #include "sparse/kernels.h"
 
 namespace sinter {
@@ -40,11 +43,14 @@ DType dense_dtype(DType values) { return values == DType::f64 ? DType::f64 : val
 
 void register_sparse_ops() {
   OpDef li;
-  li.name = "sparse24_linear";  // x (..., K), values, meta, scales[, bias (N)]; attr activation
+  li.name = "sparse24_linear";
   li.num_inputs = -1;
+  li.min_inputs = 4;
   li.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
-    SINTER_CHECK(in.size() == 4 || in.size() == 5, "[sparse24_linear] takes x, values, meta, scales and an optional bias, got ",
-                 in.size(), " inputs");
+    const bool has_bias = a.b("bias"), has_packed = a.b("packed");
+    const size_t want = 4 + has_bias + has_packed;
+    SINTER_CHECK(in.size() == want, "[sparse24_linear] takes x, values, meta, scales", has_bias ? ", bias" : "",
+                 has_packed ? ", packed" : "", ": ", want, " inputs, got ", in.size());
     const auto [N, K] = check_weight("sparse24_linear", in[1], in[2], in[3]);
     const Shape& x = in[0].shape;
     SINTER_CHECK_SHAPE(!x.empty() && x.back() == K, "[sparse24_linear] x", x, " does not match the 2:4 weight (", N, ", ", K,
@@ -54,42 +60,25 @@ void register_sparse_ops() {
                        in[0].dtype);
     SINTER_CHECK_DTYPE(f64 == (in[1].dtype == DType::f64), "[sparse24_linear] f64 x needs f64 values and f64 values f64 x, got x ",
                        in[0].dtype, " values ", in[1].dtype);
-    if (in.size() == 5) {
-      SINTER_CHECK_SHAPE(in[4].shape == Shape{N}, "[sparse24_linear] bias", in[4].shape, " does not match the weight's ", N, " rows");
-      SINTER_CHECK_DTYPE(in[4].dtype == in[0].dtype, "[sparse24_linear] bias dtype ", in[4].dtype, " differs from x's ", in[0].dtype);
+    size_t at = 4;
+    if (has_bias) {
+      SINTER_CHECK_SHAPE(in[at].shape == Shape{N}, "[sparse24_linear] bias", in[at].shape, " does not match the weight's ", N, " rows");
+      SINTER_CHECK_DTYPE(in[at].dtype == in[0].dtype, "[sparse24_linear] bias dtype ", in[at].dtype, " differs from x's ", in[0].dtype);
+      ++at;
     }
-    sparse::parse_activation(a.has("activation") ? a.str("activation") : "none");
+    if (has_packed) {
+      const int64_t want_bytes = sparse::prepacked_bytes(in[1].dtype, N, K);
+      SINTER_CHECK_SHAPE(in[at].dtype == DType::u8 && in[at].shape == Shape{want_bytes}, "[sparse24_linear] packed ", in[at].dtype,
+                         in[at].shape, " is not a prepacked (", N, ", ", K, ") weight of ", in[1].dtype, " values (want u8 (",
+                         want_bytes, "))");
+    }
+    sparse::parse_activation(a.str("activation"));
     Shape out = x;
     out.back() = N;
     return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
   };
-  li.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const int64_t N = in[1].size(0), K = in[1].size(1) * 2, M = in[0].numel() / std::max<int64_t>(K, 1);
-    const sparse::Act act = sparse::parse_activation(a.has("activation") ? a.str("activation") : "none");
-    Tensor values = contiguous_as(in[1], in[1].dtype()), meta = contiguous_as(in[2], DType::u8),
-           scales = contiguous_as(in[3], DType::f32);
-    if (in[0].dtype() == DType::f64) {
-      Tensor x = contiguous_as(in[0], DType::f64), b = in.size() == 5 ? contiguous_as(in[4], DType::f64) : Tensor();
-      sparse::linear_f64(x.data<double>(), M, K, values.data<double>(), meta.data<uint8_t>(), scales.data<float>(),
-                         b.defined() ? b.data<double>() : nullptr, act, out[0].data<double>(), N);
-      return;
-    }
-    Tensor b = in.size() == 5 ? contiguous_as(in[4], DType::f32) : Tensor();
-    Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
-    if (sparse::pairs_serve(in[0].dtype(), values.dtype(), M)) {  // bf16 x bf16: vdpbf16ps on pairs of kept values
-      Tensor x = contiguous_as(in[0], DType::bf16);
-      sparse::linear_bf16_pairs(reinterpret_cast<const uint16_t*>(x.data_ptr()), M, K, reinterpret_cast<const uint16_t*>(values.data_ptr()),
-                                meta.data<uint8_t>(), scales.data<float>(), b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
-      if (out[0].dtype() != DType::f32) out[0].copy_(y);
-      return;
-    }
-    Tensor x = contiguous_as(in[0], DType::f32);
-    sparse::linear_f32(x.data<float>(), M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(),
-                       b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
-    if (out[0].dtype() != DType::f32) out[0].copy_(y);
-  };
   li.backward = [](BackwardCtx& c) {
-    SINTER_CHECK(!c.attrs.has("activation") || c.attrs.str("activation") == "none",
+    SINTER_CHECK(c.attrs.str("activation") == "none",
                  "[sparse24_linear] no backward through a fused activation: linear(x, sparse_w, b, act) applies the "
                  "activation as its own op when a gradient is needed");
     const Tensor &x = c.inputs[0], &values = c.inputs[1], &meta = c.inputs[2], &scales = c.inputs[3], &g = c.grads[0];
@@ -105,68 +94,11 @@ void register_sparse_ops() {
       Tensor gw = matmul(g.reshape({-1, N}).t(), x.reshape({-1, K}));
       out[1] = (call1(gather, {gw, meta}) * scales.to(gw.dtype()).reshape({N, 1})).to(values.dtype());
     }
-    if (out.size() == 5 && c.needs_grad[4]) out[4] = sum_to(g, {N});
+    if (c.attrs.b("bias") && c.needs_grad[4]) out[4] = sum_to(g, {N});
     return out;
   };
+  li.save_inputs = 0b1111;  // x and the weight (bias and packed are not needed)
   add_op(std::move(li));
-
-  // The same product from prepacked weights (SemiStructuredSparse::prepack, layout in
-  // sparse/kernels.h): packed u8, cols = K, values = the kept values' dtype. Inference only (no
-  // backward): linear() takes it for calls without gradients.
-  OpDef lp;
-  lp.name = "sparse24_linear_prepacked";  // x (..., K), packed, scales (N)[, bias (N)]; attrs activation, cols, values
-  lp.num_inputs = -1;
-  lp.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
-    SINTER_CHECK(in.size() == 3 || in.size() == 4,
-                 "[sparse24_linear_prepacked] takes x, packed, scales and an optional bias, got ", in.size(), " inputs");
-    const int64_t K = a.i("cols");
-    const DType vt = a.dtype("values");
-    SINTER_CHECK_SHAPE(in[2].shape.size() == 1 && K > 0 && K % 8 == 0, "[sparse24_linear_prepacked] scales", in[2].shape,
-                       " and cols ", K, " (want scales (N) and cols a positive multiple of 8)");
-    const int64_t N = in[2].shape[0];
-    SINTER_CHECK_DTYPE(vt == DType::f32 || vt == DType::bf16 || vt == DType::i8,
-                       "[sparse24_linear_prepacked] values must be f32, bf16 or i8, got ", vt);
-    const int64_t want = sparse::prepacked_bytes(vt, N, K);
-    SINTER_CHECK_SHAPE(in[1].dtype == DType::u8 && in[1].shape == Shape{want}, "[sparse24_linear_prepacked] packed ", in[1].dtype,
-                       in[1].shape, " is not a prepacked (", N, ", ", K, ") weight of ", vt, " values (want u8 (", want, "))");
-    SINTER_CHECK_DTYPE(is_floating(in[2].dtype), "[sparse24_linear_prepacked] scales must be floating, got ", in[2].dtype);
-    const Shape& x = in[0].shape;
-    SINTER_CHECK_SHAPE(!x.empty() && x.back() == K, "[sparse24_linear_prepacked] x", x, " does not match the 2:4 weight (", N, ", ",
-                       K, ") (want x (..., K))");
-    SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::bf16, "[sparse24_linear_prepacked] x must be f32 or bf16, got ",
-                       in[0].dtype);
-    if (in.size() == 4) {
-      SINTER_CHECK_SHAPE(in[3].shape == Shape{N}, "[sparse24_linear_prepacked] bias", in[3].shape, " does not match the weight's ", N,
-                         " rows");
-      SINTER_CHECK_DTYPE(in[3].dtype == in[0].dtype, "[sparse24_linear_prepacked] bias dtype ", in[3].dtype, " differs from x's ",
-                         in[0].dtype);
-    }
-    sparse::parse_activation(a.has("activation") ? a.str("activation") : "none", "sparse24_linear_prepacked");
-    Shape out = x;
-    out.back() = N;
-    return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
-  };
-  lp.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const int64_t N = in[2].size(0), K = a.i("cols"), M = in[0].numel() / K;
-    const sparse::Act act = sparse::parse_activation(a.has("activation") ? a.str("activation") : "none", "sparse24_linear_prepacked");
-    Tensor packed = contiguous_as(in[1], DType::u8), scales = contiguous_as(in[2], DType::f32);
-    Tensor b = in.size() == 4 ? contiguous_as(in[3], DType::f32) : Tensor();
-    Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
-#if defined(SINTER_TILES16) && defined(__AVX512BF16__)
-    if (in[0].dtype() == DType::bf16 && a.dtype("values") == DType::bf16) {  // vdpbf16ps on the layout's pairs
-      Tensor xb = contiguous_as(in[0], DType::bf16);
-      sparse::tiles16_linear_bf16(reinterpret_cast<const uint16_t*>(xb.data_ptr()), M, K, nullptr, nullptr, packed.data<uint8_t>(),
-                                  scales.data<float>(), b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
-      if (out[0].dtype() != DType::f32) out[0].copy_(y);
-      return;
-    }
-#endif
-    Tensor x = contiguous_as(in[0], DType::f32);
-    sparse::linear_prepacked_f32(x.data<float>(), M, K, packed.data<uint8_t>(), a.dtype("values"), scales.data<float>(),
-                                 b.defined() ? b.data<float>() : nullptr, act, y.data<float>(), N);
-    if (out[0].dtype() != DType::f32) out[0].copy_(y);
-  };
-  add_op(std::move(lp));
 
   OpDef td;
   td.name = "sparse24_to_dense";  // values, meta, scales -> (N, K)
@@ -174,17 +106,6 @@ void register_sparse_ops() {
   td.infer = [](std::span<const TensorMeta> in, const Attrs&) {
     const auto [N, K] = check_weight("sparse24_to_dense", in[0], in[1], in[2]);
     return std::vector<TensorMeta>{{{N, K}, dense_dtype(in[0].dtype), in[0].device}};
-  };
-  td.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    const int64_t N = in[0].size(0), K = in[0].size(1) * 2;
-    Tensor values = contiguous_as(in[0], in[0].dtype()), meta = contiguous_as(in[1], DType::u8), scales = contiguous_as(in[2], DType::f32);
-    if (out[0].dtype() == DType::f64) {
-      sparse::to_dense<double>(values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), N, K, out[0].data<double>());
-      return;
-    }
-    Tensor d = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty({N, K}, DType::f32);
-    sparse::to_dense<float>(values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), N, K, d.data<float>());
-    if (out[0].dtype() != DType::f32) out[0].copy_(d);
   };
   td.backward = [](BackwardCtx& c) {
     static const OpDef& gather = get_op("sparse24_gather");
@@ -208,14 +129,6 @@ void register_sparse_ops() {
     SINTER_CHECK_DTYPE(in[1].dtype == DType::u8, "[sparse24_gather] meta must be u8, got ", in[1].dtype);
     return std::vector<TensorMeta>{{{in[0].shape[0], in[0].shape[1] / 2}, in[0].dtype, in[0].device}};
   };
-  ga.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-    const int64_t N = in[0].size(0), K = in[0].size(1);
-    Tensor meta = contiguous_as(in[1], DType::u8);
-    if (in[0].dtype() == DType::f64)
-      sparse::gather_kept<double>(contiguous_as(in[0], DType::f64).data<double>(), meta.data<uint8_t>(), N, K, out[0].data<double>());
-    else
-      sparse::gather_kept<float>(contiguous_as(in[0], DType::f32).data<float>(), meta.data<uint8_t>(), N, K, out[0].data<float>());
-  };
   ga.backward = [](BackwardCtx& c) {  // the kept entries go back to their places, zeros elsewhere
     static const OpDef& to_dense = get_op("sparse24_to_dense");
     const int64_t N = c.inputs[0].size(0);
@@ -238,7 +151,7 @@ void SemiStructuredSparse::prepack() {
   SINTER_CHECK_DTYPE(dtype() == DType::f32 || dtype() == DType::bf16 || dtype() == DType::i8,
                      "[prepack] values must be f32, bf16 or i8, got ", dtype());
   const int64_t N = rows(), K = cols();
-  Tensor v = detail::contiguous_as(values.detach(), dtype()), m = detail::contiguous_as(meta, DType::u8);
+  Tensor v = values.detach().contiguous(), m = meta.contiguous().to(DType::u8);
   SINTER_CHECK_SHAPE(m.shape() == Shape({N, K / 8}), "[prepack] meta", m.shape(), " does not match values", values.shape());
   Tensor p = Tensor::empty({sparse::prepacked_bytes(dtype(), N, K)}, DType::u8);
   sparse::prepack(v.data_ptr(), dtype(), m.data<uint8_t>(), N, K, p.data<uint8_t>());
@@ -266,7 +179,7 @@ Tensor SemiStructuredSparse::to_dense() const {
 Tensor mask_2_4(const Tensor& w) {
   SINTER_CHECK_SHAPE(w.dim() >= 1 && w.size(-1) % 4 == 0, "[prune_2_4] the last dim must be a multiple of 4, got ", w.shape());
   SINTER_CHECK_DTYPE(is_floating(w.dtype()), "[prune_2_4] needs a floating tensor, got ", w.dtype());
-  Tensor a = detail::contiguous_as(w.detach(), DType::f64);
+  Tensor a = w.detach().to(DType::f64).contiguous();
   Tensor mask = Tensor::empty(w.shape(), DType::boolean);
   const double* p = a.data<double>();
   bool* m = mask.data<bool>();
@@ -291,7 +204,7 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
   SINTER_CHECK_DTYPE(vt == DType::f32 || vt == DType::bf16 || vt == DType::i8 || vt == DType::f64,
                      "[to_sparse_semi_structured] values can be f32, bf16, i8 or f64, not ", vt);
   const int64_t N = dense.size(0), K = dense.size(1);
-  Tensor a = detail::contiguous_as(dense.detach(), DType::f64);
+  Tensor a = dense.detach().to(DType::f64).contiguous();
   const double* p = a.data<double>();
   std::vector<double> kept(static_cast<size_t>(N * K / 2));
   Tensor meta = Tensor::empty({N, K / 8}, DType::u8);
@@ -358,18 +271,29 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
-  const int64_t K = w.values.dim() == 2 ? w.cols() : 0;  // 0: a malformed weight, which the op's checks name
-  const int64_t M = K ? x.numel() / K : 0;
-  const bool plain_x = K && x.dim() >= 1 && x.size(-1) == K && (x.dtype() == DType::f32 || x.dtype() == DType::bf16);
-  const bool pairs = sparse::pairs_serve(x.dtype(), w.dtype(), M) && sparse::pairs_beat_prepacked(M);  // bf16 pairs beat the tiles there
-  if (!grads && plain_x && w.packed_current() && sparse::prepacked_serves(w.dtype(), M) && !pairs) {  // else the op's checks speak
-    static const OpDef& pre = get_op("sparse24_linear_prepacked");
-    std::vector<Tensor> pin{x, w.packed, w.scales};
-    if (b.defined()) pin.push_back(b);
-    return call1(pre, pin, {{"activation", activation}, {"cols", K}, {"values", w.dtype()}});
-  }
-  if (activation == "none" || !grads) return call1(op, in, {{"activation", activation}});
-  return activate(call1(op, in, {{"activation", std::string("none")}}), activation);  // differentiable: the activation as its own op
+  const bool packed = w.packed_current();  // the kernel decides whether to read it
+  if (packed) in.push_back(w.packed);
+  const std::string act = grads ? "none" : activation;  // differentiable: the activation as its own op
+  Tensor y = call1(op, in, {{"activation", act}, {"bias", b.defined()}, {"packed", packed}});
+  return act == activation ? y : activate(y, activation);
 }
+
+bool prepack_helps(const SemiStructuredSparse& w, DType x, int64_t M) {
+  SINTER_CHECK(w.defined() && w.values.dim() == 2, "[prepack_helps] needs a 2:4 weight");
+  const sparse::Kernel k = sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), true, true});
+  return k == sparse::Kernel::prepacked8 || k == sparse::Kernel::prepacked16 || k == sparse::Kernel::pairs_prepacked16;
+}
+
+std::string sparse_kernel_for(const SemiStructuredSparse& w, DType x, int64_t M) {
+  SINTER_CHECK(w.defined() && w.values.dim() == 2, "[sparse_kernel_for] needs a 2:4 weight");
+  return sparse::kernel_name(sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), w.packed_current(), true}));
+}
+
+bool sparse_runs_densely(const SemiStructuredSparse& w, DType x) {
+  SINTER_CHECK(w.defined() && w.values.dim() == 2, "[sparse_runs_densely] needs a 2:4 weight");
+  return sparse::choose({x, w.dtype(), 1, w.rows(), w.cols(), false, true}) == sparse::Kernel::dense;
+}
+
+int64_t sparse_dense_copy_bytes() { return sparse::dense_copy_bytes(); }
 
 }  // namespace sinter

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/parallel.h"
-#include "dist/backend.h"
+#include "distributed/backend.h"
 #include "sinter/dist.h"
 
 namespace sinter::dist {

@@ -2,13 +2,14 @@
 // (dim-0 parameter shards gathered around each unit's forward, gradients reduce-scattered), both
 // on the collective ops, so the backward is ordinary autograd. Every parameter they touch gets a
 // layout (a DTensor description) used to gather it for checkpoints and to count it once in norms.
+#include <map>
 #include <cmath>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/node.h"
-#include "dist/backend.h"
+#include "distributed/backend.h"
 #include "sinter/autograd.h"
 #include "sinter/dist.h"
 #include "sinter/op.h"
@@ -547,23 +548,25 @@ Tensor full_parameter(const Tensor& param) {
   return DTensor(param.detach(), d->mesh(), d->placements(), d->shape()).full_tensor();
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard g;
   const int64_t world_n = world_size();
-  double total = 0;
+  // Gradients grouped by how many ranks hold the same piece (the ranks outside its mesh, times its
+  // replicated dims): each group's sum of squares counts once overall.
+  std::map<int64_t, std::vector<Tensor>> by_copies;
   for (auto& p : params) {
     if (!p.grad().defined()) continue;
-    // How many ranks hold this same piece: the ranks outside its mesh, times its replicated dims.
     int64_t copies = world_n;
     if (std::optional<Layout> l = get_layout(p)) {
       copies = world_n / l->mesh.size();
       for (int64_t d = 0; d < l->mesh.ndim(); ++d)
         if (l->placements[size_t(d)].is_replicate()) copies *= l->mesh.size(d);
     }
-    Tensor gd = p.grad().to(DType::f64);
-    total += sum(gd * gd).item<double>() / double(copies);
+    by_copies[copies].push_back(p.grad());
   }
-  const double norm = std::sqrt(all_reduce(full({1}, total, DType::f64), *world()).item<double>());
+  Tensor total = zeros({}, DType::f64);
+  for (auto& [copies, grads] : by_copies) total = total + sum_squares(grads) / double(copies);
+  const Tensor norm = sqrt(all_reduce(total.reshape({1}), *world())).reshape({});
   optim::clip_grads_with_norm(params, max_norm, norm);
   return norm;
 }

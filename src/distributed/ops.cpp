@@ -1,10 +1,10 @@
-// The collectives as ops: one definition each serves eager calls and autograd (symbolic inputs only
-// infer their outputs). Each op's attributes name its group by id and say how the backward treats
+// The collectives as ops: one definition each serves eager calls, autograd and tracing; their CPU
+// kernels (over the process groups) are in collective_kernels.cpp. Each op's attributes name its group by id and say how the backward treats
 // the gradient: the same on every rank ("replicated": keep this rank's part) or each rank's own term
 // ("partial": reduce it).
 #include <cstring>
 
-#include "dist/backend.h"
+#include "distributed/backend.h"
 #include "ops/common.h"
 #include "sinter/dist.h"
 
@@ -15,7 +15,6 @@ Tensor (*detail::fsdp_prefetched)(int64_t, int64_t) = nullptr;
 
 namespace {
 using sinter::detail::add_op;
-using sinter::detail::contiguous_as;
 using sinter::detail::raw_view;
 using sinter::detail::wrap_dim;
 
@@ -25,36 +24,6 @@ ReduceOp parse_reduce(const std::string& s) {
   if (s == "avg") return ReduceOp::avg;
   if (s == "max") return ReduceOp::max;
   SINTER_THROW(ValueError, "[dist] unknown reduction '", s, "' (sum, avg, max)");
-}
-
-Shape contiguous_strides(const Shape& s) {
-  Shape st(s.size());
-  int64_t acc = 1;
-  for (size_t i = s.size(); i-- > 0;) st[i] = acc, acc *= s[i];
-  return st;
-}
-
-// Blocks of x along `dim` (sizes[r] each), laid end to end in rank order: what allgatherv receives
-// and reduce_scatter sends.
-Tensor pack(const Tensor& x, int64_t dim, const Shape& sizes) {
-  Tensor buf = Tensor::empty({x.numel()}, x.dtype());
-  int64_t off = 0, elem = 0;
-  for (int64_t len : sizes) {
-    Shape s = x.shape();
-    s[size_t(dim)] = len;
-    if (s.numel() > 0) raw_view(buf, s, contiguous_strides(s), elem).copy_(sinter::detail::raw_slice(x, dim, off, off + len));
-    off += len, elem += s.numel();
-  }
-  return buf;
-}
-void unpack(const Tensor& buf, int64_t dim, const Shape& sizes, Tensor& out) {
-  int64_t off = 0, elem = 0;
-  for (int64_t len : sizes) {
-    Shape s = out.shape();
-    s[size_t(dim)] = len;
-    if (s.numel() > 0) sinter::detail::raw_slice(out, dim, off, off + len).copy_(raw_view(buf, s, contiguous_strides(s), elem));
-    off += len, elem += s.numel();
-  }
 }
 
 std::vector<int64_t> as_vec(const Shape& s) { return std::vector<int64_t>(s.begin(), s.end()); }
@@ -90,16 +59,6 @@ void register_dist_ops() {
                        "[dist_all_reduce] reduces f32, f64, bf16, i32 or i64 tensors, got ", t);
     return std::vector<TensorMeta>{in[0]};
   };
-  ar.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    out[0].copy_(in[0]);
-    if (out[0].dtype() == DType::bf16 || out[0].dtype() == DType::f16) {
-      Tensor f = contiguous_as(in[0], DType::f32);
-      group_by_id(a.i("group")).all_reduce(f, parse_reduce(a.str("op"))).wait();
-      out[0].copy_(f);
-      return;
-    }
-    group_by_id(a.i("group")).all_reduce(out[0], parse_reduce(a.str("op"))).wait();
-  };
   ar.backward = [](BackwardCtx& c) {
     ProcessGroup& g = group_by_id(c.attrs.i("group"));
     const ReduceOp op = parse_reduce(c.attrs.str("op"));
@@ -122,28 +81,6 @@ void register_dist_ops() {
     TensorMeta m = in[0];
     m.shape[size_t(d)] = offset_of(sizes, g.size());
     return std::vector<TensorMeta>{m};
-  };
-  ag.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    ProcessGroup& g = group_by_id(a.i("group"));
-    const Shape& sizes = a.ints("sizes");
-    const int64_t d = wrap_dim("dist_all_gather", a.i("dim"), in[0].dim());
-    if (a.has("prefetch_unit") && detail::fsdp_prefetched) {  // FSDP started this gather earlier
-      Tensor buf = detail::fsdp_prefetched(a.i("prefetch_unit"), a.i("prefetch_index"));
-      if (buf.defined()) {
-        unpack(buf, d, sizes, out[0]);
-        return;
-      }
-    }
-    Tensor x = contiguous_as(in[0], in[0].dtype());
-    std::vector<int64_t> counts;
-    for (int64_t len : sizes) counts.push_back(x.numel() / std::max<int64_t>(in[0].size(d), 1) * len);
-    if (in[0].size(d) == 0) {  // an empty shard: the element count per slice comes from the output
-      const int64_t per = out[0].numel() / std::max<int64_t>(out[0].size(d), 1);
-      for (size_t r = 0; r < counts.size(); ++r) counts[r] = per * sizes[r];
-    }
-    Tensor buf = Tensor::empty({out[0].numel()}, out[0].dtype());
-    g.all_gather(x.reshape({-1}), buf, counts).wait();
-    unpack(buf, d, sizes, out[0]);
   };
   ag.backward = [](BackwardCtx& c) {
     ProcessGroup& g = group_by_id(c.attrs.i("group"));
@@ -170,20 +107,6 @@ void register_dist_ops() {
     m.shape[size_t(d)] = sizes[size_t(g.rank())];
     return std::vector<TensorMeta>{m};
   };
-  rs.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    ProcessGroup& g = group_by_id(a.i("group"));
-    const Shape& sizes = a.ints("sizes");
-    const int64_t d = wrap_dim("dist_reduce_scatter", a.i("dim"), in[0].dim());
-    const DType wire = in[0].dtype() == DType::bf16 || in[0].dtype() == DType::f16 ? DType::f32 : in[0].dtype();
-    Tensor buf = pack(contiguous_as(in[0], wire), d, sizes);
-    const int64_t per = in[0].numel() / std::max<int64_t>(in[0].size(d), 1);
-    std::vector<int64_t> counts;
-    for (int64_t len : sizes) counts.push_back(per * len);
-    Tensor recv = wire == out[0].dtype() ? out[0] : Tensor::empty(out[0].shape(), wire);
-    Tensor flat = sinter::detail::raw_reshape_contiguous(recv, {recv.numel()});
-    g.reduce_scatter(buf, flat, counts, parse_reduce(a.str("op"))).wait();
-    if (!recv.same(out[0])) out[0].copy_(recv);
-  };
   rs.backward = [](BackwardCtx& c) {
     ProcessGroup& g = group_by_id(c.attrs.i("group"));
     Tensor grad = all_gather(c.grads[0], g, c.attrs.i("dim"), as_vec(c.attrs.ints("sizes")));
@@ -205,15 +128,6 @@ void register_dist_ops() {
     m.shape[size_t(cd)] *= g.size();
     return std::vector<TensorMeta>{m};
   };
-  aa.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    ProcessGroup& g = group_by_id(a.i("group"));
-    const int64_t s = wrap_dim("dist_all_to_all", a.i("split_dim"), in[0].dim()), cd = wrap_dim("dist_all_to_all", a.i("concat_dim"), in[0].dim());
-    const Shape send_sizes(size_t(g.size()), in[0].size(s) / g.size());
-    const Shape recv_sizes(size_t(g.size()), out[0].size(cd) / g.size());
-    Tensor buf = pack(in[0], s, send_sizes), recv = Tensor::empty({out[0].numel()}, out[0].dtype());
-    g.all_to_all(buf, recv).wait();
-    unpack(recv, cd, recv_sizes, out[0]);
-  };
   aa.backward = [](BackwardCtx& c) {
     ProcessGroup& g = group_by_id(c.attrs.i("group"));
     return std::vector<Tensor>{all_to_all(c.grads[0], g, c.attrs.i("concat_dim"), c.attrs.i("split_dim"))};
@@ -228,10 +142,6 @@ void register_dist_ops() {
     SINTER_CHECK_T(DistError, a.i("root") >= 0 && a.i("root") < g.size(), "[dist_broadcast] root ", a.i("root"),
                    " is not a rank of group '", g.name(), "' (", g.size(), " ranks)");
     return std::vector<TensorMeta>{in[0]};
-  };
-  bc.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    out[0].copy_(in[0]);
-    group_by_id(a.i("group")).broadcast(out[0], int(a.i("root"))).wait();
   };
   bc.backward = [](BackwardCtx& c) {  // the result is the root's input on every rank
     const ProcessGroup& g = group_by_id(c.attrs.i("group"));
@@ -263,12 +173,6 @@ void register_dist_ops() {
     TensorMeta m = in[0];
     m.shape[size_t(d)] = shard_range(in[0].shape[size_t(d)], g.size(), g.rank()).second;
     return std::vector<TensorMeta>{m};
-  };
-  sh.cpu = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const ProcessGroup& g = group_by_id(a.i("group"));
-    const int64_t d = wrap_dim("dist_shard", a.i("dim"), in[0].dim());
-    const auto [start, len] = shard_range(in[0].size(d), g.size(), g.rank());
-    if (len > 0) out[0].copy_(sinter::detail::raw_slice(in[0], d, start, start + len));
   };
   sh.backward = [](BackwardCtx& c) {
     ProcessGroup& g = group_by_id(c.attrs.i("group"));

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
 #define SINTER_MPI_CHECK(expr)                                                                        \
   do {                                                                                                \

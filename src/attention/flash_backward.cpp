@@ -1,0 +1,169 @@
+// FlashAttention-2 backward: the f32 kernel on the register-blocked micro-kernels and the generic
+// kernel (any head dim, f32 or f64).
+#include "attention/flash_tiles.h"
+#include "core/parallel.h"
+
+namespace sinter::detail {
+namespace {
+// The f32 backward on the same micro-kernels, FlashAttention-2 order: per (batch, kv head), for
+// each K/V tile, for each query head of its group and each query tile, recompute S and P, then
+// dV += P^T dO, dP = dO V^T, dS = P (dP - delta) scale, dQ += dS K, dK += dS^T Q.
+void transpose_tile(const float* src, int64_t ld_src, float* dst, int64_t rows, int64_t cols) {
+  // dst(cols, kFBc) = src(rows, cols)^T, zero-padded to kFBc columns
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) dst[c * kFBc + r] = src[r * ld_src + c];
+    for (int64_t r = rows; r < kFBc; ++r) dst[c * kFBc + r] = 0.0f;
+  }
+}
+
+}  // namespace
+
+void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                        const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv) {
+  const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
+  const float scale = float(g.scale);
+  parallel_dynamic(0, g.B * g.Hkv, [&](const auto& next) {
+    std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
+        dp(static_cast<size_t>(kFBr * kFBc)), qs(static_cast<size_t>(kFBr * D)),
+        delta(static_cast<size_t>(group * g.Lq)), z(static_cast<size_t>(kFBc));
+    for (int64_t job; (job = next()) >= 0;) {
+      const int64_t b = job / g.Hkv, hk = job % g.Hkv;
+      const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
+      const float* V = v + (b * g.Hkv + hk) * g.Lkv * Dv;
+      float* dK = dk + (b * g.Hkv + hk) * g.Lkv * D;
+      float* dV = dv + (b * g.Hkv + hk) * g.Lkv * Dv;
+      std::fill(dK, dK + g.Lkv * D, 0.0f);
+      std::fill(dV, dV + g.Lkv * Dv, 0.0f);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        // delta_i = rowsum(dO_i * O_i) - dLSE_i (dLSE_i / dS_ij = P_ij)
+        const int64_t base = (b * g.Hq + h) * g.Lq;
+        const float *O = o + base * Dv, *dO = dout + base * Dv;
+        for (int64_t i = 0; i < g.Lq; ++i)
+          delta[size_t((h - hk * group) * g.Lq + i)] =
+              cpu::simd::lane_sum<float>(Dv, [&](int64_t d) { return dO[i * Dv + d] * O[i * Dv + d]; }) - dlse[base + i];
+        std::fill(dq + base * D, dq + (base + g.Lq) * D, 0.0f);
+      }
+      for (int64_t j0 = 0; j0 < g.Lkv; j0 += kFBc) {
+        const int64_t cols = std::min(kFBc, g.Lkv - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
+        transpose_tile(K + j0 * D, D, kt.data(), cols, D);  // kt(D, kFBc) = K_j^T
+        transpose_tile(V + j0 * Dv, Dv, vt.data(), cols, Dv);
+        // Query rows that see any key of this tile: i + offset >= j0 (causal), and with a window
+        // i + offset + 1 - window < j0 + cols.
+        const int64_t i_first = g.causal ? std::max<int64_t>(0, j0 - g.offset()) : 0;
+        const int64_t i_end = g.window > 0 ? std::clamp<int64_t>(j0 + cols + g.window - 1 - g.offset(), 0, g.Lq) : g.Lq;
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          const int64_t base = (b * g.Hq + h) * g.Lq;
+          const float *Q = q + base * D, *dO = dout + base * Dv, *LSE = lse + base;
+          const float* dl_h = delta.data() + (h - hk * group) * g.Lq;
+          float* dQ = dq + base * D;
+          for (int64_t i0 = i_first / kFBr * kFBr; i0 < i_end; i0 += kFBr) {
+            const int64_t rows = std::min(kFBr, g.Lq - i0);
+            for (int64_t x = 0; x < rows * D; ++x) qs[size_t(x)] = Q[i0 * D + x] * scale;
+            scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D);            // S
+            scores_tile(dO + i0 * Dv, vt.data(), dp.data(), rows, cols_r, Dv);      // dP = dO V^T
+            for (int64_t r = 0; r < rows; ++r) {
+              float *pr = p.data() + r * kFBc, *dpr = dp.data() + r * kFBc;
+              const float l = LSE[i0 + r], dl = dl_h[i0 + r];
+              const int64_t lim = (std::isinf(l) || std::isnan(l)) ? 0
+                                  : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
+              const int64_t first = std::clamp<int64_t>(key_first(g, i0 + r) - j0, 0, lim);
+              for (int64_t c = 0; c < first; ++c) pr[c] = dpr[c] = 0.0f;
+              if (const float* mr = mask_row(g, mask, b, h, i0 + r))
+                for (int64_t c = first; c < lim; ++c) pr[c] += mr[(j0 + c) * g.ms[3]];
+              if (g.dropout > 0) {  // dP = dP' z; dV takes the kept P z
+                dropout_multipliers(g, element_index(g, b, h, i0 + r, j0 + first), lim - first, z.data());
+                for (int64_t c = first; c < lim; ++c) {
+                  const float pc = fn::exp_(pr[c] - l), zc = z[size_t(c - first)];
+                  dpr[c] = pc * (dpr[c] * zc - dl) * scale;
+                  pr[c] = pc * zc;
+                }
+              } else {
+                for (int64_t c = first; c < lim; ++c) {
+                  pr[c] = fn::exp_(pr[c] - l);
+                  dpr[c] = pr[c] * (dpr[c] - dl) * scale;  // dS
+                }
+              }
+              for (int64_t c = lim; c < kFBc; ++c) pr[c] = dpr[c] = 0.0f;
+            }
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i: the same kernel reading P and dS transposed.
+            pv_tile(p.data(), dO + i0 * Dv, dV + j0 * Dv, cols, rows, Dv, 1, kFBc);
+            pv_tile(dp.data(), Q + i0 * D, dK + j0 * D, cols, rows, D, 1, kFBc);
+            pv_tile(dp.data(), K + j0 * D, dQ + i0 * D, rows, cols, D);  // dQ_i += dS K_j
+          }
+        }
+      }
+    }
+  });
+}
+
+// Backward, parallel over (batch, key/value head) so dK/dV of a head are owned by one thread.
+template <class T>
+void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
+                    const T* dlse, const T* mask, T* dq, T* dk, T* dv) {
+  const int64_t group = g.Hq / g.Hkv;
+  parallel_dynamic(0, g.B * g.Hkv, [&](const auto& next) {
+    std::vector<T> delta(static_cast<size_t>(g.Lq)), p(static_cast<size_t>(kBc)), ds(static_cast<size_t>(kBc)),
+        z(static_cast<size_t>(kBc), T(1));
+    for (int64_t job; (job = next()) >= 0;) {
+      const int64_t b = job / g.Hkv, hk = job % g.Hkv;
+      const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
+      const T* V = v + (b * g.Hkv + hk) * g.Lkv * g.Dv;
+      T* dK = dk + (b * g.Hkv + hk) * g.Lkv * g.D;
+      T* dV = dv + (b * g.Hkv + hk) * g.Lkv * g.Dv;
+      std::fill(dK, dK + g.Lkv * g.D, T(0));
+      std::fill(dV, dV + g.Lkv * g.Dv, T(0));
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const int64_t base = (b * g.Hq + h) * g.Lq;
+        const T *Q = q + base * g.D, *O = o + base * g.Dv, *dO = dout + base * g.Dv, *LSE = lse + base;
+        T* dQ = dq + base * g.D;
+        std::fill(dQ, dQ + g.Lq * g.D, T(0));
+        for (int64_t i = 0; i < g.Lq; ++i) {  // delta_i = rowsum(dO_i * O_i) - dLSE_i (dLSE_i / dS_ij = P_ij)
+          T s = 0;
+          for (int64_t d = 0; d < g.Dv; ++d) s += dO[i * g.Dv + d] * O[i * g.Dv + d];
+          delta[size_t(i)] = s - dlse[base + i];
+        }
+        for (int64_t i = 0; i < g.Lq; ++i) {
+          if (std::isinf(LSE[i]) || std::isnan(LSE[i])) continue;  // a row that saw no key
+          const int64_t kend = key_limit(g, i), kfirst = key_first(g, i);
+          const T *qi = Q + i * g.D, *doi = dO + i * g.Dv, *mr = mask_row(g, mask, b, h, i);
+          T* dqi = dQ + i * g.D;
+          for (int64_t j0 = kfirst; j0 < kend; j0 += kBc) {
+            const int64_t cols = std::min(kBc, kend - j0);
+            if (g.dropout > 0) dropout_multipliers(g, element_index(g, b, h, i, j0), cols, z.data());
+            for (int64_t c = 0; c < cols; ++c) {  // recompute P and dP for this row and key tile
+              const T *kc = K + (j0 + c) * g.D, *vc = V + (j0 + c) * g.Dv;
+              T dot = 0, dpv = 0;
+#pragma omp simd reduction(+ : dot)
+              for (int64_t d = 0; d < g.D; ++d) dot += qi[d] * kc[d];
+#pragma omp simd reduction(+ : dpv)
+              for (int64_t d = 0; d < g.Dv; ++d) dpv += doi[d] * vc[d];
+              const T pc = fn::exp_(dot * T(g.scale) + (mr ? mr[(j0 + c) * g.ms[3]] : T(0)) - LSE[i]);
+              ds[size_t(c)] = pc * (dpv * z[size_t(c)] - delta[size_t(i)]) * T(g.scale);  // dS, scaled
+              p[size_t(c)] = pc * z[size_t(c)];  // what reached the output: dV's weight
+            }
+            for (int64_t c = 0; c < cols; ++c) {
+              const T pc = p[size_t(c)], dsc = ds[size_t(c)];
+              const T *kc = K + (j0 + c) * g.D;
+              T *dkc = dK + (j0 + c) * g.D, *dvc = dV + (j0 + c) * g.Dv;
+#pragma omp simd
+              for (int64_t d = 0; d < g.Dv; ++d) dvc[d] += pc * doi[d];
+#pragma omp simd
+              for (int64_t d = 0; d < g.D; ++d) {
+                dqi[d] += dsc * kc[d];
+                dkc[d] += dsc * qi[d];
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+
+template void flash_backward<float>(const Geometry&, const float*, const float*, const float*, const float*, const float*,
+                                    const float*, const float*, const float*, float*, float*, float*);
+template void flash_backward<double>(const Geometry&, const double*, const double*, const double*, const double*,
+                                     const double*, const double*, const double*, const double*, double*, double*, double*);
+
+}  // namespace sinter::detail

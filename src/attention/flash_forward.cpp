@@ -1,0 +1,227 @@
+// FlashAttention-2 forward: the generic kernel (any head dim, f32 or f64) and the f32 kernel on
+// the register-blocked micro-kernels (flash_tiles.h).
+#include "attention/flash_tiles.h"
+#include "core/parallel.h"
+
+namespace sinter::detail {
+
+template <class T>
+void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse) {
+  const int64_t q_tiles = (g.Lq + kBr - 1) / kBr, group = g.Hq / g.Hkv;
+  parallel_dynamic(0, g.B * g.Hq * q_tiles, [&](const auto& next) {
+    std::vector<T> s(static_cast<size_t>(kBr * kBc)), acc(static_cast<size_t>(kBr * g.Dv)), m(static_cast<size_t>(kBr)),
+        l(static_cast<size_t>(kBr)), kt(static_cast<size_t>(g.D * kBc)), z(static_cast<size_t>(kBc));
+    for (int64_t job; (job = next()) >= 0;) {
+      const int64_t qt = q_tiles - 1 - job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;  // late (costly) tiles first
+      const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
+      const T* Q = q + ((b * g.Hq + h) * g.Lq + i0) * g.D;
+      const T* K = k + (b * g.Hkv + hk) * g.k_hs;
+      const T* V = v + (b * g.Hkv + hk) * g.v_hs;
+      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
+      std::fill(l.begin(), l.end(), T(0));
+      const int64_t kend = key_limit(g, i0 + rows - 1);  // tiles past the last row's limit are fully masked
+      for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+        const int64_t cols = std::min(kBc, kend - j0);
+        // K tile transposed to (D, cols): scores then vectorize across keys instead of reducing over D.
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t d = 0; d < g.D; ++d) kt[size_t(d * kBc + c)] = K[(j0 + c) * g.D + d];
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t lim = key_limit(g, i0 + r) - j0, first = key_first(g, i0 + r) - j0;
+          const T* qr = Q + r * g.D;
+          T* sr = s.data() + r * kBc;
+          std::fill(sr, sr + cols, T(0));
+          for (int64_t d = 0; d < g.D; ++d) {
+            const T qd = qr[d] * T(g.scale);
+            const T* ktd = kt.data() + d * kBc;
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) sr[c] += qd * ktd[c];
+          }
+          if (const T* mr = mask_row(g, mask, b, h, i0 + r))
+            for (int64_t c = 0; c < cols; ++c) sr[c] += mr[(j0 + c) * g.ms[3]];
+          for (int64_t c = std::max<int64_t>(lim, 0); c < cols; ++c) sr[c] = -std::numeric_limits<T>::infinity();
+          for (int64_t c = 0; c < std::min(first, cols); ++c) sr[c] = -std::numeric_limits<T>::infinity();
+          T row_max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : row_max)
+          for (int64_t c = 0; c < cols; ++c) row_max = std::max(row_max, sr[c]);
+          const T m_new = std::max(m[size_t(r)], row_max);
+          if (m_new == -std::numeric_limits<T>::infinity()) continue;  // nothing visible yet
+          const T alpha = fn::exp_(m[size_t(r)] - m_new);
+          T row_sum = 0;
+#pragma omp simd reduction(+ : row_sum)
+          for (int64_t c = 0; c < cols; ++c) {
+            sr[c] = fn::exp_(sr[c] - m_new);
+            row_sum += sr[c];
+          }
+          l[size_t(r)] = l[size_t(r)] * alpha + row_sum;
+          m[size_t(r)] = m_new;
+          if (g.dropout > 0) {  // the normaliser counts every key; the output only the kept ones
+            dropout_multipliers(g, element_index(g, b, h, i0 + r, j0), cols, z.data());
+            for (int64_t c = 0; c < cols; ++c) sr[c] *= z[size_t(c)];
+          }
+          T* ar = acc.data() + r * g.Dv;
+#pragma omp simd
+          for (int64_t d = 0; d < g.Dv; ++d) ar[d] *= alpha;
+          for (int64_t c = 0; c < cols; ++c) {
+            const T p = sr[c];
+            if (p == T(0)) continue;
+            const T* vc = V + (j0 + c) * g.Dv;
+#pragma omp simd
+            for (int64_t d = 0; d < g.Dv; ++d) ar[d] += p * vc[d];
+          }
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        T* orow = o + ((b * g.Hq + h) * g.Lq + i0 + r) * g.Dv;
+        const T inv = l[size_t(r)] > 0 ? T(1) / l[size_t(r)] : T(0);  // no visible key: 0, lse -inf
+        for (int64_t d = 0; d < g.Dv; ++d) orow[d] = acc[size_t(r * g.Dv + d)] * inv;
+        lse[(b * g.Hq + h) * g.Lq + i0 + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -std::numeric_limits<T>::infinity();
+      }
+    }
+  });
+}
+
+
+template void flash_forward<float>(const Geometry&, const float*, const float*, const float*, const float*, float*, float*);
+template void flash_forward<double>(const Geometry&, const double*, const double*, const double*, const double*, double*,
+                                    double*);
+
+// The forward's per-thread buffers, grown to the head dims of the call.
+struct ForwardScratch {
+  std::vector<float> qt, qs, sT, acc, m, l, alpha, z;
+  std::vector<int64_t> lim_of, first_of, row_keys, strip_keys;
+  std::vector<const float*> mask_of;
+  std::vector<uint64_t> element_of;
+  void reserve(int64_t D, int64_t Dv) {
+    auto at_least = [](auto& v, int64_t n) {
+      if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    at_least(qt, D * kFBr), at_least(qs, 4 * D), at_least(sT, std::max(kFewBc * kV, kFBc * kFBr)), at_least(acc, kFBr * Dv);
+    for (auto* v : {&m, &l, &alpha}) at_least(*v, kFBr);
+    at_least(z, kFewBc);
+    for (auto* v : {&lim_of, &first_of, &row_keys}) at_least(*v, kFBr);
+    at_least(strip_keys, kFBr / kNr), at_least(mask_of, kFBr), at_least(element_of, kFBr);
+  }
+};
+
+// Rows of a job are the query heads of one kv head stacked (head-major, then position): at
+// decode (Lq = 1) the group's heads share every K/V tile read, which is what GQA saves.
+// Scores are computed transposed, S^T = K Q^T, over Q^T transposed once per job (not K once per
+// tile): K's rows are read in place, and the online softmax runs across query rows, a register of
+// rows at a time, with no horizontal reductions. P^T then feeds O += P V read transposed.
+void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
+                       float* lse) {
+  static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
+  const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
+  const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
+  parallel_dynamic(0, g.B * g.Hkv * tiles, [&](const auto& next) {
+    // Each thread's scratch lives across calls: a decode step's attention is a few microseconds,
+    // and allocating (and zeroing) ~50 KiB of it per call had cost half of that.
+    thread_local ForwardScratch sc;
+    sc.reserve(D, Dv);
+    std::vector<float>&qt = sc.qt, &qs = sc.qs, &sT = sc.sT, &acc = sc.acc, &m = sc.m, &l = sc.l, &alpha = sc.alpha, &z = sc.z;
+    std::vector<int64_t>&lim_of = sc.lim_of, &first_of = sc.first_of, &row_keys = sc.row_keys, &strip_keys = sc.strip_keys;
+    std::vector<const float*>& mask_of = sc.mask_of;
+    std::vector<uint64_t>& element_of = sc.element_of;
+    for (int64_t job; (job = next()) >= 0;) {
+      // A head's tiles last to first: under a causal mask the late ones see the most keys, so the
+      // cheap ones come last and even the threads out.
+      const int64_t t = tiles - 1 - job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
+      const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0), rows_r = (rows + kNr - 1) / kNr * kNr;
+      const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // rows are contiguous in q, o and lse
+      const float* Q = q + row_base * D;
+      const float* K = k + (b * g.Hkv + hk) * g.k_hs;
+      const float* V = v + (b * g.Hkv + hk) * g.v_hs;
+      const bool few = rows <= 4;
+      if (few) {
+        for (int64_t i = 0; i < rows * D; ++i) qs[size_t(i)] = Q[i] * scale;
+      } else {  // qt(D, kFBr) = scale Q^T, zero past the last row
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t d = 0; d < D; ++d) qt[size_t(d * kFBr + r)] = Q[r * D + d] * scale;
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t r = rows; r < rows_r; ++r) qt[size_t(d * kFBr + r)] = 0.0f;
+      }
+      std::fill(acc.begin(), acc.begin() + (few ? rows : kFBr) * Dv, 0.0f);  // the rows the P V kernels touch
+      std::fill(m.begin(), m.end(), ninf);
+      std::fill(l.begin(), l.end(), 0.0f);
+      // Tiles before every row's first key or past every row's limit are fully masked.
+      int64_t kend = 0, min_lim = g.Lkv, kbegin = g.Lkv, max_first = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t h = hk * group + (r0 + r) / g.Lq, i = (r0 + r) % g.Lq;
+        lim_of[size_t(r)] = key_limit(g, i), first_of[size_t(r)] = key_first(g, i);
+        mask_of[size_t(r)] = mask_row(g, mask, b, h, i), element_of[size_t(r)] = element_index(g, b, h, i, 0);
+        kend = std::max(kend, lim_of[size_t(r)]), min_lim = std::min(min_lim, lim_of[size_t(r)]);
+        kbegin = std::min(kbegin, first_of[size_t(r)]), max_first = std::max(max_first, first_of[size_t(r)]);
+      }
+      const int64_t bc = few ? kFewBc : kFBc, ld = few ? kV : kFBr;  // keys per tile; P^T's row stride
+      for (int64_t j0 = kbegin / bc * bc; j0 < kend; j0 += bc) {
+        const int64_t cols = std::min(bc, kend - j0);
+        // A tile some row cannot see to its end (the causal diagonal): each row's last visible
+        // key, and per block of query columns of S^T the most keys any of its rows sees.
+        const bool cut = !few && j0 + cols > min_lim;
+        if (cut) {
+          std::fill(strip_keys.begin(), strip_keys.end(), 0);
+          for (int64_t r = 0; r < rows; ++r) {
+            row_keys[size_t(r)] = std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
+            strip_keys[size_t(r / kNr)] = std::max(strip_keys[size_t(r / kNr)], row_keys[size_t(r)]);
+          }
+        }
+        if (few && rows < kV)  // the softmax below reads whole registers of rows: padding lanes finite
+          for (int64_t c = 0; c < cols; ++c) vstore(sT.data() + c * ld, fvec{});  // ld == kV; the rows are written next
+        if (few) scores_few_rows(qs.data(), K + j0 * D, sT.data(), rows, cols, D, ld);
+        else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
+        // Keys outside a row's [first, lim) are -inf; then the explicit mask.
+        if (!(j0 + cols <= min_lim && j0 >= max_first))
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t lim = std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
+            const int64_t first = std::clamp<int64_t>(first_of[size_t(r)] - j0, 0, lim);
+            for (int64_t c = 0; c < first; ++c) sT[size_t(c * ld + r)] = ninf;
+            for (int64_t c = lim; c < cols; ++c) sT[size_t(c * ld + r)] = ninf;
+          }
+        if (g.has_mask)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* mr = mask_of[size_t(r)] + j0 * g.ms[3];
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] += mr[c * g.ms[3]];
+          }
+        // Online softmax, a register of rows at a time: new max, P = exp(S - max), rescale.
+        for (int64_t rb = 0; rb < rows; rb += kV) {  // lanes past `rows` hold finite padding
+          fvec mx = vload(m.data() + rb);
+          for (int64_t c = 0; c < cols; ++c) mx = vmax(mx, vload(sT.data() + c * ld + rb));
+          const fvec m_use = mx == ninf ? fvec{} : mx;  // nothing visible yet: p = 0, alpha = 0
+          const fvec a = vexp_nonpos(vload(m.data() + rb) - m_use);
+          fvec sum = {};
+          for (int64_t c = 0; c < cols; ++c) {
+            const fvec p = vexp_nonpos(vload(sT.data() + c * ld + rb) - m_use);
+            vstore(sT.data() + c * ld + rb, p);
+            sum += p;
+          }
+          vstore(l.data() + rb, vload(l.data() + rb) * a + sum);
+          vstore(m.data() + rb, mx);
+          vstore(alpha.data() + rb, a);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          if (alpha[size_t(r)] != 1.0f) {
+            float* ar = acc.data() + r * Dv;
+            const float a = alpha[size_t(r)];
+            for (int64_t d = 0; d < Dv; ++d) ar[d] *= a;
+          }
+          if (g.dropout > 0) {  // the normaliser counted every key; the output takes only the kept ones
+            dropout_multipliers(g, element_of[size_t(r)] + uint64_t(j0), cols, z.data());
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] *= z[size_t(c)];
+          }
+        }
+        if (few) pv_few_rows(sT.data(), ld, V + j0 * Dv, acc.data(), rows, cols, Dv);
+        else pv_tile(sT.data(), V + j0 * Dv, acc.data(), rows, cols, Dv, 1, ld, -1, cut ? row_keys.data() : nullptr);  // acc += P V, P from P^T
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = o + (row_base + r) * Dv;
+        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;  // no visible key: 0, lse -inf
+        for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
+        lse[row_base + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : ninf;
+      }
+    }
+  });
+}
+
+
+}  // namespace sinter::detail

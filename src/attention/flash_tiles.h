@@ -1,0 +1,204 @@
+#pragma once
+// The f32 flash kernels' register-blocked micro-kernels (GCC vector types, one register wide),
+// shared by the forward (flash_forward.cpp) and the backward (flash_backward.cpp).
+#include "attention/flash.h"
+
+namespace sinter::detail {
+namespace {
+
+// The f32 forward with register-blocked micro-kernels (GCC vector types, one register wide):
+// S = Q K^T in 6-row x 2-register blocks over a transposed K tile, then O += P V in 6-row x
+// 2-register blocks of the head dimension.
+typedef float fvec __attribute__((vector_size(cpu::simd::kVectorBytes)));
+constexpr int64_t kFBr = 64, kFBc = 64;
+constexpr int64_t kFewBc = 1024;  // keys per tile for a few rows (decode): longer runs of each of K and V
+
+SINTER_INLINE fvec vload(const float* p) { fvec v; std::memcpy(&v, p, sizeof v); return v; }
+SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
+
+// Rows per micro-kernel block: 6 x 2 registers of accumulators, 2 loads and 6 broadcasts per 12
+// FMAs (the BLAS shape for 16 registers): FMA-bound rather than load-bound.
+constexpr int kMr = 6;
+
+// One block of MR rows: s(MR, 2 registers) = q rows x kt columns [c0, c0 + kNr).
+template <int MR> SINTER_INLINE void scores_block(const float* const* qr, const float* kt, float* s, int64_t c0, int64_t D) {
+  fvec acc[MR][2] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    const fvec k0 = vload(kt + d * kFBc + c0), k1 = vload(kt + d * kFBc + c0 + kV);
+    for (int r = 0; r < MR; ++r) {
+      const float qv = qr[r][d];
+      acc[r][0] += k0 * qv;
+      acc[r][1] += k1 * qv;
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    vstore(s + r * kFBc + c0, acc[r][0]);
+    vstore(s + r * kFBc + c0 + kV, acc[r][1]);
+  }
+}
+
+// s(rows, kFBc) = q(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
+// kt is zero-padded there); row r of q at q + r * q_rs. With col_rows, column block c0 needs only
+// rows below col_rows[c0 / kNr] (a causal tile on the diagonal): blocks past it are not written.
+void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D, int64_t q_rs = -1,
+                 const int64_t* col_rows = nullptr) {
+  if (q_rs < 0) q_rs = D;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+    const float* qr[kMr];
+    for (int64_t r = 0; r < kMr; ++r) qr[r] = q + std::min(r0 + r, rows - 1) * q_rs;
+    float* sr = s + r0 * kFBc;
+    for (int64_t c0 = 0; c0 < cols; c0 += kNr)
+      if (!col_rows || r0 < col_rows[c0 / kNr]) switch (std::min<int64_t>(kMr, rows - r0)) {
+        case 1: scores_block<1>(qr, kt, sr, c0, D); break;
+        case 2: scores_block<2>(qr, kt, sr, c0, D); break;
+        case 3: scores_block<3>(qr, kt, sr, c0, D); break;
+        case 4: scores_block<4>(qr, kt, sr, c0, D); break;
+        case 5: scores_block<5>(qr, kt, sr, c0, D); break;
+        default: scores_block<kMr>(qr, kt, sr, c0, D); break;
+      }
+  }
+}
+
+// One block of MR rows: acc rows [.., d0, d0 + kNr) += sum over c of p(r, c) v(c, ..).
+template <int MR>
+SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
+                            int64_t Dv) {
+  fvec a[MR][2];
+  for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
+  for (int64_t c = 0; c < cols; ++c) {
+    const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
+    for (int r = 0; r < MR; ++r) {
+      const float pv = pr[r][c * p_cs];
+      a[r][0] += v0 * pv;
+      a[r][1] += v1 * pv;
+    }
+  }
+  for (int r = 0; r < MR; ++r) vstore(ar[r] + d0, a[r][0]), vstore(ar[r] + d0 + kV, a[r][1]);
+}
+
+// acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
+// tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
+// row r of acc at acc + r * acc_rs. With row_cols, p(r, c) = 0 for c >= row_cols[r] (a causal
+// tile on the diagonal): each block of rows stops at its rows' last nonzero column.
+void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
+             int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr) {
+  if (acc_rs < 0) acc_rs = Dv;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+    const float* pr[kMr];
+    float* ar[kMr];
+    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * p_rs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
+    int64_t n = cols;
+    if (row_cols) {
+      n = 0;
+      for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
+    }
+    for (int64_t d0 = 0; d0 < Dv; d0 += kNr) switch (std::min<int64_t>(kMr, rows - r0)) {
+        case 1: pv_block<1>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 2: pv_block<2>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 3: pv_block<3>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 4: pv_block<4>(pr, p_cs, v, ar, n, d0, Dv); break;
+        case 5: pv_block<5>(pr, p_cs, v, ar, n, d0, Dv); break;
+        default: pv_block<kMr>(pr, p_cs, v, ar, n, d0, Dv); break;
+      }
+  }
+}
+
+typedef int32_t ivec __attribute__((vector_size(cpu::simd::kVectorBytes)));
+
+// Scores for a few rows (decode) straight from K's rows, written transposed: sT(c * ld + r) = q_r . K_c,
+// each K row read once for all rows (at Lq = 1 a blocked kernel would waste most of its lanes).
+// KC keys at a time, so ROWS x KC independent accumulators hide the add latency.
+// Decode is a stream through K and V: rows this many keys ahead are prefetched, a few lines per
+// step, so the loads find them in cache (the hardware prefetcher alone left ~1/3 of the read
+// bandwidth unused here).
+constexpr int64_t kPrefetchKeys = 32;
+SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
+  for (int64_t x = 0; x < n; x += 64 / 4) __builtin_prefetch(row + x, 0, 3);
+}
+
+template <int ROWS, int KC>
+SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld) {
+  for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * D, D);
+  fvec acc[ROWS][KC];
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < KC; ++j) acc[r][j] = fvec{};
+  for (int64_t d = 0; d < D; d += kV) {
+    fvec kv[KC];
+    for (int j = 0; j < KC; ++j) kv[j] = vload(K + (c + j) * D + d);
+    for (int r = 0; r < ROWS; ++r) {
+      const fvec qv = vload(q + r * D + d);
+      for (int j = 0; j < KC; ++j) acc[r][j] += qv * kv[j];
+    }
+  }
+#if defined(__AVX__) && !defined(__AVX512F__)
+  if constexpr (ROWS * KC == 8) {  // eight dot products reduced together: 3 rounds of pairwise adds
+    const fvec* a = &acc[0][0];
+    const fvec h0 = __builtin_ia32_haddps256(a[0], a[1]), h1 = __builtin_ia32_haddps256(a[2], a[3]);
+    const fvec h2 = __builtin_ia32_haddps256(a[4], a[5]), h3 = __builtin_ia32_haddps256(a[6], a[7]);
+    const fvec g0 = __builtin_ia32_haddps256(h0, h1), g1 = __builtin_ia32_haddps256(h2, h3);
+    // g0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (halves of the 128-bit lanes), likewise g1 for s4..s7
+    const fvec lo = __builtin_shuffle(g0, g1, (ivec){0, 1, 2, 3, 8, 9, 10, 11});
+    const fvec hi = __builtin_shuffle(g0, g1, (ivec){4, 5, 6, 7, 12, 13, 14, 15});
+    const fvec sum = lo + hi;  // sum[n] = dot product n = r * KC + j
+    for (int n = 0; n < 8; ++n) sT[(c + n % KC) * ld + n / KC] = sum[n];
+    return;
+  }
+#endif
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < KC; ++j) {
+      float t = 0;
+      for (int l = 0; l < kV; ++l) t += acc[r][j][l];
+      sT[(c + j) * ld + r] = t;
+    }
+}
+template <int ROWS> void scores_few(const float* q, const float* K, float* sT, int64_t cols, int64_t D, int64_t ld) {
+  constexpr int KC = ROWS == 1 ? 8 : ROWS == 2 ? 4 : 2;
+  int64_t c = 0;
+  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, sT, c, D, ld);
+  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, sT, c, D, ld);
+}
+void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, int64_t cols, int64_t D, int64_t ld) {
+  switch (rows) {
+    case 1: return scores_few<1>(q, K, sT, cols, D, ld);
+    case 2: return scores_few<2>(q, K, sT, cols, D, ld);
+    case 3: return scores_few<3>(q, K, sT, cols, D, ld);
+    default: return scores_few<4>(q, K, sT, cols, D, ld);
+  }
+}
+
+// acc(rows, Dv) += sum over c of p(r, c) V(c, :) for a few rows (decode): V streamed row by row
+// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r].
+template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv) {
+  int64_t c = 0;
+  for (; c + 4 <= cols; c += 4) {
+    float p[4][ROWS];
+    for (int j = 0; j < 4; ++j)
+      for (int r = 0; r < ROWS; ++r) p[j][r] = pT[(c + j) * ld + r];
+    const float* v = V + c * Dv;
+    for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * Dv, Dv);
+    for (int64_t d = 0; d < Dv; d += kV) {
+      const fvec v0 = vload(v + d), v1 = vload(v + Dv + d), v2 = vload(v + 2 * Dv + d), v3 = vload(v + 3 * Dv + d);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
+    }
+  }
+  for (; c < cols; ++c)
+    for (int64_t d = 0; d < Dv; d += kV) {
+      const fvec v0 = vload(V + c * Dv + d);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * pT[c * ld + r]);
+    }
+}
+void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
+  switch (rows) {
+    case 1: return pv_few<1>(pT, ld, V, acc, cols, Dv);
+    case 2: return pv_few<2>(pT, ld, V, acc, cols, Dv);
+    case 3: return pv_few<3>(pT, ld, V, acc, cols, Dv);
+    default: return pv_few<4>(pT, ld, V, acc, cols, Dv);
+  }
+}
+
+SINTER_INLINE fvec vexp_nonpos(fvec x) { return fn::exp_nonpos_vec<fvec, ivec>(x); }
+SINTER_INLINE fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
+
+
+}  // namespace
+}  // namespace sinter::detail

@@ -1,0 +1,146 @@
+// CPU kernels of sdpa and sdpa_flash_backward (attention/sdpa.cpp). The sdpa kernel is the one
+// place the backend is chosen (detail::choose_sdpa, which sdpa_choose reports): flash, or the math
+// reference run as ops.
+#include "attention/flash.h"
+#include "cpu/cpu.h"
+#include "ops/common.h"
+#include "sinter/autograd.h"
+#include "sinter/nn.h"
+
+namespace sinter::detail {
+
+SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a);  // sdpa.cpp
+Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
+                 Tensor* lse);
+
+namespace {
+
+std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
+  std::vector<TensorMeta> m;
+  for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
+  return m;
+}
+
+// The mask in the compute dtype (bool masks as 0 / -inf), broadcast to (B, Hq, Lq, Lkv); its
+// strides go to g.ms.
+Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
+  Tensor m = mask;
+  if (m.dtype() == DType::boolean) {
+    Tensor add = Tensor::empty(m.shape(), ct);
+    Tensor lo = Tensor::empty({}, ct), zero = Tensor::empty({}, ct);
+    cpu::fill(lo, -INFINITY), cpu::fill(zero, 0.0);
+    cpu::where(m, zero, lo, add);
+    m = add;
+  } else if (m.dtype() != ct) {
+    m = cpu::contiguous_as(m, ct);
+  }
+  Shape strides(4, 0);
+  const int64_t off = 4 - m.dim();
+  const Shape full{g.B, g.Hq, g.Lq, g.Lkv};
+  for (int64_t i = 0; i < m.dim(); ++i) strides[size_t(off + i)] = m.size(i) == 1 ? 0 : m.stride(i);
+  g.has_mask = true;
+  for (int i = 0; i < 4; ++i) g.ms[i] = strides[size_t(i)];
+  return raw_view(m, full, strides, m.offset());
+}
+
+// k and v whose rows are contiguous and whose heads are evenly spaced (a KV cache's first Lkv
+// positions) are read where they are; anything else is copied (and bf16 widened) to contiguous.
+Tensor rows_in_place(const Tensor& t, DType ct, int64_t& head_stride) {
+  const bool ok = t.dtype() == ct && t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) &&
+                  (t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1)) && t.stride(1) >= t.size(2) * t.size(3);
+  if (ok) head_stride = t.stride(1);
+  return ok ? t : cpu::contiguous_as(t, ct);
+}
+
+// Runs `body` with pointers of the compute type T (f64, or f32 also for bf16 tensors, widened).
+template <class F> void with_compute_type(DType dt, F&& body) {
+  if (dt == DType::f64) body.template operator()<double>();
+  else body.template operator()<float>();
+}
+
+int64_t read_kv_len(const Tensor& t, int64_t capacity) {
+  const int64_t n = *t.data<int64_t>();
+  SINTER_CHECK_INDEX(n >= 0 && n <= capacity, "[sdpa] kv_len ", n, " out of range for a KV cache of ", capacity, " positions");
+  return n;
+}
+
+void flash_forward_into(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask, Geometry g,
+                        const Tensor& o_out, const Tensor& lse) {
+  const DType ct = compute_dtype(q_in.dtype());
+  Tensor m = mask.defined() ? mask_view(mask, ct, g) : Tensor();
+  with_compute_type(q_in.dtype(), [&]<class T>() {
+    Tensor q = cpu::contiguous_as(q_in, ct), k = rows_in_place(k_in, ct, g.k_hs), v = rows_in_place(v_in, ct, g.v_hs);
+    Tensor o = o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct);
+    const T* mp = m.defined() ? static_cast<const T*>(m.data_ptr()) : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (g.D % kV == 0 && g.Dv % kNr == 0)  // the register-blocked kernel (D: vectors, Dv: pairs of them)
+        flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
+      else
+        flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
+    } else {
+      flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
+    }
+    if (o_out.dtype() != ct) cpu::copy(o, o_out);  // bf16: rounded once, at the end
+  });
+}
+
+void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  SINTER_KERNEL_ENTRY();
+  size_t at = 3;
+  const Tensor mask = a.b("mask") ? in[at++] : Tensor();
+  const Tensor& q = in[0];
+  Tensor k = in[1], v = in[2];
+  int64_t kv_len = k.size(2);
+  if (a.b("kv_len")) {
+    kv_len = read_kv_len(in[at], k.size(2));
+    k = raw_slice(k, 2, 0, kv_len), v = raw_slice(v, 2, 0, kv_len);
+  }
+  const std::vector<TensorMeta> meta = metas(in, 3);
+  if (choose_sdpa(meta, a).backend == SDPABackend::math) {
+    NoGradGuard no_grad;  // the reference runs as ops inside this kernel
+    Tensor lse;
+    cpu::copy(sdpa_math(q, in[1], in[2], mask, kv_len, a, &lse), out[0]);
+    cpu::copy(lse, out[1]);
+    return;
+  }
+  const TensorMeta kv[3] = {meta[0], {k.shape(), k.dtype(), k.device()}, {v.shape(), v.dtype(), v.device()}};
+  Geometry g = geometry(kv, a, "sdpa");
+  flash_forward_into(q, k, v, mask.defined() && kv_len < mask.size(-1) ? raw_slice(mask, mask.dim() - 1, 0, kv_len) : mask, g,
+                     out[0], out[1]);
+}
+
+void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  SINTER_KERNEL_ENTRY();
+  Geometry g = geometry(metas(in, 3), a, "sdpa_flash_backward");
+  const DType ct = compute_dtype(in[0].dtype());
+  Tensor mask = in.size() > 7 ? mask_view(in[7], ct, g) : Tensor();
+  with_compute_type(in[0].dtype(), [&]<class T>() {
+    std::vector<Tensor> c;
+    for (size_t i = 0; i < 7; ++i) c.push_back(cpu::contiguous_as(in[i], ct));
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < 3; ++i) grads.push_back(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct));
+    const T* m = mask.defined() ? static_cast<const T*>(mask.data_ptr()) : nullptr;
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>) {
+      if (g.D % kNr == 0 && g.Dv % kNr == 0) {
+        flash_backward_f32(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), c[5].data<T>(),
+                           c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
+        done = true;
+      }
+    }
+    if (!done)
+      flash_backward<T>(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), c[5].data<T>(),
+                        c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
+    for (size_t i = 0; i < 3; ++i)
+      if (out[i].dtype() != ct) cpu::copy(grads[i], out[i]);
+  });
+}
+
+}  // namespace
+
+void register_attention_kernels() {
+  add_kernel("sdpa", DeviceType::cpu, sdpa_kernel);
+  add_kernel("sdpa_flash_backward", DeviceType::cpu, flash_backward_kernel);
+}
+
+}  // namespace sinter::detail

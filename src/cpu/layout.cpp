@@ -1,0 +1,45 @@
+// Layout helpers for kernels, and the per-thread count of kernel entries.
+#include <algorithm>
+
+#include "cpu/cpu.h"
+#include "sinter/op.h"
+
+namespace sinter::cpu {
+
+KernelEntries& kernel_entries() {
+  static thread_local KernelEntries e;
+  return e;
+}
+
+void count_kernel_entry() {
+  KernelEntries& e = kernel_entries();
+  ++e.total;
+  if (op_call_depth() == 0) ++e.outside_ops;
+}
+
+Tensor contiguous_as(const Tensor& t, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous()) return t;
+  Tensor c = Tensor::empty(t.shape(), dt, t.device());
+  copy(t, c);
+  return c;
+}
+
+Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> perm;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (!std::binary_search(dims.begin(), dims.end(), i)) { perm.push_back(i); outer *= x.size(i); }
+  for (int64_t d : dims) { perm.push_back(d); inner *= x.size(d); }
+  Shape shape, strides;
+  for (int64_t p : perm) { shape.push_back(x.size(p)); strides.push_back(x.stride(p)); }
+  Tensor permuted = detail::raw_view(x, shape, strides, x.offset());
+  return detail::raw_reshape_contiguous(contiguous_as(permuted, x.dtype()), Shape{outer, inner});
+}
+
+void check_index_range(const std::string& op, const Tensor& idx, int64_t n) {
+  const int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    SINTER_CHECK_INDEX(p[i] >= 0 && p[i] < n, "[", op, "] index ", p[i], " at position ", i, " out of range for size ", n);
+}
+
+}  // namespace sinter::cpu

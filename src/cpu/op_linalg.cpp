@@ -1,0 +1,69 @@
+// CPU kernels of matmul and linear (src/ops/linalg.cpp): batched views onto oneDNN's GEMM (cpu/gemm.cpp).
+#include "cpu/cpu.h"
+#include "ops/linalg.h"
+
+namespace sinter::cpu {
+namespace {
+
+using detail::raw_view;
+
+// x viewed as (B, rows, cols) after broadcasting its batch dims to `batch` (copies only if needed).
+Tensor as_batched(const Tensor& x, const Shape& batch, int64_t rows, int64_t cols, bool vec_is_row) {
+  Tensor t = x;
+  if (t.dim() == 1) t = vec_is_row ? raw_view(t, {1, t.size(0)}, {t.size(0) * t.stride(0), t.stride(0)}, t.offset())
+                                   : raw_view(t, {t.size(0), 1}, {t.stride(0), 1}, t.offset());
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  // Broadcast strides for the batch dims.
+  Shape strides(full.size(), 0);
+  const int64_t off = int64_t(full.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) strides[size_t(off + i)] = t.size(i) == 1 && full[size_t(off + i)] != 1 ? 0 : t.stride(i);
+  Tensor e = raw_view(t, full, strides, t.offset());
+  // Fold batch dims into one when their strides allow it, else materialise.
+  const int64_t B = batch.numel();
+  bool foldable = true;
+  for (size_t i = 0; i + 1 < batch.size(); ++i)
+    foldable = foldable && (batch[i] == 1 || strides[i] == strides[i + 1] * batch[i + 1]);
+  const int64_t bstride = batch.empty() ? rows * cols : strides[batch.size() - 1];
+  if (!foldable || (B > 1 && bstride == 0)) {
+    e = contiguous_as(e, e.dtype());
+    return raw_view(e, {B, rows, cols}, {rows * cols, cols, 1}, e.offset());
+  }
+  return raw_view(e, {B, rows, cols}, {bstride, strides[full.size() - 2], strides[full.size() - 1]}, e.offset());
+}
+
+void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  const detail::MatmulPlan p = detail::plan_matmul({a.shape(), a.dtype(), {}}, {b.shape(), b.dtype(), {}});
+  const int64_t B = p.batch.numel();
+  Tensor a3 = as_batched(a, p.batch, p.n, p.k, true), b3 = as_batched(b, p.batch, p.k, p.m, false);
+  if (B > 1 && b.dim() <= 2 && a3.stride(0) == p.n * a3.stride(1) && a3.stride(2) == 1) {
+    // Shared weights: fold the batch into the rows, one large GEMM instead of B small ones.
+    a3 = raw_view(a3, {1, B * p.n, p.k}, {B * p.n * p.k, a3.stride(1), 1}, a3.offset());
+    b3 = raw_view(b3, {1, p.k, p.m}, {0, b3.stride(1), b3.stride(2)}, b3.offset());
+    gemm(a3, b3, raw_view(out[0], {1, B * p.n, p.m}, {B * p.n * p.m, p.m, 1}, out[0].offset()));
+    return;
+  }
+  gemm(a3, b3, raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
+}
+
+void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  Tensor x2 = contiguous_as(x, x.dtype());
+  Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
+  Tensor bt = raw_view(w, {1, K, N}, {0, w.stride(1), w.stride(0)}, w.offset());  // w^T as a view
+  Tensor bias = in.size() == 3 ? contiguous_as(in[2], in[2].dtype()) : Tensor();
+  gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias);
+}
+
+}  // namespace
+
+void register_linalg_kernels() {
+  detail::add_kernel("matmul", DeviceType::cpu, matmul_kernel);
+  detail::add_kernel("linear", DeviceType::cpu, linear_kernel);
+}
+
+}  // namespace sinter::cpu

@@ -1,0 +1,15 @@
+#pragma once
+// The shape rules of matmul, shared by its definition and its kernels.
+#include "ops/common.h"
+
+namespace sinter::detail {
+
+struct MatmulPlan {
+  Shape batch;    // broadcast batch dims
+  int64_t n, k, m;
+  Shape out;      // final output shape
+};
+// NumPy semantics: 1-D operands promoted and squeezed back, batch dims broadcast.
+MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b);
+
+}  // namespace sinter::detail

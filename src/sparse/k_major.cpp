@@ -1,0 +1,221 @@
+// 2:4 K-major kernel (AVX2 / AVX-512, M >= kKMajorM): x as column-major panels, each kept value
+// broadcast against its column of x, picked by address (kernels.h).
+#include "sparse/kernel_common.h"
+
+namespace sinter::sparse {
+namespace {
+
+#if defined(__AVX2__)
+// A meta byte's four kept columns as byte offsets into a column-major panel of x (ColBytes a column).
+template <int ColBytes> struct PanelOffsets {  // 16 bits each
+  uint64_t at[256];
+  PanelOffsets() {
+    for (int b = 0; b < 256; ++b) {
+      int off[4];
+      byte_offsets(uint8_t(b), off);
+      at[b] = 0;
+      for (int t = 0; t < 4; ++t) at[b] |= uint64_t(off[t] * ColBytes) << (16 * t);
+    }
+  }
+};
+
+// One register of a K-major panel's rows: 8 floats with AVX2, 16 with AVX-512. Zen 5 runs a zmm
+// FMA at the rate of a ymm one, so there the 16-float kernel does twice the multiply-adds a cycle:
+// measured (session 23, Zen 5, 2 threads, 4096 x 11008, alternating in one process) 1.49x the ymm
+// kernel at M = 128 and 1.68x at M = 512; 128-row panels (8 registers) ran 1.05-1.08x 64-row ones
+// (4 registers, two weight rows side by side). On Zen 4 (session 22) zmm and ymm were even.
+#if defined(__AVX512F__)
+struct KmVec {
+  using T = __m512;
+  static constexpr int L = 16;
+  static SINTER_INLINE T load(const float* p) { return _mm512_load_ps(p); }
+  static SINTER_INLINE void store(float* p, T v) { _mm512_store_ps(p, v); }
+  static SINTER_INLINE T bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static SINTER_INLINE T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#else
+struct KmVec {
+  using T = __m256;
+  static constexpr int L = 8;
+  static SINTER_INLINE T load(const float* p) { return _mm256_load_ps(p); }
+  static SINTER_INLINE void store(float* p, T v) { _mm256_store_ps(p, v); }
+  static SINTER_INLINE T bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static SINTER_INLINE T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+};
+#endif
+constexpr int kKmPanelVecs = 8;  // registers of rows per full panel: 64 rows (AVX2) or 128 (AVX-512)
+
+// M >= kKMajorM: x packed as column-major panels of PV registers of rows (xp[p][k][PV L]; the
+// last panel NV registers wide for the rows left), so a kept value (n, k) multiplies the NV
+// registers of column k: one broadcast and NV loads feeding NV FMAs, the column found through
+// PanelOffsets from the meta byte. Kept values pick x by address (the load ports) instead of by
+// permute (on Zen 3 the shuffles share a pipe with the FMAs: the permute kernel above runs at half
+// the FMA peak). Each thread takes a chunk of weight rows and packs one 64-column block of them at
+// a time (every row's 32 values, as f32, then its 8 meta bytes) just before the panels pass over
+// it, with the next block's lines requested meanwhile; a block of x (64 columns x a panel) stays
+// in L1 while the chunk's rows pass over it, and the next block of x is requested ahead.
+// Packing a block at a time instead of the whole chunk first (session 23, Zen 5, alternating):
+// M = 128 / 512 on 4096 x 11008 22-24 / 76 ms against 25 / 80-81.
+// Measured (2 threads, alternating in one process, the three bench shapes) against the permute
+// kernel: M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x; against
+// the column-major panel kernel that served f32 at 9 <= M <= 24 (weights read in place, now gone)
+// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x (session
+// 14; in session 17 the permute kernel measured faster up to M = 21, see kKMajorM).
+// A first K-major version (session 13) read each row's 64-column block in place, short runs
+// across many rows that stalled on memory, and ran at 0.6-0.7x of the permute kernel: packing the
+// chunk and requesting the next block of x ahead made the difference.
+constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
+constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
+
+// R consecutive rows of a packed block (for narrow panels one row's NV accumulators alone would
+// wait on the FMA latency, so R rows run side by side).
+template <class Vec, int R, int NV>
+SINTER_INLINE void k_major_row(const float* wr, const float* xb, float* acc_out) {
+  constexpr int PW = Vec::L * NV;
+  static const PanelOffsets<PW * 4> tab;
+  typename Vec::T a[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < NV; ++u) a[r][u] = Vec::load(acc_out + PW * r + Vec::L * u);
+  // Every column offset of the block is looked up before the first FMA: the FMAs' loads then wait
+  // on no load of meta or table (measured on Zen 5: 15-20% faster than looking each up in turn).
+  uint64_t o[R][kKmCols / 8];
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* mb = reinterpret_cast<const uint8_t*>(wr + r * kKmRowFloats + kKmCols / 2);
+#pragma GCC unroll 8
+    for (int i = 0; i < kKmCols / 8; ++i) o[r][i] = tab.at[mb[i]];
+  }
+  const char* x = reinterpret_cast<const char*>(xb);
+#pragma GCC unroll 8
+  for (int i = 0; i < kKmCols / 8; ++i, x += 8 * PW * 4) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const float* w = wr + r * kKmRowFloats;
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const float* xr = reinterpret_cast<const float*>(x + ((o[r][i] >> (16 * t)) & 0xffff));
+        const typename Vec::T v = Vec::bcast(w + 4 * i + t);
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; ++u) a[r][u] = Vec::fma(v, Vec::load(xr + Vec::L * u), a[r][u]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < NV; ++u) Vec::store(acc_out + PW * r + Vec::L * u, a[r][u]);
+}
+
+// Rows [0, nr) of a packed chunk over one block of a panel NV registers wide; acc: nr x NV L
+// floats. The next block of x (`lines` cache lines at `next`) is requested a few lines per row.
+template <class Vec, int NV, int Chains>
+void k_major_rows(const float* wb, int64_t nr, const float* xb, float* acc, const char* next, int64_t lines) {
+  constexpr int R = NV >= Chains ? 1 : (Chains + NV - 1) / NV;
+  const int64_t per_row = (lines + nr - 1) / std::max<int64_t>(nr, 1);
+  int64_t r = 0;
+  for (; r < nr; r += R) {
+    for (int64_t l = r * per_row; next && l < std::min(lines, (r + R) * per_row); ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+    if (r + R > nr) break;
+    k_major_row<Vec, R, NV>(wb + r * kKmRowFloats, xb, acc + r * Vec::L * NV);
+  }
+  for (; r < nr; ++r) k_major_row<Vec, 1, NV>(wb + r * kKmRowFloats, xb, acc + r * Vec::L * NV);
+}
+
+template <class Vec, int PV, int Chains, class V>
+void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
+             Act act, float* y, int64_t N) {
+  constexpr int64_t L = Vec::L, PW = L * PV;  // rows of x per full panel
+  const int64_t KB = (K + kKmCols - 1) / kKmCols, Kp = KB * kKmCols;  // x padded with zero columns to whole blocks
+  const int64_t full = M / PW, rest = M % PW, nv_last = (rest + L - 1) / L, P = full + (rest > 0);
+  auto panel_width = [&](int64_t p) { return p < full ? PW : L * nv_last; };
+  Tensor xp_buf = Tensor::empty({Kp * (full * PW + L * nv_last)}, DType::f32);  // caching allocator: 64-byte aligned
+  float* xp = xp_buf.data<float>();
+  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t pw = panel_width(p), m0 = p * PW;
+      float* d = xp + p * PW * Kp;
+      for (int64_t k0 = 0; k0 < Kp; k0 += 8)  // 8 columns at a time: a cache line of each row of x
+        for (int64_t r = 0; r < pw; ++r) {
+          const float* src = m0 + r < M ? x + (m0 + r) * K : nullptr;  // rows past M are zero
+          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = src && k < K ? src[k] : 0.0f;
+        }
+    }
+  });
+  // Weight rows per chunk: each chunk reads all of x once, so more rows when x is large, but at
+  // least four chunks per thread. Measured (session 23, Zen 5, 4096 x 11008, alternating) with the
+  // weights packed a block at a time: 32 / 64 / 128 / 256 rows at M = 128 26.0 / 22.7 / 22.5 / 22.2
+  // ms, at M = 2048 366 / 335 / 318 / 308 ms. On the same machine the AVX2 build's K-major kernel
+  // (whole chunks packed first and 64 rows at M = 128 before) went from 38-41 to 36-38 ms at
+  // M = 128 and from 144-162 to 130-144 at M = 512 (separate processes, alternated three times).
+  const int64_t want = M <= 256 ? 128 : 256;
+  const int64_t NC = std::max<int64_t>(8, std::min(want, (N / (4 * num_threads()) + 7) / 8 * 8));
+  const int64_t chunks = (N + NC - 1) / NC, K2 = K / 2, K8 = K / 8;
+  parallel_dynamic(0, chunks, [&](const auto& next) {
+    Tensor w_buf = Tensor::empty({NC * kKmRowFloats}, DType::f32);  // one block of the chunk's rows
+    Tensor acc_buf = Tensor::empty({(full * PW + L * nv_last) * NC}, DType::f32);  // per panel p: NC rows x its width
+    float* wp = w_buf.data<float>();
+    float* acc = acc_buf.data<float>();
+    for (int64_t c; (c = next()) >= 0;) {
+      const int64_t n0 = c * NC, nr = std::min(NC, N - n0);
+      // Block kb of the chunk's rows as f32 (32 values, then 8 meta bytes a row), packed just
+      // before the panels pass over it, so it stays in L1; its lines were requested while the
+      // previous block computed (request), so the packing does not wait on memory.
+      const auto pack = [&](int64_t kb) {
+        const int64_t k0 = kb * kKmCols, kc = std::min<int64_t>(kKmCols, K - k0);
+        for (int64_t r = 0; r < nr; ++r) {
+          const V* vs = values + (n0 + r) * K2 + k0 / 2;
+          const uint8_t* ms = meta + (n0 + r) * K8 + k0 / 8;
+          float* d = wp + r * kKmRowFloats;
+          if (kc == kKmCols) {
+            for (int64_t i = 0; i < kKmCols / 2; i += 8) _mm256_storeu_ps(d + i, (__m256)load_values(vs + i));
+            std::memcpy(d + kKmCols / 2, ms, size_t(kKmCols / 8));
+          } else {  // the last, partial block: zero values and meta past K (they pick padded zero columns)
+            std::memset(d, 0, kKmRowFloats * sizeof(float));
+            for (int64_t i = 0; i < kc / 2; ++i) d[i] = float(vs[i]);
+            std::memcpy(d + kKmCols / 2, ms, size_t(kc / 8));
+          }
+        }
+      };
+      const auto request = [&](int64_t kb) {
+        const int64_t k0 = kb * kKmCols;
+        for (int64_t r = 0; r < nr; ++r) {
+          const char* vs = reinterpret_cast<const char*>(values + (n0 + r) * K2 + k0 / 2);
+          for (int64_t o = 0; o < int64_t(kKmCols / 2 * sizeof(V)); o += 64) _mm_prefetch(vs + o, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(meta + (n0 + r) * K8 + k0 / 8), _MM_HINT_T0);
+        }
+      };
+      std::memset(acc, 0, size_t(acc_buf.numel()) * sizeof(float));
+      for (int64_t kb = 0; kb < KB; ++kb) {
+        pack(kb);
+        if (kb + 1 < KB) request(kb + 1);
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t pw = panel_width(p);
+          const int64_t np = p + 1 < P ? p + 1 : 0, nkb = p + 1 < P ? kb : kb + 1;  // the block after this one
+          const float* next = nkb < KB ? xp + np * PW * Kp + nkb * kKmCols * panel_width(np) : nullptr;
+          with_1_to_8(int(pw / L), [&](auto NV) {
+            k_major_rows<Vec, NV, Chains>(wp, nr, xp + p * PW * Kp + kb * kKmCols * pw, acc + p * PW * NC,
+                                                   reinterpret_cast<const char*>(next), kKmCols * panel_width(np) * 4 / 64);
+          });
+        }
+      }
+      panel_epilogue(acc, M, PW, NC, panel_width, n0, nr, scales, bias, act, y, N);
+    }
+  });
+}
+
+#endif
+
+}  // namespace
+
+void run_k_major(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                 const float* bias, Act act, float* y, int64_t N) {
+  if (M == 0 || N == 0) return;
+#if defined(__AVX2__)
+  switch (vt) {
+    case DType::f32: return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
+    case DType::bf16: return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
+    case DType::i8: return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
+    default: break;
+  }
+#endif
+  plain_rows(x, M, K, [&](int64_t i) { return value_at(values, vt, i); }, meta, scales, bias, act, y, N);
+}
+
+}  // namespace sinter::sparse

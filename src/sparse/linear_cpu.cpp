@@ -1,0 +1,114 @@
+// CPU kernels of the 2:4 ops (semi_structured.cpp): sparse24_linear runs the kernel choose()
+// picks (kernels.h); sparse24_to_dense and sparse24_gather convert between the dense matrix and
+// the kept values.
+#include "cpu/cpu.h"
+#include "ops/common.h"
+#include "sparse/dense_copy.h"
+#include "sparse/kernels.h"
+
+namespace sinter::sparse {
+namespace {
+
+using detail::raw_view;
+using cpu::contiguous_as;
+
+// y = act(x dense^T + b) on a cached f32 dense copy, computed in f32 (bf16 x widened) and rounded
+// once to y's dtype, as the 2:4 kernels do.
+void run_dense(const Tensor& x, const Tensor& dense, const Tensor& bias, Act act, const Tensor& out, int64_t M, int64_t N, int64_t K) {
+  Tensor x2 = contiguous_as(x, DType::f32);
+  Tensor y = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32);
+  Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
+  Tensor bt = raw_view(dense, {1, K, N}, {0, 1, K}, dense.offset());  // dense^T as a view
+  cpu::gemm(a, bt, raw_view(y, {1, M, N}, {M * N, N, 1}, y.offset()), bias.defined() ? contiguous_as(bias, DType::f32) : Tensor());
+  switch (act) {
+    case Act::relu: cpu::unary(cpu::UnaryOp::Relu, y, y); break;
+    case Act::silu: cpu::unary(cpu::UnaryOp::Silu, y, y); break;
+    case Act::gelu: cpu::unary(cpu::UnaryOp::Gelu, y, y); break;
+    case Act::none: break;
+  }
+  if (!y.same(out)) cpu::copy(y, out);
+}
+
+void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  SINTER_KERNEL_ENTRY();
+  size_t at = 4;
+  const Tensor bias = a.b("bias") ? in[at++] : Tensor();
+  const Tensor packed = a.b("packed") ? contiguous_as(in[at++], DType::u8) : Tensor();
+  const int64_t N = in[1].size(0), K = in[1].size(1) * 2, M = in[0].numel() / std::max<int64_t>(K, 1);
+  const Act act = parse_activation(a.str("activation"));
+  Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true)};
+  Kernel k = choose(call);
+  Tensor dense;
+  if (k == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3])).defined()) {
+    call.dense_allowed = false;
+    k = choose(call);
+  }
+  if (k == Kernel::dense) return run_dense(in[0], dense, bias, act, out[0], M, N, K);
+  Tensor values = contiguous_as(in[1], in[1].dtype()), meta = contiguous_as(in[2], DType::u8), scales = contiguous_as(in[3], DType::f32);
+  if (k == Kernel::reference_f64) {
+    Tensor x = contiguous_as(in[0], DType::f64), b = bias.defined() ? contiguous_as(bias, DType::f64) : Tensor();
+    linear_f64(x.data<double>(), M, K, values.data<double>(), meta.data<uint8_t>(), scales.data<float>(),
+               b.defined() ? b.data<double>() : nullptr, act, out[0].data<double>(), N);
+    return;
+  }
+  Tensor b = bias.defined() ? contiguous_as(bias, DType::f32) : Tensor();
+  Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
+  const float* bp = b.defined() ? b.data<float>() : nullptr;
+  const uint8_t* pp = packed.defined() ? packed.data<uint8_t>() : nullptr;
+  const bool bf16_x = k == Kernel::pairs_k_major || k == Kernel::pairs_tiles16 || k == Kernel::pairs_prepacked16;
+  Tensor x = contiguous_as(in[0], bf16_x ? DType::bf16 : DType::f32);
+  const auto* xh = reinterpret_cast<const uint16_t*>(x.data_ptr());
+  const auto* vh = reinterpret_cast<const uint16_t*>(values.data_ptr());
+  const float* xf = bf16_x ? nullptr : x.data<float>();
+  float* yp = y.data<float>();
+  switch (k) {
+    case Kernel::streaming: run_streaming(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::tiles8: run_tiles8(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::prepacked8: run_tiles8(xf, M, K, nullptr, values.dtype(), nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::k_major: run_k_major(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::pairs_k_major: run_k_major_pairs(xh, M, K, vh, meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
+#if defined(SINTER_TILES16)
+    case Kernel::tiles16: tiles16_linear(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::prepacked16: tiles16_linear(xf, M, K, nullptr, values.dtype(), nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
+#if defined(__AVX512BF16__)
+    case Kernel::pairs_tiles16: tiles16_linear_bf16(xh, M, K, vh, meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::pairs_prepacked16: tiles16_linear_bf16(xh, M, K, nullptr, nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
+#endif
+#endif
+    default: SINTER_THROW(Error, "[internal] sparse24_linear: kernel '", kernel_name(k), "' is not built for this CPU");
+  }
+  if (out[0].dtype() != DType::f32) cpu::copy(y, out[0]);
+}
+
+void sparse24_to_dense_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  SINTER_KERNEL_ENTRY();
+  const int64_t N = in[0].size(0), K = in[0].size(1) * 2;
+  Tensor values = contiguous_as(in[0], in[0].dtype()), meta = contiguous_as(in[1], DType::u8), scales = contiguous_as(in[2], DType::f32);
+  if (out[0].dtype() == DType::f64) {
+    to_dense<double>(values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), N, K, out[0].data<double>());
+    return;
+  }
+  Tensor d = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty({N, K}, DType::f32);
+  to_dense<float>(values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), N, K, d.data<float>());
+  if (out[0].dtype() != DType::f32) cpu::copy(d, out[0]);
+}
+
+void sparse24_gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  SINTER_KERNEL_ENTRY();
+  const int64_t N = in[0].size(0), K = in[0].size(1);
+  Tensor meta = contiguous_as(in[1], DType::u8);
+  if (in[0].dtype() == DType::f64)
+    gather_kept<double>(contiguous_as(in[0], DType::f64).data<double>(), meta.data<uint8_t>(), N, K, out[0].data<double>());
+  else
+    gather_kept<float>(contiguous_as(in[0], DType::f32).data<float>(), meta.data<uint8_t>(), N, K, out[0].data<float>());
+}
+
+}  // namespace
+
+void register_sparse_kernels() {
+  detail::add_kernel("sparse24_linear", DeviceType::cpu, sparse24_linear_kernel);
+  detail::add_kernel("sparse24_to_dense", DeviceType::cpu, sparse24_to_dense_kernel);
+  detail::add_kernel("sparse24_gather", DeviceType::cpu, sparse24_gather_kernel);
+}
+
+}  // namespace sinter::sparse

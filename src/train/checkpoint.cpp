@@ -1,0 +1,182 @@
+// Checkpoints: one file each for the model and the optimizer state (or their sharded pieces), then
+// config.json and train_state.json (last: it marks the checkpoint complete), each written
+// atomically; log.csv and loss.svg beside them.
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/format.h"
+#include "sinter/autograd.h"
+#include "sinter/dist.h"
+#include "sinter/io.h"
+#include "sinter/optim.h"
+#include "sinter/random.h"
+#include "sinter/sparse.h"
+#include "train/internal.h"
+
+namespace sinter::train {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace detail {
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  SINTER_CHECK_T(IOError, fs::is_regular_file(path, ec), "[", path, "] not found");
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  SINTER_CHECK_T(IOError, !ec, "[", dir, "] cannot create the folder: ", ec.message());
+}
+
+// A parallel run's parameters as DTensors (their layouts).
+std::map<std::string, dist::DTensor> parameter_pieces(nn::GPT& model) {
+  std::map<std::string, dist::DTensor> out;
+  for (auto& [name, p] : model.named_parameters())
+    if (auto l = dist::parameter_layout(*p)) out.emplace(name, *l);
+  return out;
+}
+// The layout of an optimizer state entry ("exp_avg.<param name>") is its parameter's; null for
+// entries that belong to no laid-out parameter ("step").
+namespace {
+const dist::DTensor* state_layout(const std::map<std::string, dist::DTensor>& params, const std::string& key) {
+  const size_t dot = key.find('.');
+  auto it = dot == std::string::npos ? params.end() : params.find(key.substr(dot + 1));
+  return it == params.end() ? nullptr : &it->second;
+}
+void split_state(const std::map<std::string, dist::DTensor>& params, const std::map<std::string, Tensor>& state,
+                 std::map<std::string, dist::DTensor>& pieces, std::map<std::string, Tensor>& plain) {
+  for (auto& [key, t] : state) {
+    if (const dist::DTensor* l = state_layout(params, key)) pieces.emplace(key, dist::DTensor(t, l->mesh(), l->placements(), l->shape()));
+    else plain[key] = t;
+  }
+}
+}  // namespace
+
+bool sharded_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return dist::has_sharded(dir, "model") && !fs::exists(dir + "/model.safetensors", ec);
+}
+
+// The optimizer state of a checkpoint in either format, as this run's pieces.
+std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::GPT& model) {
+  const std::map<std::string, dist::DTensor> params = parameter_pieces(model);
+  std::error_code ec;
+  if (!fs::exists(dir + "/optimizer.safetensors", ec) && dist::has_sharded(dir, "optimizer")) {
+    // Targets shaped like this run's pieces: exp_avg / exp_avg_sq of every parameter, and the step.
+    std::map<std::string, Tensor> state;
+    for (auto& [name, p] : model.named_parameters())
+      state["exp_avg." + name] = zeros_like(p->detach()), state["exp_avg_sq." + name] = zeros_like(p->detach());
+    state["step"] = zeros({}, DType::i64);
+    std::map<std::string, dist::DTensor> pieces;
+    std::map<std::string, Tensor> plain;
+    split_state(params, state, pieces, plain);
+    dist::load_sharded_into(dir, "optimizer", pieces, plain);
+    return state;
+  }
+  std::map<std::string, Tensor> full = io::load_safetensors(dir + "/optimizer.safetensors").tensors;
+  for (auto& [key, t] : full)  // whole tensors: keep this run's piece of each
+    if (const dist::DTensor* l = state_layout(params, key)) t = dist::distribute_tensor(t, l->mesh(), l->placements()).to_local();
+  return full;
+}
+
+void write_log(const std::string& dir, const LogRows& rows) {
+  std::ostringstream os;
+  os << "step,train_loss,val_loss,tokens_per_s\n";
+  for (auto& r : rows) {
+    char line[160];
+    if (std::isnan(r[2])) std::snprintf(line, sizeof line, "%lld,%.6f,,%.1f\n", (long long)r[0], r[1], r[3]);
+    else std::snprintf(line, sizeof line, "%lld,%.6f,%.6f,%.1f\n", (long long)r[0], r[1], r[2], r[3]);
+    os << line;
+  }
+  io::atomic_write(dir + "/log.csv", os.str());
+  std::vector<std::array<double, 3>> pts;
+  for (auto& r : rows) pts.push_back({r[0], r[1], r[2]});
+  write_loss_svg(dir + "/loss.svg", pts);
+}
+
+LogRows read_log(const std::string& dir, int64_t up_to_step) {
+  LogRows rows;
+  std::ifstream f(dir + "/log.csv");
+  std::string line;
+  std::getline(f, line);
+  while (std::getline(f, line)) {
+    std::array<double, 4> r{};
+    std::stringstream ss(line);
+    std::string cell;
+    for (int i = 0; i < 4 && std::getline(ss, cell, ','); ++i) r[size_t(i)] = cell.empty() ? NAN : std::stod(cell);
+    if (r[0] <= double(up_to_step)) rows.push_back(r);
+  }
+  return rows;
+}
+
+namespace {
+// After the weights and optimizer state (either format): the other format's entry points, now
+// stale, go; then config.json, and train_state.json last, which marks the checkpoint complete.
+void finish_checkpoint(const std::string& dir, const nn::ModelConfig& cfg, const std::string& train_state_json,
+                       const std::vector<std::string>& stale) {
+  std::error_code ec;
+  for (const std::string& f : stale) fs::remove(dir + "/" + f, ec);
+  io::atomic_write(dir + "/config.json", cfg.to_json());
+  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");
+}
+
+}  // namespace
+
+void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim::Optimizer& opt,
+                             const std::string& train_state_json, bool main_rank) {
+  std::map<std::string, dist::DTensor> params = parameter_pieces(model), states;
+  std::map<std::string, Tensor> plain_params, plain_states;
+  for (auto& [name, p] : model.named_parameters())
+    if (!params.count(name)) plain_params[name] = *p;
+  for (auto& [name, b] : model.named_buffers()) plain_params[name] = *b;
+  split_state(params, opt.state_dict(), states, plain_states);
+  dist::save_sharded(dir, "model", params, plain_params);
+  dist::save_sharded(dir, "optimizer", states, plain_states);
+  if (main_rank) finish_checkpoint(dir, model.config(), train_state_json, {"model.safetensors", "optimizer.safetensors"});
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
+                     const std::string& train_state_json) {
+  make_dirs(dir);
+  io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "sinter"}});
+  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
+  finish_checkpoint(dir, model.config(), train_state_json, {"model.index.json", "optimizer.index.json"});
+}
+
+std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
+  std::error_code ec;
+  SINTER_CHECK_T(IOError, fs::is_directory(dir, ec), "[", dir, "] checkpoint folder not found");
+  const std::string cfg_path = dir + "/config.json";
+  auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
+  auto model = std::make_unique<nn::GPT>(cfg);
+  const bool sharded = sharded_checkpoint(dir);
+  const std::string weights = dir + (sharded ? "/model.index.json" : "/model.safetensors");
+  std::map<std::string, Tensor> sd = sharded ? dist::load_sharded(dir, "model") : io::load_safetensors(weights).tensors;
+  try {
+    model->load_state_dict(sd);
+  } catch (const Error& e) {
+    SINTER_THROW(IOError, "[", weights, "] ", e.what());
+  }
+  return model;
+}
+
+}  // namespace sinter::train

@@ -1,0 +1,94 @@
+// Generation with a KV cache (or recomputing the window), and sampling (temperature, top-k, top-p).
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/format.h"
+#include "sinter/autograd.h"
+#include "sinter/dist.h"
+#include "sinter/io.h"
+#include "sinter/optim.h"
+#include "sinter/random.h"
+#include "sinter/sparse.h"
+#include "train/internal.h"
+
+namespace sinter::train {
+
+namespace {
+int64_t sample(const Tensor& logits_row, const Sampling& s) {
+  Tensor l = logits_row.to(DType::f32).reshape({-1});
+  if (s.temperature <= 0) return argmax(l, 0).item<int64_t>();
+  l = l / s.temperature;
+  const int64_t V = l.size(0);
+  if ((s.top_k > 0 && s.top_k < V) || s.top_p < 1.0) {
+    auto sorted = topk(l, V, 0, true);
+    std::vector<float> vals = sorted.values.to_vector<float>();
+    std::vector<int64_t> idx = sorted.indices.to_vector<int64_t>();
+    int64_t keep = s.top_k > 0 ? std::min(s.top_k, V) : V;
+    if (s.top_p < 1.0) {
+      std::vector<double> p(static_cast<size_t>(keep));
+      double z = 0;
+      for (int64_t i = 0; i < keep; ++i) z += p[size_t(i)] = std::exp(double(vals[size_t(i)] - vals[0]));
+      double acc = 0;
+      int64_t n = 0;
+      while (n < keep && acc < s.top_p * z) acc += p[size_t(n++)];
+      keep = std::max<int64_t>(n, 1);
+    }
+    std::vector<float> masked(size_t(V), -INFINITY);
+    for (int64_t i = 0; i < keep; ++i) masked[size_t(idx[size_t(i)])] = vals[size_t(i)];
+    l = tensor<float>(masked);
+  }
+  return multinomial(softmax(l, 0), 1, true).item<int64_t>();
+}
+}  // namespace
+
+Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache, double* rate,
+                const std::function<void(int64_t)>& on_token) {
+  SINTER_CHECK_SHAPE(prompt.dim() == 1 && prompt.numel() > 0, "[generate] the prompt must be a non-empty 1-D token tensor, got ",
+                     prompt.shape());
+  SINTER_CHECK(max_new >= 0, "[generate] max_new_tokens must be >= 0");
+  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1,
+               "[generate] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+  const int64_t limit = model.config().max_position_embeddings;
+  NoGradGuard g;
+  const bool was_training = model.is_training();
+  model.eval();
+  manual_seed(s.seed);
+  std::vector<int64_t> ids = prompt.to(DType::i64).to_vector<int64_t>();
+  // The model sees a window of at most `limit` tokens; when it fills, it slides forward by half
+  // (with the cache: the cache is refilled from the kept half), the same with or without cache.
+  int64_t start = std::max<int64_t>(0, int64_t(ids.size()) - limit);
+  std::vector<nn::KVCache> caches;
+  if (use_cache) caches = model.make_caches(1, limit);
+  auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}); };
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
+  for (int64_t i = 0; i < max_new; ++i) {
+    const int64_t next = sample(logits.select(0, 0).select(0, logits.size(1) - 1), s);
+    ids.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == max_new) break;
+    if (int64_t(ids.size()) - start > limit) {
+      start = int64_t(ids.size()) - limit / 2;
+      for (auto& c : caches) c.length = 0;
+      logits = model.forward(window(), use_cache ? &caches : nullptr);
+    } else if (use_cache) {
+      logits = model.forward(tensor<int64_t>({next}).reshape({1, 1}), &caches);
+    } else {
+      logits = model.forward(window());
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rate) *rate = double(max_new) / std::max(secs, 1e-9);
+  model.train(was_training);
+  return tensor<int64_t>(ids);
+}
+
+}  // namespace sinter::train

@@ -1,0 +1,206 @@
+// The training loop behind `sinter train`: AdamW on the byte-level corpus, warmup + cosine, gradient
+// clipping, validation, a progress line, checkpoints (checkpoint.cpp); alone or under mpirun.
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/format.h"
+#include "sinter/autograd.h"
+#include "sinter/dist.h"
+#include "sinter/io.h"
+#include "sinter/optim.h"
+#include "sinter/random.h"
+#include "sinter/sparse.h"
+#include "train/internal.h"
+
+namespace sinter::train {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+using namespace detail;
+
+std::string Options::to_json() const {
+  json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
+         {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
+         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel}};
+  return j.dump();
+}
+
+
+Tensor detail::lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
+  Tensor logits = model.forward(x);
+  if (model.parallel_loss) return model.parallel_loss(logits, y);  // logits sharded over the vocabulary
+  return cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+}
+
+double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, int64_t seq_len, int64_t batches,
+                uint64_t seed) {
+  NoGradGuard g;
+  const bool was_training = model.is_training();
+  model.eval();
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    auto [x, y] = data.batch(false, batch, seq_len, seed, uint64_t(i));
+    total += lm_loss(model, x, y).item_double();
+  }
+  model.train(was_training);
+  return total / double(batches);
+}
+
+Result run(const Options& o) {
+  SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] steps, batch and seq_len must be positive (seq_len > 1)");
+  SINTER_CHECK(o.lr > 0 && o.min_lr >= 0 && o.warmup >= 0 && o.grad_clip > 0 && o.val_every > 0 && o.val_batches > 0,
+               "[train] learning rates, warmup, grad_clip, val_every and val_batches must be positive");
+  const data::ByteDataset data = o.data_path.empty() ? data::ByteDataset::fortunes() : data::ByteDataset::from_file(o.data_path);
+  data.check_window(o.seq_len);
+  const bool parallel = o.tp * o.dp > 1;
+  if (parallel) {
+    SINTER_CHECK(o.tp >= 1 && o.dp >= 1, "[train] tp and dp must be >= 1, got ", o.tp, " and ", o.dp);
+    SINTER_CHECK_T(DistError, o.tp * o.dp == dist::world_size(), "[train] tp=", o.tp, " x dp=", o.dp, " needs ", o.tp * o.dp,
+                   " ranks, but the job has ", dist::world_size());
+    SINTER_CHECK(o.batch % o.dp == 0, "[train] batch ", o.batch, " does not split over dp=", o.dp);
+  }
+  const bool main_rank = !parallel || dist::rank() == 0;  // prints and writes files
+  const bool quiet = o.quiet || !main_rank;
+
+  std::unique_ptr<nn::GPT> model;
+  int64_t start = 0;
+  LogRows rows;
+  const std::string state_path = o.out_dir + "/train_state.json";
+  std::error_code ec;
+  const bool resuming = o.resume && fs::exists(state_path, ec);
+  // A sharded checkpoint resumed in parallel is read piece by piece after the model is split (below).
+  const bool sharded_resume = resuming && parallel && sharded_checkpoint(o.out_dir);
+  if (sharded_resume) {
+    const std::string cfg_path = o.out_dir + "/config.json";
+    model = std::make_unique<nn::GPT>(nn::ModelConfig::from_json(read_file(cfg_path), cfg_path));
+  } else if (resuming) {
+    model = load_model(o.out_dir);
+  }
+  if (resuming) {
+    json st;
+    try {
+      st = json::parse(read_file(state_path));
+      start = st.at("step").get<int64_t>();
+    } catch (const json::exception& e) {
+      SINTER_THROW(IOError, "[", state_path, "] corrupt training state: ", e.what());
+    }
+    rows = read_log(o.out_dir, start);
+  } else {
+    nn::ModelConfig cfg = o.config_path.empty() ? nn::ModelConfig::preset(o.preset)
+                                                : nn::ModelConfig::from_json(read_file(o.config_path), o.config_path);
+    model = std::make_unique<nn::GPT>(cfg);
+    model->init_weights(o.seed);
+  }
+  const nn::ModelConfig& cfg = model->config();
+  SINTER_CHECK(cfg.vocab_size >= 256, "[train] byte-level data needs vocab_size >= 256, got ", cfg.vocab_size);
+  SINTER_CHECK(o.seq_len <= cfg.max_position_embeddings, "[train] seq_len ", o.seq_len, " exceeds the model's ",
+               cfg.max_position_embeddings, " positions");
+  model->train();
+  SINTER_CHECK(o.dtype == "f32" || o.dtype == "bf16", "[train] dtype must be f32 or bf16, got '", o.dtype, "'");
+  const DType compute = o.dtype == "bf16" ? DType::bf16 : DType::f32;
+
+  // Every rank built the same full model from the same seed; now each keeps its pieces.
+  std::optional<dist::DeviceMesh> mesh;
+  const int64_t n_params = model->num_parameters();
+  if (parallel) {
+    mesh = dist::DeviceMesh({{"dp", o.dp}, {"tp", o.tp}});
+    if (o.tp > 1) dist::parallelize_gpt(*model, (*mesh)["tp"], o.sequence_parallel);
+    if (o.dp > 1) dist::fully_shard_gpt(*model, (*mesh)["dp"]);
+  }
+  if (sharded_resume) dist::load_sharded_into(o.out_dir, "model", parameter_pieces(*model));
+  optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
+  if (resuming) opt.load_state_dict(load_optimizer_state(o.out_dir, *model));
+
+  SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
+  if (main_rank) make_dirs(o.out_dir);
+  if (!quiet && parallel)
+    std::printf("train: %lld ranks as %s: tensor parallel over tp%s, FSDP over dp, %lld sequences per dp rank\n",
+                (long long)(o.tp * o.dp), mesh->to_string().c_str(), o.sequence_parallel ? " (sequence parallel)" : "",
+                (long long)(o.batch / o.dp));
+  if (!quiet)
+    std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
+                cfg.model_type.c_str(), double(n_params) / 1e6,
+                o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32", data.name().c_str(),
+                (long long)data.train_bytes(), (long long)data.val_bytes(), (long long)o.steps, (long long)o.batch,
+                (long long)o.seq_len, resuming ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
+  const bool tty = isatty(fileno(stdout));
+  Result res;
+  res.step = start;
+  auto t0 = std::chrono::steady_clock::now();
+  auto t_window = t0;
+  int64_t window_tokens = 0;
+  double tok_s = 0;
+  auto checkpoint = [&](int64_t step) {
+    json st{{"step", step}, {"options", json::parse(o.to_json())}};
+    if (parallel) {  // every rank writes its pieces; rank 0 the indexes, config and state (last)
+      save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank);
+    } else {
+      save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump());
+    }
+    if (main_rank) write_log(o.out_dir, rows);
+  };
+  for (int64_t step = start; step < o.steps; ++step) {
+    opt.set_lr(optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr));
+    const int64_t bytes0 = parallel ? dist::total_traffic().bytes : 0;
+    auto [x, y] = data.batch(true, o.batch, o.seq_len, o.seed, uint64_t(step));
+    if (o.dp > 1) {  // this dp rank's rows of the global batch
+      const int64_t b = o.batch / o.dp;
+      x = x.narrow(0, mesh->coordinate(0) * b, b).contiguous(), y = y.narrow(0, mesh->coordinate(0) * b, b).contiguous();
+    }
+    manual_seed(o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(step + 1)));  // dropout masks: a function of the step
+    Tensor loss;
+    {
+      AutocastGuard autocast(compute);  // bf16: linear layers in bf16, weights and optimizer in f32
+      loss = lm_loss(*model, x, y);
+    }
+    opt.zero_grad();
+    loss.backward();
+    if (parallel) dist::clip_grad_norm(model->parameters(), o.grad_clip);
+    else optim::clip_grad_norm(model->parameters(), o.grad_clip);
+    opt.step();
+    res.train_loss = loss.item_double();
+    if (o.dp > 1) res.train_loss = dist::all_reduce(full({1}, res.train_loss, DType::f64), mesh->group(0), dist::ReduceOp::avg).item<double>();
+    res.losses.push_back(res.train_loss);
+    if (parallel) res.step_bytes.push_back(dist::total_traffic().bytes - bytes0);
+    window_tokens += o.batch * o.seq_len;
+    const int64_t done = step + 1;
+    const bool val_now = done % o.val_every == 0 || done == o.steps;
+    if (done % o.log_every == 0 || val_now) {
+      const auto now = std::chrono::steady_clock::now();
+      tok_s = double(window_tokens) / std::chrono::duration<double>(now - t_window).count();
+      t_window = now;
+      window_tokens = 0;
+      double val = NAN;
+      if (val_now) {
+        AutocastGuard autocast(compute);
+        val = res.val_loss = evaluate(*model, data, o.batch, o.seq_len, o.val_batches, o.seed);
+      }
+      rows.push_back({double(done), res.train_loss, val, tok_s});
+      if (!quiet) {
+        const double eta = double(o.steps - done) * double(o.batch * o.seq_len) / std::max(tok_s, 1e-9);
+        std::printf("%sstep %5lld/%lld  loss %.4f  %s%.0f tok/s  elapsed %s  ETA %s%s", tty ? "\r" : "",
+                    (long long)done, (long long)o.steps, res.train_loss,
+                    std::isnan(val) ? "" : ("val " + std::to_string(val).substr(0, 6) + "  ").c_str(), tok_s,
+                    format_duration(std::chrono::duration<double>(now - t0).count()).c_str(), format_duration(eta).c_str(),
+                    (tty && !val_now) ? "   " : "\n");
+        std::fflush(stdout);
+      }
+      if (val_now && main_rank) write_log(o.out_dir, rows);
+    }
+    res.step = done;
+    res.tokens_per_s = tok_s;
+    if (done % o.save_every == 0 || done == o.steps || done == o.stop_after) checkpoint(done);
+    if (done == o.stop_after) break;
+  }
+  return res;
+}
+
+}  // namespace sinter::train
