@@ -35,6 +35,12 @@ const std::vector<SuiteInfo>& suites() {
   return s;
 }
 
+std::vector<std::pair<std::string, std::string>> suite_list() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const SuiteInfo& s : suites()) out.emplace_back(s.name, s.what);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 namespace {
 bool stderr_is_tty() {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "sinter/bench.h"
+
 namespace sinter::bench {
 
 struct Timing {
@@ -101,19 +103,6 @@ class Report {
   void progress();
 };
 
-struct Options {
-  std::string suite;
-  bool quick = false;
-  std::string json;            // --json FILE: the rows as JSON
-  std::string update;          // --update FILE: rewrite this suite's section of BENCHMARKS.md
-  std::string svg;             // --svg FILE: the ratio chart
-  std::string python = "python3";
-  std::string torch_script;    // default: bench/torch_peer.py of the source tree
-  bool no_torch = false;
-  std::string checkpoint;      // generate: a trained checkpoint instead of a fresh tiny model
-  std::string command_line;    // what to print as "produced by"
-};
-
 struct SuiteInfo {
   std::string name, what;
   std::function<void(const Options&, Report&)> run;
@@ -124,8 +113,6 @@ const std::vector<SuiteInfo>& suites();
 // markdown file (appending the section when the markers are missing); written atomically.
 void update_markdown_section(const std::string& path, const std::string& suite, const std::string& body);
 
-// Runs one suite (plus PyTorch's side), prints the table and writes what the options ask for.
-int run(const Options& opts);
 
 // The suites (bench/suite_*.cpp).
 void suite_ops(const Options& o, Report& r);

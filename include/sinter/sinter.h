@@ -7,6 +7,7 @@
 #include "sinter/io.h"
 #include "sinter/nn.h"
 #include "sinter/optim.h"
+#include "sinter/parallel.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
 #include "sinter/random.h"

@@ -4,6 +4,100 @@
 #include "core/parallel.h"
 
 namespace sinter::detail {
+namespace {
+
+// Scores for a few rows (decode) straight from K's rows, written transposed: sT(c * ld + r) = q_r . K_c,
+// each K row read once for all rows (at Lq = 1 a blocked kernel would waste most of its lanes).
+// KC keys at a time, so ROWS x KC independent accumulators hide the add latency.
+// Decode is a stream through K and V: rows this many keys ahead are prefetched, a few lines per
+// step, so the loads find them in cache (the hardware prefetcher alone left ~1/3 of the read
+// bandwidth unused here).
+constexpr int64_t kPrefetchKeys = 32;
+SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
+  for (int64_t x = 0; x < n; x += 64 / 4) __builtin_prefetch(row + x, 0, 3);
+}
+
+template <int ROWS, int KC>
+SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld) {
+  for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * D, D);
+  fvec acc[ROWS][KC];
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < KC; ++j) acc[r][j] = fvec{};
+  for (int64_t d = 0; d < D; d += kV) {
+    fvec kv[KC];
+    for (int j = 0; j < KC; ++j) kv[j] = vload(K + (c + j) * D + d);
+    for (int r = 0; r < ROWS; ++r) {
+      const fvec qv = vload(q + r * D + d);
+      for (int j = 0; j < KC; ++j) acc[r][j] += qv * kv[j];
+    }
+  }
+#if defined(__AVX__) && !defined(__AVX512F__)
+  if constexpr (ROWS * KC == 8) {  // eight dot products reduced together: 3 rounds of pairwise adds
+    const fvec* a = &acc[0][0];
+    const fvec h0 = __builtin_ia32_haddps256(a[0], a[1]), h1 = __builtin_ia32_haddps256(a[2], a[3]);
+    const fvec h2 = __builtin_ia32_haddps256(a[4], a[5]), h3 = __builtin_ia32_haddps256(a[6], a[7]);
+    const fvec g0 = __builtin_ia32_haddps256(h0, h1), g1 = __builtin_ia32_haddps256(h2, h3);
+    // g0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (halves of the 128-bit lanes), likewise g1 for s4..s7
+    const fvec lo = __builtin_shuffle(g0, g1, (ivec){0, 1, 2, 3, 8, 9, 10, 11});
+    const fvec hi = __builtin_shuffle(g0, g1, (ivec){4, 5, 6, 7, 12, 13, 14, 15});
+    const fvec sum = lo + hi;  // sum[n] = dot product n = r * KC + j
+    for (int n = 0; n < 8; ++n) sT[(c + n % KC) * ld + n / KC] = sum[n];
+    return;
+  }
+#endif
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < KC; ++j) {
+      float t = 0;
+      for (int l = 0; l < kV; ++l) t += acc[r][j][l];
+      sT[(c + j) * ld + r] = t;
+    }
+}
+template <int ROWS> void scores_few(const float* q, const float* K, float* sT, int64_t cols, int64_t D, int64_t ld) {
+  constexpr int KC = ROWS == 1 ? 8 : ROWS == 2 ? 4 : 2;
+  int64_t c = 0;
+  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, sT, c, D, ld);
+  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, sT, c, D, ld);
+}
+void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, int64_t cols, int64_t D, int64_t ld) {
+  switch (rows) {
+    case 1: return scores_few<1>(q, K, sT, cols, D, ld);
+    case 2: return scores_few<2>(q, K, sT, cols, D, ld);
+    case 3: return scores_few<3>(q, K, sT, cols, D, ld);
+    default: return scores_few<4>(q, K, sT, cols, D, ld);
+  }
+}
+
+// acc(rows, Dv) += sum over c of p(r, c) V(c, :) for a few rows (decode): V streamed row by row
+// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r].
+template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv) {
+  int64_t c = 0;
+  for (; c + 4 <= cols; c += 4) {
+    float p[4][ROWS];
+    for (int j = 0; j < 4; ++j)
+      for (int r = 0; r < ROWS; ++r) p[j][r] = pT[(c + j) * ld + r];
+    const float* v = V + c * Dv;
+    for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * Dv, Dv);
+    for (int64_t d = 0; d < Dv; d += kV) {
+      const fvec v0 = vload(v + d), v1 = vload(v + Dv + d), v2 = vload(v + 2 * Dv + d), v3 = vload(v + 3 * Dv + d);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
+    }
+  }
+  for (; c < cols; ++c)
+    for (int64_t d = 0; d < Dv; d += kV) {
+      const fvec v0 = vload(V + c * Dv + d);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * pT[c * ld + r]);
+    }
+}
+void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
+  switch (rows) {
+    case 1: return pv_few<1>(pT, ld, V, acc, cols, Dv);
+    case 2: return pv_few<2>(pT, ld, V, acc, cols, Dv);
+    case 3: return pv_few<3>(pT, ld, V, acc, cols, Dv);
+    default: return pv_few<4>(pT, ld, V, acc, cols, Dv);
+  }
+}
+
+}  // namespace
 
 template <class T>
 void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse) {

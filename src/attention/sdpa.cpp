@@ -161,7 +161,7 @@ std::vector<Tensor> sdpa_backward(BackwardCtx& c) {
   // Math: differentiate the reference on detached copies of the inputs.
   EnableGradGuard on;
   std::vector<Tensor> leaves, wanted;
-  for (size_t i = 0; i < 3 + opt.mask.defined(); ++i) {
+  for (size_t i = 0; i < 3 + size_t(opt.mask.defined()); ++i) {
     Tensor t = c.inputs[i].detach();
     if (c.needs_grad[i] && is_floating(t.dtype())) t.requires_grad_(true), wanted.push_back(t);
     leaves.push_back(t);
@@ -199,23 +199,9 @@ std::vector<TensorMeta> flash_backward_infer(std::span<const TensorMeta> in, con
 }  // namespace
 
 void register_attention_ops() {
-  OpDef f;
-  f.name = "sdpa";
-  f.num_inputs = -1;
-  f.min_inputs = 3;
-  f.num_outputs = 2;
-  f.infer = sdpa_infer;
-  f.backward = sdpa_backward;
-  f.save_outputs = 3;
-  add_op(std::move(f));
-
-  OpDef b;
-  b.name = "sdpa_flash_backward";
-  b.num_inputs = -1;
-  b.min_inputs = 7;
-  b.num_outputs = 3;
-  b.infer = flash_backward_infer;
-  add_op(std::move(b));
+  add_op({.name = "sdpa", .num_inputs = -1, .min_inputs = 3, .num_outputs = 2, .infer = sdpa_infer, .backward = sdpa_backward,
+          .save_outputs = 3});
+  add_op({.name = "sdpa_flash_backward", .num_inputs = -1, .min_inputs = 7, .num_outputs = 3, .infer = flash_backward_infer});
 }
 
 }  // namespace detail

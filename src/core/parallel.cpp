@@ -19,6 +19,16 @@ static int& thread_setting() {
 
 int num_threads() { return thread_setting(); }
 
+KernelEntries& kernel_entries() {
+  static thread_local KernelEntries e;
+  return e;
+}
+
+int& detail::op_depth() {
+  static thread_local int depth = 0;
+  return depth;
+}
+
 void set_num_threads(int n) {
   if (n < 1) n = 1;
   thread_setting() = n;

@@ -7,14 +7,30 @@
 #include <atomic>
 #include <cstdint>
 
+#include "sinter/parallel.h"
+
 namespace sinter {
 
-int num_threads();
-void set_num_threads(int n);
+// Compute entries (every parallel loop and every CPU kernel entry point counts one, per thread),
+// and those made outside any op call: a computation that bypasses the op table shows up there
+// (tests check it stays 0). The op table keeps the depth of nested op calls (op_call_depth).
+struct KernelEntries {
+  int64_t total = 0, outside_ops = 0;
+};
+KernelEntries& kernel_entries();
+namespace detail {
+int& op_depth();  // the op table's nesting depth on this thread
+}
+inline void count_kernel_entry() {
+  KernelEntries& e = kernel_entries();
+  ++e.total;
+  if (detail::op_depth() == 0) ++e.outside_ops;
+}
 
 // Calls f(lo, hi) on disjoint chunks covering [begin, end); runs inline when the range is
 // smaller than `grain` or we are already inside a parallel region. f must not throw.
 template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  count_kernel_entry();
   const int64_t n = end - begin;
   if (n <= 0) return;
   const int nt = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
@@ -31,6 +47,7 @@ template <class F> void parallel_for(int64_t begin, int64_t end, int64_t grain, 
 // takes jobs with next() (the next index of [begin, end), -1 when none is left) as it frees up,
 // so no thread waits at the end with its share done while another has half of its own left.
 template <class F> void parallel_dynamic(int64_t begin, int64_t end, const F& f) {
+  count_kernel_entry();
   std::atomic<int64_t> counter{begin};
   const auto next = [&]() -> int64_t {
     const int64_t j = counter.fetch_add(1, std::memory_order_relaxed);

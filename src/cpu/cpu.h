@@ -6,19 +6,14 @@
 #include <optional>
 #include <vector>
 
+#include "core/parallel.h"
 #include "core/view.h"
 #include "sinter/tensor.h"
 
 namespace sinter::cpu {
 
-// Every kernel entry point counts its calls (per thread), and separately those made outside any
-// op call: a computation that bypasses the op table shows up there (tests check it stays 0).
-struct KernelEntries {
-  int64_t total = 0, outside_ops = 0;
-};
-KernelEntries& kernel_entries();
-void count_kernel_entry();
-#define SINTER_KERNEL_ENTRY() ::sinter::cpu::count_kernel_entry()
+// Every kernel entry point counts itself (core/parallel.h, count_kernel_entry).
+#define SINTER_KERNEL_ENTRY() ::sinter::count_kernel_entry()
 
 // Layout helpers (no autograd, no op table).
 // A contiguous copy of t in dtype dt, or t itself if it already is one.

@@ -74,6 +74,7 @@ template <class F, class T, class O> void binary_loop(const Tensor& a, const Ten
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   SINTER_ASSERT(x.dtype() == out.dtype());
   visit_dtype(x.dtype(), [&]<class T>() {
     switch (op) {
@@ -91,6 +92,7 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   SINTER_ASSERT(a.dtype() == b.dtype());
   visit_dtype(a.dtype(), [&]<class T>() {
     switch (op) {
@@ -113,6 +115,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   visit_dtype(out.dtype(), [&]<class T>() {
     for_each_strided<4>(out.shape(),
                         {static_cast<char*>(out.data_ptr()), static_cast<char*>(cond.data_ptr()),
@@ -129,6 +132,7 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 }
 
 void clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) {
       SINTER_THROW(DTypeError, "[clamp] bool tensors cannot be clamped");
@@ -151,6 +155,7 @@ void clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi, 
 }
 
 void copy(const Tensor& src, const Tensor& dst) {
+  SINTER_KERNEL_ENTRY();
   visit_dtype(src.dtype(), [&]<class S>() {
     visit_dtype(dst.dtype(), [&]<class D>() {
       for_each_strided<2>(dst.shape(), {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
@@ -175,6 +180,7 @@ void copy(const Tensor& src, const Tensor& dst) {
 }
 
 void fill(const Tensor& dst, double value) {
+  SINTER_KERNEL_ENTRY();
   visit_dtype(dst.dtype(), [&]<class T>() {
     const T v = convert<T>(value);
     for_each_strided<1>(dst.shape(), {static_cast<char*>(dst.data_ptr())}, {broadcast_strides_bytes(dst, dst.shape())},

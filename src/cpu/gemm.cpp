@@ -286,6 +286,7 @@ template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias) {
+  SINTER_KERNEL_ENTRY();
   SINTER_ASSERT(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && c.is_contiguous());
   if (c.numel() == 0) return;
   if (a.size(2) == 0) {  // empty inner dimension: just the bias

@@ -1,21 +1,10 @@
-// Layout helpers for kernels, and the per-thread count of kernel entries.
+// Layout helpers for kernels.
 #include <algorithm>
 
 #include "cpu/cpu.h"
 #include "sinter/op.h"
 
 namespace sinter::cpu {
-
-KernelEntries& kernel_entries() {
-  static thread_local KernelEntries e;
-  return e;
-}
-
-void count_kernel_entry() {
-  KernelEntries& e = kernel_entries();
-  ++e.total;
-  if (op_call_depth() == 0) ++e.outside_ops;
-}
 
 Tensor contiguous_as(const Tensor& t, DType dt) {
   if (t.dtype() == dt && t.is_contiguous()) return t;

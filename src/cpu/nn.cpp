@@ -14,6 +14,7 @@ int64_t grain_rows(int64_t d) { return std::max<int64_t>(1, 16384 / std::max<int
 }  // namespace
 
 void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t rows = x.size(0), D = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (floating_v<T>) {
@@ -38,6 +39,7 @@ void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double e
 }
 
 void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t rows = x.size(0), D = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (floating_v<T>) {
@@ -59,6 +61,7 @@ void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& o
 
 void norm_backward_rows(bool layer, const Tensor& g, const Tensor& x, const Tensor& w, double eps, const Tensor& dx,
                         const Tensor& dw, const Tensor& db) {
+  SINTER_KERNEL_ENTRY();
   // xh = (x - mean) rstd (rms_norm: mean = 0), gh = g w:
   //   dx = rstd (gh - mean(gh) - xh mean(gh xh))   (rms_norm: without the mean(gh) term)
   //   dw = sum over rows of g xh,  db = sum over rows of g
@@ -106,6 +109,7 @@ void norm_backward_rows(bool layer, const Tensor& g, const Tensor& x, const Tens
 }
 
 void rotary_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t rows = x.size(0), T_ = x.size(1), D = x.size(2), H = D / 2;
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (floating_v<T>) {
@@ -129,6 +133,7 @@ void rotary_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, const Te
 }
 
 void embedding_rows(const Tensor& weight, const Tensor& idx, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t n = idx.numel(), D = weight.size(1);
   const int64_t* pi = idx.data<int64_t>();
   const char* pw = static_cast<const char*>(weight.data_ptr());
@@ -140,6 +145,7 @@ void embedding_rows(const Tensor& weight, const Tensor& idx, const Tensor& out) 
 }
 
 void embedding_backward_rows(const Tensor& g, const Tensor& idx, const Tensor& dw) {
+  SINTER_KERNEL_ENTRY();
   // Each thread owns a range of vocabulary rows and scans all tokens: no atomics, and the sum for
   // each row is taken in token order whatever the thread count.
   const int64_t n = idx.numel(), V = dw.size(0), D = dw.size(1);
@@ -177,6 +183,7 @@ template <class T, class C> SINTER_INLINE void row_lse(const T* row, int64_t n, 
 
 void cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                         const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t rows = logits.size(0), C = logits.size(1);
   const int64_t* pt = target.data<int64_t>();
   visit_dtype(logits.dtype(), [&]<class T>() {
@@ -204,6 +211,7 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t igno
 
 void cross_entropy_backward_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                                  double g, const Tensor& dx) {
+  SINTER_KERNEL_ENTRY();
   // d mean_loss / d logits = (softmax - target distribution) * g / (rows counted); ignored rows 0.
   const int64_t rows = logits.size(0), C = logits.size(1);
   const int64_t* pt = target.data<int64_t>();
@@ -234,6 +242,7 @@ void cross_entropy_backward_rows(const Tensor& logits, const Tensor& target, int
 }
 
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t counter, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t n = x.numel();
   visit_dtype(x.dtype(), [&]<class T>() {
     if constexpr (floating_v<T>) {

@@ -93,15 +93,9 @@ void randint_kernel(std::span<const Tensor>, std::span<Tensor> out, const Attrs&
 }  // namespace
 
 void register_factory_kernels() {
-  using detail::add_kernel;
-  constexpr DeviceType kCpu = DeviceType::cpu;
-  add_kernel("full", kCpu, full_kernel);
-  add_kernel("arange", kCpu, arange_kernel);
-  add_kernel("linspace", kCpu, linspace_kernel);
-  add_kernel("eye", kCpu, eye_kernel);
-  add_kernel("rand", kCpu, rand_kernel);
-  add_kernel("randn", kCpu, randn_kernel);
-  add_kernel("randint", kCpu, randint_kernel);
+  detail::add_kernels(DeviceType::cpu, {{"full", full_kernel}, {"arange", arange_kernel},
+                                        {"linspace", linspace_kernel}, {"eye", eye_kernel}, {"rand", rand_kernel},
+                                        {"randn", randn_kernel}, {"randint", randint_kernel}});
 }
 
 }  // namespace sinter::cpu

@@ -197,16 +197,10 @@ void multinomial_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
 }  // namespace
 
 void register_index_kernels() {
-  using detail::add_kernel;
-  constexpr DeviceType kCpu = DeviceType::cpu;
-  add_kernel("index_select", kCpu, index_select_kernel);
-  add_kernel("gather", kCpu, gather_kernel);
-  add_kernel("scatter_add", kCpu, scatter_add_kernel);
-  add_kernel("masked_fill", kCpu, masked_fill_kernel);
-  add_kernel("triangle", kCpu, triangle_kernel);
-  add_kernel("topk", kCpu, topk_kernel);
-  add_kernel("one_hot", kCpu, one_hot_kernel);
-  add_kernel("multinomial", kCpu, multinomial_kernel);
+  detail::add_kernels(DeviceType::cpu, {{"index_select", index_select_kernel}, {"gather", gather_kernel},
+                                        {"scatter_add", scatter_add_kernel}, {"masked_fill", masked_fill_kernel},
+                                        {"triangle", triangle_kernel}, {"topk", topk_kernel},
+                                        {"one_hot", one_hot_kernel}, {"multinomial", multinomial_kernel}});
 }
 
 }  // namespace sinter::cpu

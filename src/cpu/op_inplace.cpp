@@ -26,14 +26,11 @@ void copy_inplace_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
 }  // namespace
 
 void register_inplace_kernels() {
-  using detail::add_kernel;
-  constexpr DeviceType kCpu = DeviceType::cpu;
-  add_kernel("add_", kCpu, inplace_binary_kernel<BinaryOp::Add>);
-  add_kernel("sub_", kCpu, inplace_binary_kernel<BinaryOp::Sub>);
-  add_kernel("mul_", kCpu, inplace_binary_kernel<BinaryOp::Mul>);
-  add_kernel("div_", kCpu, inplace_binary_kernel<BinaryOp::Div>);
-  add_kernel("fill_", kCpu, fill_kernel);
-  add_kernel("copy_", kCpu, copy_inplace_kernel);
+  detail::add_kernels(DeviceType::cpu, {{"add_", inplace_binary_kernel<BinaryOp::Add>},
+                                        {"sub_", inplace_binary_kernel<BinaryOp::Sub>},
+                                        {"mul_", inplace_binary_kernel<BinaryOp::Mul>},
+                                        {"div_", inplace_binary_kernel<BinaryOp::Div>}, {"fill_", fill_kernel},
+                                        {"copy_", copy_inplace_kernel}});
 }
 
 }  // namespace sinter::cpu

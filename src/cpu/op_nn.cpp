@@ -107,19 +107,15 @@ void rope_cos_sin_kernel(std::span<const Tensor>, std::span<Tensor> out, const A
 }  // namespace
 
 void register_nn_kernels() {
-  using detail::add_kernel;
-  constexpr DeviceType kCpu = DeviceType::cpu;
-  add_kernel("embedding", kCpu, embedding_kernel);
-  add_kernel("embedding_backward", kCpu, embedding_backward_kernel);
-  add_kernel("layer_norm", kCpu, layer_norm_kernel);
-  add_kernel("rms_norm", kCpu, rms_norm_kernel);
-  add_kernel("layer_norm_backward", kCpu, norm_backward_kernel<true>);
-  add_kernel("rms_norm_backward", kCpu, norm_backward_kernel<false>);
-  add_kernel("rotary_embedding", kCpu, rotary_embedding_kernel);
-  add_kernel("cross_entropy", kCpu, cross_entropy_kernel);
-  add_kernel("cross_entropy_backward", kCpu, cross_entropy_backward_kernel);
-  add_kernel("dropout", kCpu, dropout_kernel);
-  add_kernel("rope_cos_sin", kCpu, rope_cos_sin_kernel);
+  detail::add_kernels(DeviceType::cpu, {{"embedding", embedding_kernel},
+                                        {"embedding_backward", embedding_backward_kernel},
+                                        {"layer_norm", layer_norm_kernel}, {"rms_norm", rms_norm_kernel},
+                                        {"layer_norm_backward", norm_backward_kernel<true>},
+                                        {"rms_norm_backward", norm_backward_kernel<false>},
+                                        {"rotary_embedding", rotary_embedding_kernel},
+                                        {"cross_entropy", cross_entropy_kernel},
+                                        {"cross_entropy_backward", cross_entropy_backward_kernel},
+                                        {"dropout", dropout_kernel}, {"rope_cos_sin", rope_cos_sin_kernel}});
 }
 
 }  // namespace sinter::cpu

@@ -76,10 +76,8 @@ template <bool with_momentum> void sgd_kernel(std::span<const Tensor> in, std::s
 }  // namespace
 
 void register_optimizer_kernels() {
-  using detail::add_kernel;
-  add_kernel("adamw_update", DeviceType::cpu, adamw_update_kernel);
-  add_kernel("sgd_update", DeviceType::cpu, sgd_kernel<false>);
-  add_kernel("sgd_momentum_update", DeviceType::cpu, sgd_kernel<true>);
+  detail::add_kernels(DeviceType::cpu, {{"adamw_update", adamw_update_kernel}, {"sgd_update", sgd_kernel<false>},
+                                        {"sgd_momentum_update", sgd_kernel<true>}});
 }
 
 }  // namespace sinter::cpu

@@ -138,24 +138,17 @@ void sum_squares_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
 }  // namespace
 
 void register_reduce_kernels() {
-  using detail::add_kernel;
-  constexpr DeviceType kCpu = DeviceType::cpu;
-  add_kernel("sum", kCpu, sum_kernel);
-  add_kernel("mean", kCpu, mean_kernel);
-  add_kernel("prod", kCpu, prod_kernel);
-  add_kernel("logsumexp", kCpu, logsumexp_kernel);
-  add_kernel("var", kCpu, var_kernel);
-  add_kernel("max_dim", kCpu, arg_reduce_kernel<true, true>);
-  add_kernel("min_dim", kCpu, arg_reduce_kernel<false, true>);
-  add_kernel("argmax", kCpu, arg_reduce_kernel<true, false>);
-  add_kernel("argmin", kCpu, arg_reduce_kernel<false, false>);
-  add_kernel("softmax", kCpu, softmax_kernel<false>);
-  add_kernel("log_softmax", kCpu, softmax_kernel<true>);
-  add_kernel("softmax_backward", kCpu, softmax_backward_kernel<false>);
-  add_kernel("log_softmax_backward", kCpu, softmax_backward_kernel<true>);
-  add_kernel("causal_softmax", kCpu, causal_softmax_kernel);
-  add_kernel("cumsum", kCpu, cumsum_kernel);
-  add_kernel("sum_squares", kCpu, sum_squares_kernel);
+  detail::add_kernels(DeviceType::cpu, {{"sum", sum_kernel}, {"mean", mean_kernel}, {"prod", prod_kernel},
+                                        {"logsumexp", logsumexp_kernel}, {"var", var_kernel},
+                                        {"max_dim", arg_reduce_kernel<true, true>},
+                                        {"min_dim", arg_reduce_kernel<false, true>},
+                                        {"argmax", arg_reduce_kernel<true, false>},
+                                        {"argmin", arg_reduce_kernel<false, false>},
+                                        {"softmax", softmax_kernel<false>}, {"log_softmax", softmax_kernel<true>},
+                                        {"softmax_backward", softmax_backward_kernel<false>},
+                                        {"log_softmax_backward", softmax_backward_kernel<true>},
+                                        {"causal_softmax", causal_softmax_kernel}, {"cumsum", cumsum_kernel},
+                                        {"sum_squares", sum_squares_kernel}});
 }
 
 }  // namespace sinter::cpu

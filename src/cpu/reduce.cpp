@@ -23,6 +23,7 @@ int64_t row_grain(int64_t inner) { return std::max<int64_t>(1, 32768 / std::max<
 }  // namespace
 
 void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     visit_dtype(out.dtype(), [&]<class O>() {
@@ -65,6 +66,7 @@ void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
 }
 
 void sum_cols(const Tensor& x, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t R = x.size(0), C = x.size(1);
   constexpr int64_t kBlock = 256;
   visit_dtype(x.dtype(), [&]<class T>() {
@@ -90,6 +92,7 @@ void sum_cols(const Tensor& x, const Tensor& out) {
 }
 
 void var_rows(const Tensor& x, int64_t correction, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     const T* px = x.data<T>();
@@ -112,6 +115,7 @@ void var_rows(const Tensor& x, int64_t correction, const Tensor& out) {
 }
 
 void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const Tensor& indices) {
+  SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     const T* px = x.data<T>();
@@ -165,6 +169,7 @@ SINTER_INLINE void softmax_row(const T* row, T* orow, int64_t first, int64_t n, 
 }  // namespace
 
 void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
+  SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   if (!log) return causal_softmax_rows(x, out, 1, inner - 1, 0, false);  // every column visible
   visit_dtype(x.dtype(), [&]<class T>() {
@@ -190,6 +195,7 @@ void softmax_rows(const Tensor& x, const Tensor& out, bool log) {
 
 void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_matrix, int64_t offset, int64_t window,
                          bool safe) {
+  SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   // An output larger than the last-level cache is written around it (no read-for-ownership):
   // nothing will find it in cache anyway.
@@ -218,6 +224,7 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
 }
 
 void softmax_backward_rows(const Tensor& g, const Tensor& y, const Tensor& dx, bool log) {
+  SINTER_KERNEL_ENTRY();
   // softmax: dx = y (g - sum(g y));  log_softmax: dx = g - exp(y) sum(g)
   const int64_t outer = y.size(0), inner = y.size(1);
   visit_dtype(y.dtype(), [&]<class T>() {
@@ -243,6 +250,7 @@ void softmax_backward_rows(const Tensor& g, const Tensor& y, const Tensor& dx, b
 }
 
 void cumsum_rows(const Tensor& x, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     visit_dtype(out.dtype(), [&]<class O>() {

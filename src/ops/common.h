@@ -13,6 +13,10 @@ namespace sinter::detail {
 const OpDef& add_op(OpDef def);  // registry.cpp
 // Sets a kernel while the library registers itself (register_kernel would wait on that registration).
 void add_kernel(std::string_view name, DeviceType device, KernelFn kernel);
+// A device folder's kernels, as a table of (op name, kernel).
+inline void add_kernels(DeviceType device, std::initializer_list<std::pair<const char*, KernelFn>> table) {
+  for (const auto& [name, k] : table) add_kernel(name, device, k);
+}
 
 inline int64_t wrap_dim(const std::string& op, int64_t d, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);

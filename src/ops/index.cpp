@@ -22,7 +22,9 @@ void check_gather_shapes(const std::string& op, const Shape& x, const Shape& ind
 
 }  // namespace
 
-void register_index_ops() {
+namespace {
+
+void define_index_select() {
   OpDef is;
   is.name = "index_select";  // inputs: x, index (1-D); attr dim
   is.num_inputs = 2;
@@ -46,7 +48,9 @@ void register_index_ops() {
   };
   is.save_inputs = 2;
   add_op(std::move(is));
+}
 
+void define_gather() {
   OpDef ga;
   ga.name = "gather";  // inputs: x, index (same ndim); out[i][j] = x[index[i][j]][j] for dim 0
   ga.num_inputs = 2;
@@ -63,7 +67,9 @@ void register_index_ops() {
   };
   ga.save_inputs = 2;
   add_op(std::move(ga));
+}
 
+void define_scatter_add() {
   OpDef sa;
   sa.name = "scatter_add";  // inputs: x, index, src (index and src share a shape)
   sa.num_inputs = 3;
@@ -83,7 +89,9 @@ void register_index_ops() {
   };
   sa.save_inputs = 2;
   add_op(std::move(sa));
+}
 
+void define_masked_fill() {
   OpDef mf;
   mf.name = "masked_fill";  // inputs: x, mask (bool, broadcasts to x); attr value
   mf.num_inputs = 2;
@@ -99,7 +107,9 @@ void register_index_ops() {
   mf.save_inputs = 2;
   mf.fusable = true;
   add_op(std::move(mf));
+}
 
+void define_triangle() {
   OpDef tr;
   tr.name = "triangle";  // triu (upper=true) / tril over the last two dims; attr diagonal
   tr.infer = [](std::span<const TensorMeta> in, const Attrs&) {
@@ -109,7 +119,9 @@ void register_index_ops() {
   tr.backward = [](BackwardCtx& c) { return std::vector<Tensor>{call1(c.op, {c.grads[0]}, c.attrs)}; };
   tr.save_inputs = 0;
   add_op(std::move(tr));
+}
 
+void define_topk() {
   OpDef tk;
   tk.name = "topk";  // attrs k, dim, largest; outputs values, indices (sorted, ties by lower index)
   tk.num_outputs = 2;
@@ -132,7 +144,9 @@ void register_index_ops() {
   tk.save_inputs = 0;
   tk.save_outputs = 2;
   add_op(std::move(tk));
+}
 
+void define_one_hot() {
   OpDef oh;
   oh.name = "one_hot";  // attr num_classes; int64 output (..., C)
   oh.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
@@ -143,7 +157,9 @@ void register_index_ops() {
     return std::vector<TensorMeta>{{s, DType::i64, in[0].device}};
   };
   add_op(std::move(oh));
+}
 
+void define_multinomial() {
   OpDef mn;
   mn.name = "multinomial";  // probs (P) or (R, P); attrs num_samples, replacement, seed, counter
   mn.random = true;
@@ -160,6 +176,19 @@ void register_index_ops() {
     return std::vector<TensorMeta>{{out, DType::i64, in[0].device}};
   };
   add_op(std::move(mn));
+}
+
+}  // namespace
+
+void register_index_ops() {
+  define_index_select();
+  define_gather();
+  define_scatter_add();
+  define_masked_fill();
+  define_triangle();
+  define_topk();
+  define_one_hot();
+  define_multinomial();
 }
 
 }  // namespace detail

@@ -33,7 +33,9 @@ void check_ce_inputs(const std::string& op, std::span<const TensorMeta> in, cons
 
 }  // namespace
 
-void register_nn_ops() {
+namespace {
+
+void define_embedding() {
   OpDef em;
   em.name = "embedding";  // inputs: weight (V, D), indices (...) -> (..., D)
   em.num_inputs = 2;
@@ -56,10 +58,9 @@ void register_nn_ops() {
   };
   em.save_inputs = 2;
   add_op(std::move(em));
+}
 
-  // The fused backward ops below serve their forward op's backward when no graph of the backward
-  // is recorded (create_graph off); with create_graph the composite formulas run, which
-  // differentiate again. They have no backward of their own.
+void define_embedding_backward() {
   OpDef eb;
   eb.name = "embedding_backward";  // inputs: g (..., D), indices (...); attr num_weights -> (V, D)
   eb.num_inputs = 2;
@@ -73,6 +74,9 @@ void register_nn_ops() {
     return std::vector<TensorMeta>{{Shape{a.i("num_weights"), g.back()}, in[0].dtype, in[0].device}};
   };
   add_op(std::move(eb));
+}
+
+void define_layer_norm() {
   OpDef ln;
   ln.name = "layer_norm";  // inputs: x (..., D), weight (D), bias (D); attr eps
   ln.num_inputs = 3;
@@ -98,7 +102,9 @@ void register_nn_ops() {
   };
   ln.save_inputs = 3;
   add_op(std::move(ln));
+}
 
+void define_rms_norm() {
   OpDef rn;
   rn.name = "rms_norm";  // inputs: x (..., D), weight (D); attr eps
   rn.num_inputs = 2;
@@ -121,7 +127,10 @@ void register_nn_ops() {
     return out;
   };
   add_op(std::move(rn));
+}
 
+// Their fused backward (inputs g, x (..., D), w (D); attr eps; outputs dx, dw[, db]).
+void define_norm_backward() {
   for (bool layer : {true, false}) {
     OpDef nb;
     nb.name = layer ? "layer_norm_backward" : "rms_norm_backward";  // inputs: g, x (..., D), w (D); attr eps
@@ -137,7 +146,9 @@ void register_nn_ops() {
     };
     add_op(std::move(nb));
   }
+}
 
+void define_rotary_embedding() {
   OpDef ro;
   ro.name = "rotary_embedding";  // inputs: x (..., T, D), cos (T, D/2), sin (T, D/2)
   ro.num_inputs = 3;
@@ -166,7 +177,9 @@ void register_nn_ops() {
     return out;
   };
   add_op(std::move(ro));
+}
 
+void define_cross_entropy() {
   OpDef ce;
   ce.name = "cross_entropy";  // inputs: logits (..., C), target (...) int; attrs ignore_index, label_smoothing
   ce.num_inputs = 2;
@@ -189,7 +202,9 @@ void register_nn_ops() {
     return std::vector<Tensor>{(softmax(x, -1) - target_dist) * keepf.unsqueeze(-1) * (g / count), Tensor()};
   };
   add_op(std::move(ce));
+}
 
+void define_cross_entropy_backward() {
   OpDef cb;
   cb.name = "cross_entropy_backward";  // inputs: logits (..., C), target (...), g (0-d); attrs as cross_entropy
   cb.num_inputs = 3;
@@ -200,7 +215,9 @@ void register_nn_ops() {
     return std::vector<TensorMeta>{in[0]};
   };
   add_op(std::move(cb));
+}
 
+void define_dropout() {
   OpDef dr;
   dr.name = "dropout";  // attrs p, seed, counter: the same attrs regenerate the same mask
   dr.random = true;
@@ -215,7 +232,9 @@ void register_nn_ops() {
   };
   dr.save_inputs = 0;
   add_op(std::move(dr));
+}
 
+void define_rope_cos_sin() {
   OpDef rp;
   rp.name = "rope_cos_sin";  // a factory: attrs seq_len, dim, theta, sin -> (seq_len, dim/2) f32
   rp.num_inputs = 0;
@@ -226,6 +245,24 @@ void register_nn_ops() {
     return std::vector<TensorMeta>{{{T, D / 2}, DType::f32, a.has("device") ? a.device("device") : Device{}}};
   };
   add_op(std::move(rp));
+}
+
+}  // namespace
+
+// The fused backward ops (embedding_backward, layer_norm_backward, ...) serve their forward op's
+// backward when no graph of the backward is recorded (create_graph off); with create_graph the
+// composite formulas run, which differentiate again. They have no backward of their own.
+void register_nn_ops() {
+  define_embedding();
+  define_embedding_backward();
+  define_layer_norm();
+  define_rms_norm();
+  define_norm_backward();
+  define_rotary_embedding();
+  define_cross_entropy();
+  define_cross_entropy_backward();
+  define_dropout();
+  define_rope_cos_sin();
 }
 
 }  // namespace detail

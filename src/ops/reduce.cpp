@@ -113,6 +113,84 @@ void define_softmax(const char* name, bool log) {
 
 }  // namespace
 
+namespace {
+
+void define_var() {
+  OpDef v;
+  v.name = "var";
+  v.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_float("var", in[0]);
+    SINTER_CHECK(a.i("correction") >= 0, "[var] correction must be non-negative, got ", a.i("correction"));
+    const auto dims = reduce_dims("var", a.ints("dims"), int64_t(in[0].shape.size()));
+    return std::vector<TensorMeta>{{reduced_shape(in[0].shape, dims, a.b("keepdim")), in[0].dtype, in[0].device}};
+  };
+  v.backward = [](BackwardCtx& c) {
+    const Tensor& x = c.inputs[0];
+    const auto dims = dims_of(c);
+    const double n = double(reduced_count(x.shape(), dims));
+    Tensor centered = x - mean(x, c.attrs.ints("dims"), true);
+    return std::vector<Tensor>{spread(c, c.grads[0]) * centered * (2.0 / (n - double(c.attrs.i("correction"))))};
+  };
+  add_op(std::move(v));
+}
+
+void define_causal_softmax() {
+  OpDef ck;
+  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attrs offset, window (0: none): row i sees i + offset - window < j <= i + offset;
+                               // a row that sees nothing (or only -inf) is 0, as PyTorch's _safe_softmax
+  ck.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_float("causal_softmax", in[0]);
+    SINTER_CHECK_SHAPE(in[0].shape.size() >= 2, "[causal_softmax] needs (..., Lq, Lkv), got ", in[0].shape);
+    SINTER_CHECK(!a.has("window") || a.i("window") >= 0, "[causal_softmax] window must be >= 0, got ", a.i("window"));
+    return std::vector<TensorMeta>{in[0]};
+  };
+  ck.backward = [](BackwardCtx& c) {  // softmax's: the masked outputs are 0, so their gradient is too
+    const Tensor &y = c.outputs[0], &g = c.grads[0];
+    static const OpDef& fused = get_op("softmax_backward");
+    if (!grad_enabled()) return std::vector<Tensor>{call1(fused, {g, y})};
+    return std::vector<Tensor>{y * (g - sum(g * y, {-1}, true))};
+  };
+  ck.save_inputs = 0;
+  ck.save_outputs = 1;
+  add_op(std::move(ck));
+}
+
+void define_sum_squares() {
+  OpDef ss;
+  ss.name = "sum_squares";  // any number of floating tensors -> f64 0-d
+  ss.num_inputs = -1;
+  ss.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    for (size_t i = 0; i < in.size(); ++i) check_float("sum_squares", in[i], "every input");
+    return std::vector<TensorMeta>{{{}, DType::f64, in[0].device}};
+  };
+  ss.backward = [](BackwardCtx& c) {
+    std::vector<Tensor> g(c.inputs.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      if (c.needs_grad[i]) g[i] = c.inputs[i] * (c.grads[0] * 2.0).to(c.inputs[i].dtype());
+    return g;
+  };
+  add_op(std::move(ss));
+}
+
+void define_cumsum() {
+  OpDef cs;
+  cs.name = "cumsum";
+  cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    wrap_dim("cumsum", a.i("dim"), int64_t(in[0].shape.size()));
+    return std::vector<TensorMeta>{{in[0].shape, sum_dtype(in[0].dtype), in[0].device}};
+  };
+  cs.backward = [](BackwardCtx& c) {
+    // Suffix sums: total - prefix + g.
+    const int64_t dim = c.attrs.i("dim");
+    const Tensor& g = c.grads[0];
+    return std::vector<Tensor>{sum(g, {dim}, true) - cumsum(g, dim) + g};
+  };
+  cs.save_inputs = 0;
+  add_op(std::move(cs));
+}
+
+}  // namespace
+
 void register_reduce_ops() {
   define_reduce("sum", false, true,
       [](BackwardCtx& c) { return std::vector<Tensor>{spread(c, c.grads[0]).expand(c.input_meta[0].shape)}; }, 0, 0);
@@ -137,24 +215,7 @@ void register_reduce_ops() {
         Tensor others = where(no_zero, nonzero_prod / x_safe, where(is_zero, where(one_zero, nonzero_prod, z), z));
         return std::vector<Tensor>{spread(c, c.grads[0]) * others};
       }, 1, 0);
-
-  OpDef v;
-  v.name = "var";
-  v.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
-    check_float("var", in[0]);
-    SINTER_CHECK(a.i("correction") >= 0, "[var] correction must be non-negative, got ", a.i("correction"));
-    const auto dims = reduce_dims("var", a.ints("dims"), int64_t(in[0].shape.size()));
-    return std::vector<TensorMeta>{{reduced_shape(in[0].shape, dims, a.b("keepdim")), in[0].dtype, in[0].device}};
-  };
-  v.backward = [](BackwardCtx& c) {
-    const Tensor& x = c.inputs[0];
-    const auto dims = dims_of(c);
-    const double n = double(reduced_count(x.shape(), dims));
-    Tensor centered = x - mean(x, c.attrs.ints("dims"), true);
-    return std::vector<Tensor>{spread(c, c.grads[0]) * centered * (2.0 / (n - double(c.attrs.i("correction"))))};
-  };
-  add_op(std::move(v));
-
+  define_var();
   define_reduce("logsumexp", true, false,
       [](BackwardCtx& c) {
         return std::vector<Tensor>{spread(c, c.grads[0]) * exp(c.inputs[0] - spread(c, c.outputs[0]))};
@@ -166,55 +227,9 @@ void register_reduce_ops() {
   define_arg_reduce("argmin", false, false);
   define_softmax("softmax", false);
   define_softmax("log_softmax", true);
-
-  OpDef ck;
-  ck.name = "causal_softmax";  // x (..., Lq, Lkv); attrs offset, window (0: none): row i sees i + offset - window < j <= i + offset;
-                               // a row that sees nothing (or only -inf) is 0, as PyTorch's _safe_softmax
-  ck.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
-    check_float("causal_softmax", in[0]);
-    SINTER_CHECK_SHAPE(in[0].shape.size() >= 2, "[causal_softmax] needs (..., Lq, Lkv), got ", in[0].shape);
-    SINTER_CHECK(!a.has("window") || a.i("window") >= 0, "[causal_softmax] window must be >= 0, got ", a.i("window"));
-    return std::vector<TensorMeta>{in[0]};
-  };
-  ck.backward = [](BackwardCtx& c) {  // softmax's: the masked outputs are 0, so their gradient is too
-    const Tensor &y = c.outputs[0], &g = c.grads[0];
-    static const OpDef& fused = get_op("softmax_backward");
-    if (!grad_enabled()) return std::vector<Tensor>{call1(fused, {g, y})};
-    return std::vector<Tensor>{y * (g - sum(g * y, {-1}, true))};
-  };
-  ck.save_inputs = 0;
-  ck.save_outputs = 1;
-  add_op(std::move(ck));
-
-  OpDef ss;
-  ss.name = "sum_squares";  // any number of floating tensors -> f64 0-d
-  ss.num_inputs = -1;
-  ss.infer = [](std::span<const TensorMeta> in, const Attrs&) {
-    for (size_t i = 0; i < in.size(); ++i) check_float("sum_squares", in[i], "every input");
-    return std::vector<TensorMeta>{{{}, DType::f64, in[0].device}};
-  };
-  ss.backward = [](BackwardCtx& c) {
-    std::vector<Tensor> g(c.inputs.size());
-    for (size_t i = 0; i < g.size(); ++i)
-      if (c.needs_grad[i]) g[i] = c.inputs[i] * (c.grads[0] * 2.0).to(c.inputs[i].dtype());
-    return g;
-  };
-  add_op(std::move(ss));
-
-  OpDef cs;
-  cs.name = "cumsum";
-  cs.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
-    wrap_dim("cumsum", a.i("dim"), int64_t(in[0].shape.size()));
-    return std::vector<TensorMeta>{{in[0].shape, sum_dtype(in[0].dtype), in[0].device}};
-  };
-  cs.backward = [](BackwardCtx& c) {
-    // Suffix sums: total - prefix + g.
-    const int64_t dim = c.attrs.i("dim");
-    const Tensor& g = c.grads[0];
-    return std::vector<Tensor>{sum(g, {dim}, true) - cumsum(g, dim) + g};
-  };
-  cs.save_inputs = 0;
-  add_op(std::move(cs));
+  define_causal_softmax();
+  define_sum_squares();
+  define_cumsum();
 }
 
 }  // namespace detail

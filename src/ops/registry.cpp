@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "autograd/node.h"
+#include "core/parallel.h"
 #include "core/small_vector.h"
 #include "sinter/autograd.h"
 #include "sinter/op.h"
@@ -228,11 +229,10 @@ std::string op_profile_table() {
 
 namespace {
 thread_local OpObserver* t_observer = nullptr;
-thread_local int t_depth = 0;
 
 struct DepthGuard {
-  DepthGuard() { ++t_depth; }
-  ~DepthGuard() { --t_depth; }
+  DepthGuard() { ++detail::op_depth(); }
+  ~DepthGuard() { --detail::op_depth(); }
 };
 
 void run_kernel(const OpDef& op, Device dev, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
@@ -258,8 +258,8 @@ Tensor stand_in(const Tensor& x) {
 ObserveScope::ObserveScope(OpObserver* observer) : prev_(t_observer) { t_observer = observer; }
 ObserveScope::~ObserveScope() { t_observer = prev_; }
 OpObserver* current_observer() { return t_observer; }
-bool tracing() { return t_observer && t_depth == 0 && t_observer->tracing(); }
-int op_call_depth() { return t_depth; }
+bool tracing() { return t_observer && detail::op_depth() == 0 && t_observer->tracing(); }
+int op_call_depth() { return detail::op_depth(); }
 
 std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0) {
@@ -281,7 +281,7 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
     SINTER_CHECK(meta[i].device == dev, "[", op.name, "] input ", i, " is on ", meta[i].device, ", input 0 on ", dev,
                  "; move them to one device");
   }
-  OpObserver* const obs = t_depth == 0 ? t_observer : nullptr;
+  OpObserver* const obs = detail::op_depth() == 0 ? t_observer : nullptr;
   const bool trace = obs && obs->tracing();
   if (obs) obs->before(op, inputs, attrs);
   symbolic = symbolic || trace;

@@ -141,7 +141,9 @@ static Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim
   return pieces.size() == 1 ? pieces[0] : cat(pieces, dim);
 }
 
-void register_shape_ops() {
+namespace {
+
+void define_view() {
   OpDef v;
   v.name = "view";
   v.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
@@ -158,7 +160,9 @@ void register_shape_ops() {
   v.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0].reshape(c.input_meta[0].shape)}; };
   v.save_inputs = 0;
   add_op(std::move(v));
+}
 
+void define_permute() {
   OpDef p;
   p.name = "permute";
   p.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
@@ -194,7 +198,9 @@ void register_shape_ops() {
   };
   p.save_inputs = 0;
   add_op(std::move(p));
+}
 
+void define_slice() {
   OpDef s;
   s.name = "slice";  // attrs: dim, start, end, step (normalised by Tensor::slice)
   s.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
@@ -219,7 +225,9 @@ void register_shape_ops() {
   };
   s.save_inputs = 0;
   add_op(std::move(s));
+}
 
+void define_expand() {
   OpDef e;
   e.name = "expand";
   e.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
@@ -251,14 +259,18 @@ void register_shape_ops() {
   e.backward = [](BackwardCtx& c) { return std::vector<Tensor>{sum_to(c.grads[0], c.input_meta[0].shape)}; };
   e.save_inputs = 0;
   add_op(std::move(e));
+}
 
+void define_copy() {
   OpDef cp;
   cp.name = "copy";
   cp.infer = [](std::span<const TensorMeta> in, const Attrs&) { return std::vector<TensorMeta>{in[0]}; };
   cp.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0]}; };
   cp.save_inputs = 0;
   add_op(std::move(cp));
+}
 
+void define_cat() {
   OpDef ct;
   ct.name = "cat";
   ct.num_inputs = -1;
@@ -293,6 +305,17 @@ void register_shape_ops() {
   };
   ct.save_inputs = 0;
   add_op(std::move(ct));
+}
+
+}  // namespace
+
+void register_shape_ops() {
+  define_view();
+  define_permute();
+  define_slice();
+  define_expand();
+  define_copy();
+  define_cat();
 }
 
 }  // namespace detail

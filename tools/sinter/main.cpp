@@ -10,8 +10,7 @@
 #include <sinter/train.h>
 #include <sstream>
 
-#include "../../bench/harness.h"
-#include "core/parallel.h"
+#include <sinter/bench.h>
 
 using namespace sinter;
 
@@ -170,7 +169,7 @@ int main(int argc, char** argv) {
   bench::Options bo;
   auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
   std::vector<std::string> suite_names;
-  for (auto& s : bench::suites()) suite_names.push_back(s.name);
+  for (auto& [name, what] : bench::suite_list()) suite_names.push_back(name);
   be->add_option("suite", bo.suite, "ops, linear, train, generate, attention or sparse")->required()->check(CLI::IsMember(suite_names));
   be->add_flag("--quick", bo.quick, "fewer cases and repetitions");
   be->add_option("--json", bo.json, "write the rows as JSON: case, ours_ms, peer, peer_ms, ratio (= peer / ours)");
