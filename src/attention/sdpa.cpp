@@ -230,10 +230,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   SINTER_CHECK_SHAPE(q.dim() == 4, "[sdpa] q, k, v must be (B, H, L, D), got q", q.shape(), " k", k.shape(), " v", v.shape());
   SINTER_CHECK(!(is_causal && attn_mask.defined()), "[sdpa] pass either is_causal or attn_mask, not both");
   SINTER_CHECK(dropout_p >= 0 && dropout_p < 1, "[sdpa] dropout_p must be in [0, 1), got ", dropout_p);
-  // A mask that wants a gradient runs the math backend (flash gives none); the rest the kernel chooses.
+  // The math backend asked for (or forced by a mask that wants a gradient, which flash does not
+  // give) runs as the reference's own ops, with their autograd; otherwise the sdpa op's kernel
+  // chooses (flash, or math where flash's fast kernel cannot run).
   const SDPAChoice forced = sdpa_choose(q, k, attn_mask, dropout_p, backend);
-  const bool pick = backend != SDPABackend::automatic || forced.backend == SDPABackend::math;
-  const std::string be = !pick ? "auto" : forced.backend == SDPABackend::flash ? "flash" : "math";
+  const bool as_ops = forced.backend == SDPABackend::math && (backend == SDPABackend::math || !forced.reason.starts_with("math: flash"));
+  const std::string be = backend == SDPABackend::flash ? "flash" : "auto";
   Attrs a{{"scale", scale ? *scale : 1.0 / std::sqrt(double(q.size(3)))}, {"causal", is_causal}, {"gqa", enable_gqa},
           {"backend", be}, {"mask", attn_mask.defined()}, {"kv_len", kv_len.defined()}};
   if (sliding_window != 0) a.set("window", sliding_window);
@@ -241,6 +243,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Generator& gen = default_generator();
     const uint64_t counter = gen.reserve(uint64_t((q.size(0) * q.size(1) * q.size(2) * k.size(2) + 3) / 4));
     a.set("dropout_p", dropout_p), a.set("seed", int64_t(gen.seed)), a.set("counter", int64_t(counter));
+  }
+  if (as_ops) {
+    SINTER_CHECK(!kv_len.defined(), "[sdpa] kv_len runs on the sdpa op's kernels; the math backend takes k and v as they are");
+    std::vector<TensorMeta> meta{{q.shape(), q.dtype(), q.device()}, {k.shape(), k.dtype(), k.device()}, {v.shape(), v.dtype(), v.device()}};
+    if (attn_mask.defined()) meta.push_back({attn_mask.shape(), attn_mask.dtype(), attn_mask.device()});
+    op.infer(meta, a);  // the op's checks, naming it
+    return detail::sdpa_math(q, k, v, attn_mask, k.size(2), a, nullptr);
   }
   std::vector<Tensor> in{q, k, v};
   if (attn_mask.defined()) in.push_back(attn_mask);

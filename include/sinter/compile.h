@@ -1,0 +1,71 @@
+#pragma once
+// sinter::compile: runs a function once on symbolic tensors to trace its op calls into a graph,
+// fuses elementwise chains into generated C++ kernels, compiles them with the system C++ compiler
+// (g++; SINTER_CXX overrides) into a cached shared object, and from then on calls a wrapper that
+// runs the fused kernels and the library's kernels on preplanned buffers, with no per-op dispatch.
+//
+//   auto f = sinter::compile([](const std::vector<Tensor>& in) {
+//     return std::vector<Tensor>{gelu(in[0] * 1.5 + in[1]) * sigmoid(in[0]) + in[0] * 0.5};
+//   });
+//   std::vector<Tensor> y = f({x, b});
+//
+// The trace is specialised to what the function read besides its inputs, as torch.jit.trace is:
+// C++ values (ints, doubles, branches) become constants of the graph; tensors the function
+// captures (parameters, buffers, caches) are read by reference at every call, so updates to them
+// are seen. Guards on the inputs (shapes, dtypes, strides, requires_grad) and on grad mode and
+// autocast are checked on every call; a miss traces again, up to a recompile limit past which the
+// function runs eagerly (with one warning naming the guard that kept failing). An op whose output
+// needs data (`item`) cannot be traced past: with `fullgraph` it is a CompileError naming the op,
+// without it the function runs eagerly and explain() reports the break.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sinter/tensor.h"
+
+namespace sinter {
+
+struct CompileOptions {
+  bool fullgraph = false;     // a graph break is a CompileError
+  int recompile_limit = 8;    // traces per function before it runs eagerly
+  std::string name = "fn";    // in messages, debug dumps and generated code
+};
+
+using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// What explain() reports about a compiled function's current state.
+struct Explanation {
+  int graphs = 0;                  // traces made (one per guard set)
+  int breaks = 0;
+  std::vector<std::string> break_reasons;  // "item: the output needs the input's data"
+  int fused_kernels = 0;           // in the latest graph
+  int library_calls = 0;           // kernels of the op table the wrapper calls
+  std::vector<std::string> kernels;  // each fused kernel with its ops
+  std::vector<std::string> guards;   // of the latest graph
+  int64_t planned_bytes = 0;       // intermediate buffers after reuse
+  int64_t unplanned_bytes = 0;     // the same without reuse
+  std::string text;                // all of the above, readable
+};
+
+class CompiledFunction {
+ public:
+  CompiledFunction(TensorFn fn, CompileOptions opts);
+  ~CompiledFunction();
+  CompiledFunction(CompiledFunction&&) noexcept;
+  CompiledFunction& operator=(CompiledFunction&&) noexcept;
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+  // Traces and compiles for these inputs if needed (running nothing), then reports.
+  Explanation explain(const std::vector<Tensor>& inputs);
+  int compiles() const;  // traces made so far
+
+  struct State;
+ private:
+  std::unique_ptr<State> s_;
+};
+
+CompiledFunction compile(TensorFn fn, CompileOptions opts = {});
+Explanation explain(CompiledFunction& f, const std::vector<Tensor>& inputs);
+
+}  // namespace sinter

@@ -1,0 +1,262 @@
+// C++ source for a planned graph: one kernel per fusion group and the wrapper that runs the steps.
+// The per-op spelling comes from elementwise.def (the functor of each op), so an op added there
+// is fused with no change here; values are kept in their storage dtype between ops, converted as
+// the eager kernels convert them, so fused results equal eager ones bit for bit.
+#include "compiler/codegen.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace sinter::compiler {
+namespace {
+
+struct Spelling {
+  const char* functor;
+  bool binary;
+  bool true_div;
+};
+const std::map<std::string, Spelling>& spellings() {
+  static const std::map<std::string, Spelling> m = [] {
+    std::map<std::string, Spelling> s;
+#define UNARY(F, name, rule, dx) s[#name] = {#F, false, false};
+#define BINARY(F, name, rule, da, db) s[#name] = {#F, true, std::string_view(#rule) == "true_div"};
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+    return s;
+  }();
+  return m;
+}
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::bf16: return "sinter::bf16";
+    case DType::i64: return "int64_t";
+    case DType::i32: return "int32_t";
+    case DType::boolean: return "bool";
+    default: SINTER_THROW(CompileError, "[compile] no spelling for dtype ", t, " in generated code");
+  }
+}
+
+std::string literal(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  if (std::isinf(v)) return v > 0 ? "INFINITY" : "-INFINITY";
+  if (std::isnan(v)) return "NAN";
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// The element index of value v at the loop's multi-index, given the group's (merged) dims.
+struct Loop {
+  std::vector<int64_t> dims;                 // merged iteration dims
+  std::map<int, std::vector<int64_t>> strides;  // by value: element strides over `dims` (0: broadcast)
+};
+
+Loop make_loop(const Graph& g, const Group& gr) {
+  const Shape& S = gr.shape;
+  std::vector<int> operands(gr.inputs);
+  operands.insert(operands.end(), gr.outputs.begin(), gr.outputs.end());
+  std::map<int, std::vector<int64_t>> full;
+  for (int v : operands) {
+    const Value& x = g.values[size_t(v)];
+    std::vector<int64_t> st(S.size(), 0);
+    const size_t off = S.size() - x.meta.shape.size();
+    for (size_t d = 0; d < x.meta.shape.size(); ++d)
+      st[off + d] = x.meta.shape[d] == 1 && S[off + d] != 1 ? 0 : x.strides[d];
+    full[v] = st;
+  }
+  Loop l;
+  for (size_t d = 0; d < S.size(); ++d) {
+    if (S[d] == 1) continue;
+    bool merge = !l.dims.empty();
+    for (auto& [v, st] : full) merge = merge && l.strides[v].back() == st[d] * S[d];
+    if (merge) {
+      l.dims.back() *= S[d];
+      for (auto& [v, st] : full) l.strides[v].back() = st[d];
+    } else {
+      l.dims.push_back(S[d]);
+      for (auto& [v, st] : full) l.strides[v].push_back(st[d]);
+    }
+  }
+  if (l.dims.empty()) {
+    l.dims.push_back(1);
+    for (auto& [v, st] : full) l.strides[v].push_back(0);
+  }
+  return l;
+}
+
+std::string node_code(const Graph& g, const Node& n, const std::map<int, std::string>& name) {
+  auto arg = [&](size_t i) { return name.at(n.inputs[i]); };
+  const int out = n.outputs[0];
+  const DType od = g.values[size_t(out)].meta.dtype;
+  const std::string O = ctype(od), t = name.at(out);
+  const std::string& op = n.op->name;
+  std::ostringstream os;
+  os << "const " << O << " " << t << " = ";
+  if (op == "full") {
+    os << "sinter::jit::cvt<" << O << ">(" << literal(n.attrs.f("value")) << ")";
+  } else if (op == "cast") {
+    os << "sinter::jit::cvt<" << O << ">(" << arg(0) << ")";
+  } else if (op == "where") {
+    os << "(" << arg(0) << " ? sinter::jit::cvt<" << O << ">(" << arg(1) << ") : sinter::jit::cvt<" << O << ">(" << arg(2) << "))";
+  } else if (op == "masked_fill") {  // eager: where(mask, value in x's dtype, x)
+    os << "(" << arg(1) << " ? sinter::jit::cvt<" << O << ">(" << literal(n.attrs.f("value")) << ") : " << arg(0) << ")";
+  } else if (op == "clamp") {
+    const std::string C = "sinter::jit::compute_t<" + O + ">";
+    os << O << "([&] { " << C << " v = " << C << "(" << arg(0) << ");";
+    if (n.attrs.has("min")) os << " if (v < " << C << "(" << literal(n.attrs.f("min")) << ")) v = " << C << "(" << literal(n.attrs.f("min")) << ");";
+    if (n.attrs.has("max")) os << " if (v > " << C << "(" << literal(n.attrs.f("max")) << ")) v = " << C << "(" << literal(n.attrs.f("max")) << ");";
+    os << " return v; }())";
+  } else {
+    const Spelling& s = spellings().at(op);
+    if (!s.binary) {
+      os << O << "(sinter::fn::" << s.functor << "{}(sinter::jit::compute_t<" << O << ">(sinter::jit::cvt<" << O << ">(" << arg(0) << "))))";
+    } else {
+      DType td = promote_types(g.values[size_t(n.inputs[0])].meta.dtype, g.values[size_t(n.inputs[1])].meta.dtype);
+      if (s.true_div && !is_floating(td)) td = DType::f32;
+      const std::string T = ctype(td), C = "sinter::jit::compute_t<" + T + ">";
+      os << O << "(sinter::fn::" << s.functor << "{}(" << C << "(sinter::jit::cvt<" << T << ">(" << arg(0) << ")), " << C
+         << "(sinter::jit::cvt<" << T << ">(" << arg(1) << "))))";
+    }
+  }
+  os << ";";
+  return os.str();
+}
+
+std::string kernel_code(const Graph& g, const Group& gr, const std::string& fname) {
+  const Loop l = make_loop(g, gr);
+  std::ostringstream os;
+  os << "// fused: " << gr.ops << "   (graph nodes " << gr.nodes.front() << ".." << gr.nodes.back() << "; shape " << gr.shape;
+  if (!gr.inputs.empty()) os << "; inputs";
+  for (int v : gr.inputs) os << " " << g.describe(v);
+  os << ")\n";
+  os << "static void " << fname << "(char* const* p) {\n";
+  std::map<int, std::string> name;
+  size_t slot = 0;
+  for (int v : gr.inputs) {
+    const std::string T = ctype(g.values[size_t(v)].meta.dtype);
+    os << "  const " << T << "* __restrict in" << slot << " = reinterpret_cast<const " << T << "*>(p[" << slot << "]);\n";
+    ++slot;
+  }
+  for (int v : gr.outputs) {
+    const std::string T = ctype(g.values[size_t(v)].meta.dtype);
+    os << "  " << T << "* __restrict out" << slot - gr.inputs.size() << " = reinterpret_cast<" << T << "*>(p[" << slot << "]);\n";
+    ++slot;
+  }
+  const size_t nd = l.dims.size();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) rows *= l.dims[d];
+  const int64_t inner = l.dims[nd - 1], numel = rows * inner;
+  if (numel == 0) return os.str() + "}\n";
+  auto index = [&](int v, const char* j) {  // element offset of v at row r (its base bo<v>) and inner index j
+    const int64_t s = l.strides.at(v)[nd - 1];
+    return "b" + std::to_string(v) + (s == 0 ? std::string() : s == 1 ? std::string(" + ") + j : " + " + std::string(j) + " * " + std::to_string(s));
+  };
+  std::vector<int> operands(gr.inputs);
+  operands.insert(operands.end(), gr.outputs.begin(), gr.outputs.end());
+  auto body = [&](const std::string& indent) {
+    std::ostringstream b;
+    for (size_t i = 0; i < gr.inputs.size(); ++i) {
+      const int v = gr.inputs[i];
+      name[v] = "a" + std::to_string(v);
+      b << indent << "const " << ctype(g.values[size_t(v)].meta.dtype) << " " << name[v] << " = in" << i << "[" << index(v, "j") << "];\n";
+    }
+    for (int n : gr.nodes)
+      for (int v : g.nodes[size_t(n)].outputs) name[v] = "t" + std::to_string(v);
+    for (int n : gr.nodes) b << indent << node_code(g, g.nodes[size_t(n)], name) << "\n";
+    for (size_t i = 0; i < gr.outputs.size(); ++i) b << indent << "out" << i << "[" << index(gr.outputs[i], "j") << "] = " << name[gr.outputs[i]] << ";\n";
+    return b.str();
+  };
+  const std::string par = numel >= 32768 ? "" : " if(0)";
+  if (rows == 1) {
+    for (int v : operands) os << "  const int64_t b" << v << " = 0;\n";
+    os << "#pragma omp parallel for simd schedule(static)" << par << "\n";
+    os << "  for (int64_t j = 0; j < " << inner << "; ++j) {\n" << body("    ") << "  }\n";
+  } else {
+    os << "#pragma omp parallel for schedule(static)" << par << "\n";
+    os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n";
+    os << "    int64_t rem = r;\n";
+    for (size_t d = nd - 1; d-- > 0;) {
+      os << "    const int64_t i" << d << " = rem % " << l.dims[d] << ";";
+      os << (d > 0 ? " rem /= " + std::to_string(l.dims[d]) + ";\n" : "\n");
+    }
+    for (int v : operands) {
+      os << "    const int64_t b" << v << " = 0";
+      for (size_t d = 0; d + 1 < nd; ++d)
+        if (l.strides.at(v)[d]) os << " + i" << d << " * " << l.strides.at(v)[d];
+      os << ";\n";
+    }
+    os << "#pragma omp simd\n";
+    os << "    for (int64_t j = 0; j < " << inner << "; ++j) {\n" << body("      ") << "    }\n  }\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace
+
+bool spelled_op(const std::string& name) {
+  return spellings().count(name) || name == "full" || name == "cast" || name == "where" || name == "clamp" || name == "masked_fill";
+}
+
+Slots assign_slots(const Graph& g, const Plan& p) {
+  Slots s;
+  s.of_value.assign(g.values.size(), -1);
+  for (int v : g.inputs) s.of_value[size_t(v)] = s.count++;
+  for (int v : g.captured) s.of_value[size_t(v)] = s.count++;
+  for (size_t v = 0; v < g.values.size(); ++v)  // buffers made per call (returned)
+    if (g.values[v].kind == ValueKind::node && g.values[v].owns_buffer() && p.arena_offset[v] < 0) s.of_value[v] = s.count++;
+  s.arena = s.count++;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (p.arena_offset[v] >= 0) s.of_value[v] = s.arena;
+    else if (s.of_value[v] < 0) s.of_value[v] = s.of_value[size_t(g.buffer_of(int(v)))];
+  }
+  return s;
+}
+
+std::string generate_cpp(const Graph& g, const Plan& p, const Slots& slots, const std::string& name) {
+  std::ostringstream os;
+  os << "// Generated by sinter::compile for '" << name << "': " << p.groups.size() << " fused kernels, " << p.steps.size()
+     << " steps.\n#include \"sinter_jit_prelude.h\"\n\n";
+  std::vector<std::string> names(p.groups.size());
+  for (size_t gi = 0; gi < p.groups.size(); ++gi) {
+    const Group& gr = p.groups[gi];
+    std::string n = "k" + std::to_string(gr.nodes.front());
+    for (int node : gr.nodes) n += "_" + g.nodes[size_t(node)].op->name;
+    if (n.size() > 60) n = n.substr(0, 60) + "_" + std::to_string(gi);
+    names[gi] = n;
+    os << kernel_code(g, gr, n) << "\n";
+  }
+  auto address = [&](int v) {
+    const Value& x = g.values[size_t(v)];
+    const int64_t bytes = (p.arena_offset[size_t(g.buffer_of(v))] >= 0 ? p.arena_offset[size_t(g.buffer_of(v))] : 0) +
+                          x.offset * dtype_size(x.meta.dtype);
+    return "s[" + std::to_string(slots.of_value[size_t(v)]) + "] + " + std::to_string(bytes);
+  };
+  os << "extern \"C\" void sinter_graph_run(char* const* s, void (*call)(void*, int), void* ctx) {\n";
+  os << "  (void)s; (void)call; (void)ctx;\n";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& st = p.steps[i];
+    if (st.group < 0) {
+      os << "  call(ctx, " << i << ");  // " << g.nodes[size_t(st.node)].op->name << " (node " << st.node << ")\n";
+      continue;
+    }
+    const Group& gr = p.groups[size_t(st.group)];
+    os << "  { char* const p[] = {";
+    bool first = true;
+    for (int v : gr.inputs) os << (first ? "" : ", ") << address(v), first = false;
+    for (int v : gr.outputs) os << (first ? "" : ", ") << address(v), first = false;
+    if (first) os << "nullptr";
+    os << "}; " << names[size_t(st.group)] << "(p); }\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace sinter::compiler

@@ -1,0 +1,283 @@
+// CompiledFunction: guards, tracing on a miss, the compile pipeline, and calls of the wrapper on
+// preplanned buffers. Library kernels run through the op table's CPU kernel of their node, called
+// with tensors built once over per-slot storages whose addresses are set at each call.
+#include <cstdio>
+#include <sstream>
+
+#include "compiler/codegen.h"
+#include "compiler/jit.h"
+#include "compiler/passes.h"
+#include "compiler/trace.h"
+#include "sinter/autograd.h"
+#include "sinter/compile.h"
+#include "sinter/ops.h"
+
+namespace sinter {
+
+namespace compiler {
+namespace {
+
+// What a trace depended on, for one input.
+struct InputGuard {
+  Shape shape, strides;
+  int64_t offset;
+  DType dtype;
+  Device device;
+  bool requires_grad;
+};
+
+struct Entry {
+  std::vector<InputGuard> guards;
+  bool grad_mode;
+  DType autocast;
+  // Eager when the trace broke (or the compiler failed and fullgraph is off).
+  bool eager = false;
+  std::string break_op, break_reason;
+  Graph graph;
+  Plan plan;
+  Slots slots;
+  std::shared_ptr<JitModule> module;
+  std::vector<std::shared_ptr<Storage>> slot_storage;  // non-owning: addresses set at each call
+  struct ExternCall {
+    const OpDef* op;
+    const KernelFn* kernel;
+    std::vector<Tensor> in, out;
+    const Attrs* attrs;
+  };
+  std::vector<ExternCall> externs;  // by step (empty for fused steps)
+  Tensor arena;
+  std::vector<std::string> guard_text;
+};
+
+std::string guard_mismatch(const Entry& e, const std::vector<Tensor>& in) {
+  if (in.size() != e.guards.size()) return std::to_string(in.size()) + " inputs, traced with " + std::to_string(e.guards.size());
+  if (grad_enabled() != e.grad_mode) return "grad mode";
+  if (autocast_dtype() != e.autocast) return "autocast dtype";
+  for (size_t i = 0; i < in.size(); ++i) {
+    const InputGuard& g = e.guards[i];
+    const Tensor& t = in[i];
+    std::ostringstream os;
+    if (t.dtype() != g.dtype) os << "input " << i << " dtype " << t.dtype() << " (traced " << g.dtype << ")";
+    else if (t.shape() != g.shape) os << "input " << i << " shape " << t.shape() << " (traced " << g.shape << ")";
+    else if (t.strides() != g.strides || t.offset() != g.offset) os << "input " << i << " layout: strides " << t.strides() << " (traced " << g.strides << ")";
+    else if (!(t.device() == g.device)) os << "input " << i << " device";
+    else if (t.requires_grad() != g.requires_grad) os << "input " << i << " requires_grad";
+    if (!os.str().empty()) return os.str();
+  }
+  return "";
+}
+
+bool guards_hold(const Entry& e, const std::vector<Tensor>& in) {
+  if (in.size() != e.guards.size() || grad_enabled() != e.grad_mode || autocast_dtype() != e.autocast) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const InputGuard& g = e.guards[i];
+    const TensorImpl& t = in[i].impl();
+    if (t.dtype != g.dtype || t.offset != g.offset || t.shape != g.shape || t.strides != g.strides || !(t.device == g.device) ||
+        t.requires_grad != g.requires_grad)
+      return false;
+  }
+  return true;
+}
+
+Tensor over_slot(const Entry& e, const Graph& g, int v) {
+  const Value& x = g.values[size_t(v)];
+  int64_t offset = x.offset;
+  const int64_t arena_at = e.plan.arena_offset[size_t(g.buffer_of(v))];
+  if (arena_at >= 0) offset += arena_at / dtype_size(x.meta.dtype);  // arena offsets are 64-byte aligned
+  return Tensor::from_storage(e.slot_storage[size_t(e.slots.of_value[size_t(v)])], x.meta.shape, x.strides, offset, x.meta.dtype);
+}
+
+void build(Entry& e, const CompileOptions& opts) {
+  Graph& g = e.graph;
+  const std::string name = opts.name + "_" + std::to_string(g.nodes.size());
+  debug_write(opts.name + ".graph.txt", dump(g));
+  eliminate_common_subexpressions(g);  // (dead code too)
+  debug_write(opts.name + ".passes.txt", dump(g));
+  e.plan = plan(g);
+  e.slots = assign_slots(g, e.plan);
+  const std::string source = generate_cpp(g, e.plan, e.slots, opts.name);
+  debug_write(opts.name + ".cpp", source);
+  e.module = jit_load(source, opts.name);
+  for (int i = 0; i < e.slots.count; ++i) {
+    auto s = std::make_shared<Storage>();
+    s->device = Device{};
+    e.slot_storage.push_back(s);
+  }
+  if (e.plan.arena_bytes > 0) e.arena = Tensor::empty({e.plan.arena_bytes}, DType::u8);
+  e.externs.resize(e.plan.steps.size());
+  for (size_t i = 0; i < e.plan.steps.size(); ++i) {
+    const Step& st = e.plan.steps[i];
+    if (st.group >= 0) continue;
+    const Node& n = g.nodes[size_t(st.node)];
+    Entry::ExternCall& c = e.externs[i];
+    c.op = n.op;
+    c.kernel = &n.op->kernels[size_t(DeviceType::cpu)];
+    SINTER_CHECK_T(CompileError, *c.kernel != nullptr, "[compile] ", n.op->name, " has no CPU kernel");
+    c.attrs = &n.attrs;
+    for (int v : n.inputs) c.in.push_back(over_slot(e, g, v));
+    for (int v : n.outputs) c.out.push_back(over_slot(e, g, v));
+  }
+}
+
+void call_extern(void* ctx, int step) {
+  Entry& e = *static_cast<Entry*>(ctx);
+  Entry::ExternCall& c = e.externs[size_t(step)];
+  (*c.kernel)(c.in, c.out, *c.attrs);
+  if (c.op->mutates)
+    for (Tensor& t : c.out) ++t.storage()->version;
+}
+
+std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs) {
+  const Graph& g = e.graph;
+  std::vector<char*> slots(size_t(e.slots.count), nullptr);
+  std::vector<Tensor> fresh(size_t(e.slots.count));
+  auto set = [&](int slot, void* p, int64_t nbytes) {
+    slots[size_t(slot)] = static_cast<char*>(p);
+    e.slot_storage[size_t(slot)]->data = p;
+    e.slot_storage[size_t(slot)]->nbytes = nbytes;
+  };
+  for (int v : g.inputs) {
+    const Tensor& t = inputs[size_t(g.values[size_t(v)].index)];
+    set(e.slots.of_value[size_t(v)], t.storage()->data, t.storage()->nbytes);
+  }
+  for (int v : g.captured) {
+    const Tensor& t = g.values[size_t(v)].captured;
+    set(e.slots.of_value[size_t(v)], t.storage()->data, t.storage()->nbytes);
+  }
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const Value& x = g.values[v];
+    if (x.kind != ValueKind::node || !x.owns_buffer() || e.plan.arena_offset[v] >= 0) continue;
+    const int slot = e.slots.of_value[v];
+    if (fresh[size_t(slot)].defined()) continue;
+    fresh[size_t(slot)] = Tensor::empty({x.meta.shape.numel() * dtype_size(x.meta.dtype)}, DType::u8);
+    set(slot, fresh[size_t(slot)].storage()->data, fresh[size_t(slot)].storage()->nbytes);
+  }
+  if (e.slots.arena >= 0) set(e.slots.arena, e.arena.defined() ? e.arena.storage()->data : nullptr, e.plan.arena_bytes);
+  e.module->run(slots.data(), call_extern, &e);
+  std::vector<Tensor> out;
+  for (int v : g.outputs) {
+    const Value& x = g.values[size_t(v)];
+    const int b = g.buffer_of(v);
+    const Value& base = g.values[size_t(b)];
+    std::shared_ptr<Storage> storage = base.kind == ValueKind::input      ? inputs[size_t(base.index)].storage()
+                                       : base.kind == ValueKind::captured ? base.captured.storage()
+                                                                          : fresh[size_t(e.slots.of_value[size_t(b)])].storage();
+    out.push_back(Tensor::from_storage(storage, x.meta.shape, x.strides, x.offset, x.meta.dtype));
+  }
+  for (int v : g.captured)  // what the graph wrote in place: their version counters move, as eagerly
+    (void)v;
+  return out;
+}
+
+}  // namespace
+}  // namespace compiler
+
+struct CompiledFunction::State {
+  TensorFn fn;
+  CompileOptions opts;
+  std::vector<std::unique_ptr<compiler::Entry>> entries;
+  int traces = 0;
+  bool warned = false;
+  std::string last_miss;
+
+  compiler::Entry* find(const std::vector<Tensor>& in) {
+    for (auto& e : entries)
+      if (compiler::guards_hold(*e, in)) return e.get();
+    if (!entries.empty()) last_miss = compiler::guard_mismatch(*entries.back(), in);
+    return nullptr;
+  }
+
+  compiler::Entry* make(const std::vector<Tensor>& in) {
+    auto e = std::make_unique<compiler::Entry>();
+    for (const Tensor& t : in) e->guards.push_back({t.shape(), t.strides(), t.offset(), t.dtype(), t.device(), t.requires_grad()});
+    e->grad_mode = grad_enabled();
+    e->autocast = autocast_dtype();
+    for (size_t i = 0; i < in.size(); ++i) {
+      std::ostringstream os;
+      os << "input " << i << ": " << in[i].dtype() << in[i].shape() << " strides " << in[i].strides()
+         << (in[i].requires_grad() ? " requires_grad" : "");
+      e->guard_text.push_back(os.str());
+    }
+    e->guard_text.push_back(std::string("grad mode ") + (e->grad_mode ? "on" : "off") + ", autocast " + dtype_name(e->autocast));
+    if (!last_miss.empty()) compiler::debug_write(opts.name + ".guard_miss.txt", "recompiling: guard failed on " + last_miss + "\n");
+    ++traces;
+    compiler::TraceResult r = compiler::trace(fn, in, opts);
+    if (r.broke) {
+      e->eager = true, e->break_op = r.break_op, e->break_reason = r.break_reason;
+    } else {
+      e->graph = std::move(r.graph);
+      try {
+        compiler::build(*e, opts);
+      } catch (const CompileError& err) {
+        if (opts.fullgraph) throw;
+        std::fprintf(stderr, "sinter::compile: %s: %s\nsinter::compile: running '%s' eagerly\n", opts.name.c_str(), err.what(),
+                     opts.name.c_str());
+        e->eager = true, e->break_reason = "the compiler failed";
+      }
+    }
+    entries.push_back(std::move(e));
+    return entries.back().get();
+  }
+};
+
+CompiledFunction::CompiledFunction(TensorFn fn, CompileOptions opts) : s_(std::make_unique<State>()) {
+  s_->fn = std::move(fn);
+  s_->opts = std::move(opts);
+}
+CompiledFunction::~CompiledFunction() = default;
+CompiledFunction::CompiledFunction(CompiledFunction&&) noexcept = default;
+CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = default;
+
+int CompiledFunction::compiles() const { return s_->traces; }
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {
+  compiler::Entry* e = s_->find(inputs);
+  if (!e) {
+    if (s_->traces >= s_->opts.recompile_limit) {
+      if (!s_->warned)
+        std::fprintf(stderr, "sinter::compile: '%s' reached its recompile limit (%d); running it eagerly from now on (guard that kept failing: %s)\n",
+                     s_->opts.name.c_str(), s_->opts.recompile_limit, s_->last_miss.c_str());
+      s_->warned = true;
+      return s_->fn(inputs);
+    }
+    e = s_->make(inputs);
+  }
+  if (e->eager) return s_->fn(inputs);
+  return compiler::run(*e, inputs);
+}
+
+Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
+  compiler::Entry* e = s_->find(inputs);
+  if (!e) e = s_->make(inputs);
+  Explanation x;
+  x.graphs = s_->traces;
+  for (auto& en : s_->entries)
+    if (en->eager && !en->break_op.empty()) ++x.breaks, x.break_reasons.push_back(en->break_op + ": " + en->break_reason);
+  x.guards = e->guard_text;
+  std::ostringstream os;
+  os << "compiled function '" << s_->opts.name << "': " << x.graphs << " graph(s), " << x.breaks << " graph break(s)\n";
+  for (const std::string& b : x.break_reasons) os << "  break at " << b << "\n";
+  if (!e->eager) {
+    const compiler::Graph& g = e->graph;
+    x.fused_kernels = int(e->plan.groups.size());
+    for (const compiler::Step& st : e->plan.steps) x.library_calls += st.group < 0;
+    for (const compiler::Group& gr : e->plan.groups) x.kernels.push_back(gr.ops);
+    x.planned_bytes = e->plan.arena_bytes;
+    x.unplanned_bytes = e->plan.unplanned_bytes;
+    os << "  " << g.nodes.size() << " nodes -> " << x.fused_kernels << " fused kernels + " << x.library_calls << " library calls\n";
+    for (const std::string& k : x.kernels) os << "    fused: " << k << "\n";
+    os << "  buffers: " << x.planned_bytes << " bytes planned (" << x.unplanned_bytes << " without reuse)\n";
+    os << "  code: " << e->module->path << (e->module->from_cache ? " (from the cache)" : "") << "\n";
+  } else {
+    os << "  runs eagerly" << (e->break_reason.empty() ? "" : ": " + e->break_reason) << "\n";
+  }
+  os << "  guards:\n";
+  for (const std::string& g : x.guards) os << "    " << g << "\n";
+  x.text = os.str();
+  return x;
+}
+
+CompiledFunction compile(TensorFn fn, CompileOptions opts) { return CompiledFunction(std::move(fn), std::move(opts)); }
+Explanation explain(CompiledFunction& f, const std::vector<Tensor>& inputs) { return f.explain(inputs); }
+
+}  // namespace sinter

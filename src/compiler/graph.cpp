@@ -1,0 +1,70 @@
+// The graph's verifier and text dump.
+#include "compiler/graph.h"
+
+#include <sstream>
+
+namespace sinter::compiler {
+
+bool Graph::contiguous(int v) const {
+  const Value& x = values[size_t(v)];
+  int64_t expected = 1;
+  for (size_t i = x.meta.shape.size(); i-- > 0;) {
+    if (x.meta.shape[i] == 1) continue;
+    if (x.strides[i] != expected) return false;
+    expected *= x.meta.shape[i];
+  }
+  return true;
+}
+
+std::string Graph::describe(int v) const {
+  std::ostringstream os;
+  const Value& x = values[size_t(v)];
+  os << "%" << v << " " << dtype_name(x.meta.dtype) << x.meta.shape;
+  return os.str();
+}
+
+void verify(const Graph& g) {
+  std::vector<bool> defined(g.values.size(), false);
+  for (int v : g.inputs) defined[size_t(v)] = true;
+  for (int v : g.captured) defined[size_t(v)] = true;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& node = g.nodes[n];
+    for (int v : node.inputs)
+      SINTER_CHECK_T(CompileError, v >= 0 && size_t(v) < g.values.size() && defined[size_t(v)], "[compile] node ", n, " (",
+                     node.op->name, ") uses %", v, " before it is made");
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      const int v = node.outputs[k];
+      SINTER_CHECK_T(CompileError, v >= 0 && size_t(v) < g.values.size(), "[compile] node ", n, " has a bad output %", v);
+      const Value& x = g.values[size_t(v)];
+      SINTER_CHECK_T(CompileError, x.kind == ValueKind::node && x.node == int(n) && x.output == int(k), "[compile] %", v,
+                     " does not name node ", n, " output ", k, " as its producer");
+      SINTER_CHECK_T(CompileError, x.strides.size() == x.meta.shape.size(), "[compile] %", v, " has ", x.strides.size(),
+                     " strides for ", x.meta.shape.size(), " dims");
+      defined[size_t(v)] = true;
+    }
+  }
+  for (int v : g.outputs)
+    SINTER_CHECK_T(CompileError, v >= 0 && size_t(v) < g.values.size() && defined[size_t(v)], "[compile] output %", v,
+                   " is not made by the graph");
+}
+
+std::string dump(const Graph& g) {
+  std::ostringstream os;
+  for (int v : g.inputs) os << g.describe(v) << " = input " << g.values[size_t(v)].index << "\n";
+  for (int v : g.captured) os << g.describe(v) << " = captured " << g.values[size_t(v)].index << "\n";
+  for (const Node& n : g.nodes) {
+    for (size_t k = 0; k < n.outputs.size(); ++k) os << (k ? ", " : "") << g.describe(n.outputs[k]);
+    os << " = " << n.op->name << "(";
+    for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << "%" << n.inputs[i];
+    os << ")";
+    if (!n.attrs.items().empty()) os << " " << n.attrs;
+    if (n.is_view()) os << "  [view of %" << g.buffer_of(n.inputs[0]) << "]";
+    if (n.mutates()) os << "  [writes in place]";
+    os << "\n";
+  }
+  os << "return";
+  for (int v : g.outputs) os << " %" << v;
+  return os.str() + "\n";
+}
+
+}  // namespace sinter::compiler

@@ -1,0 +1,60 @@
+#pragma once
+// The compiler's IR: an SSA graph of op calls. Values are tensors with a layout (shape, strides,
+// offset) over a buffer: a graph input's, a captured tensor's, or a node's own. View nodes make
+// values that alias their input's buffer; nodes of ops that write inputs in place (OpDef::mutates)
+// make new values for the same buffer, so program order is what separates a read from a write.
+// The IR names ops and devices, not C++: code generation is a separate stage (codegen.cpp).
+//
+// The compiler's stages, one file each: trace.cpp (symbolic execution through the op table) ->
+// graph.cpp (verifier, text dump) -> passes.cpp (dead code, common subexpressions, fusion groups,
+// memory plan) -> codegen.cpp (C++ source) -> jit.cpp (system compiler, disk cache, dlopen) ->
+// compiled.cpp (guards, calls, the public API).
+#include <string>
+#include <vector>
+
+#include "sinter/op.h"
+
+namespace sinter::compiler {
+
+enum class ValueKind { input, captured, node };
+
+struct Value {
+  ValueKind kind = ValueKind::node;
+  TensorMeta meta;
+  Shape strides;
+  int64_t offset = 0;     // in elements, into the buffer of `base`
+  int base = -1;          // the value whose buffer this one lives in; itself for buffer owners
+  int node = -1, output = 0;  // producer (kind node)
+  int index = -1;         // input or captured number
+  Tensor captured;        // kind captured: the tensor, held by reference
+  bool owns_buffer() const { return base < 0; }
+};
+
+struct Node {
+  const OpDef* op = nullptr;
+  Attrs attrs;
+  std::vector<int> inputs, outputs;
+  bool is_view() const { return op->view != nullptr; }
+  bool mutates() const { return op->mutates != 0; }
+};
+
+struct Graph {
+  std::vector<Value> values;
+  std::vector<Node> nodes;          // in program order
+  std::vector<int> inputs;          // values of kind input, by position
+  std::vector<int> captured;        // values of kind captured
+  std::vector<int> outputs;         // what the function returns
+
+  // The value whose buffer v lives in.
+  int buffer_of(int v) const { return values[size_t(v)].base < 0 ? v : values[size_t(v)].base; }
+  bool contiguous(int v) const;
+  std::string describe(int v) const;  // "%3 f32(4, 8)"
+};
+
+// Throws CompileError naming the first broken invariant (a value used before it is made, a
+// producer that does not list its output, an output that is not a value).
+void verify(const Graph& g);
+// One line per node: "%5 = gelu(%4)   f32(16, 1024)".
+std::string dump(const Graph& g);
+
+}  // namespace sinter::compiler

@@ -1,0 +1,191 @@
+// Generated source -> g++ -> a verified, content-addressed cache entry -> dlopen.
+#include "compiler/jit.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "sinter/error.h"
+
+namespace sinter::compiler {
+
+extern const char* const kJitPrelude;  // generated/jit_prelude.cpp
+
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kFlags = "-std=c++20 -O3 -march=native -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
+constexpr const char* kSinterVersion = "0.1.0";
+
+uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+std::string hex(uint64_t a, uint64_t b) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+  return buf;
+}
+std::string content_hash(const std::string& s) { return hex(fnv(s), fnv(s, 0x9e3779b97f4a7c15ull)); }
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    SINTER_CHECK_T(CompileError, f.good(), "[compile] cannot write ", tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+std::string compiler() {
+  const char* c = std::getenv("SINTER_CXX");
+  return c && *c ? c : "g++";
+}
+
+// Runs a shell command, returning its exit status and what it printed (stdout and stderr).
+int run(const std::string& cmd, std::string& output) {
+  output.clear();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The compiler's identity (its --version line), asked once per compiler name.
+std::string compiler_identity(const std::string& cxx) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  std::lock_guard lock(mu);
+  if (auto it = known.find(cxx); it != known.end()) return it->second;
+  std::string out;
+  const int rc = run(shell_quote(cxx) + " --version", out);
+  SINTER_CHECK_T(CompileError, rc == 0, "[compile] the C++ compiler '", cxx, "' cannot be run (exit ", rc, "): ",
+                 out.substr(0, 400), rc == 127 ? " (set SINTER_CXX to a C++20 compiler, or install g++)" : "");
+  return known[cxx] = out.substr(0, out.find('\n'));
+}
+
+std::string cpu_features() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("flags", 0) == 0) return line;
+  return "unknown";
+}
+
+std::string cache_dir() {
+  if (const char* d = std::getenv("SINTER_CACHE_DIR"); d && *d) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/sinter";
+}
+
+// Holds an exclusive lock on <path>.lock while it lives.
+struct FileLock {
+  explicit FileLock(const std::string& path) : fd(::open((path + ".lock").c_str(), O_CREAT | O_RDWR, 0644)) {
+    if (fd >= 0) ::flock(fd, LOCK_EX);
+  }
+  ~FileLock() {
+    if (fd >= 0) ::flock(fd, LOCK_UN), ::close(fd);
+  }
+  int fd;
+};
+
+bool valid_entry(const std::string& so, const std::string& sum) {
+  std::error_code ec;
+  if (!fs::exists(so, ec) || !fs::exists(sum, ec)) return false;
+  return read_all(sum) == content_hash(read_all(so));
+}
+
+}  // namespace
+
+JitModule::~JitModule() = default;  // the code stays loaded: outputs and callbacks may still point into it
+
+std::string debug_dir() {
+  const char* d = std::getenv("SINTER_COMPILE_DEBUG");
+  return d && *d ? d : "";
+}
+
+void debug_write(const std::string& file, const std::string& text) {
+  const std::string dir = debug_dir();
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream(dir + "/" + file, std::ios::binary) << text;
+}
+
+std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name) {
+  const std::string cxx = compiler();
+  const std::string identity = compiler_identity(cxx);
+  const std::string key = content_hash(source + "\n" + identity + "\n" + kFlags + "\n" + cpu_features() + "\n" + kSinterVersion +
+                                       "\n" + kJitPrelude);
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<JitModule>> loaded;  // one dlopen per entry per process
+  std::lock_guard lock(mu);
+  if (auto it = loaded.find(key); it != loaded.end())
+    if (auto m = it->second.lock()) return m;
+  const std::string dir = cache_dir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  SINTER_CHECK_T(CompileError, !ec, "[compile] cannot create the cache folder ", dir, ": ", ec.message());
+  const std::string base = dir + "/" + key, so = base + ".so", sum = base + ".sum";
+  auto m = std::make_shared<JitModule>();
+  {
+    FileLock lock_file(base);
+    m->from_cache = valid_entry(so, sum);
+    if (!m->from_cache) {
+      // The prelude by its own hash: processes of different versions sharing the cache never swap it.
+      const std::string prelude_name = "sinter_jit_prelude_" + content_hash(kJitPrelude) + ".h";
+      const std::string src = base + ".cpp";
+      if (!fs::exists(dir + "/" + prelude_name, ec)) write_atomic(dir + "/" + prelude_name, kJitPrelude);
+      std::string text = source;
+      const std::string plain = "#include \"sinter_jit_prelude.h\"";
+      if (const size_t at = text.find(plain); at != std::string::npos) text.replace(at, plain.size(), "#include \"" + prelude_name + "\"");
+      write_atomic(src, text);
+      const std::string tmp = base + ".so.tmp." + std::to_string(getpid());
+      const std::string cmd = shell_quote(cxx) + " " + kFlags + " -I" + shell_quote(dir) + " -o " + shell_quote(tmp) + " " + shell_quote(src);
+      debug_write(name + ".cmd", cmd + "\n");
+      std::string out;
+      const int rc = run(cmd, out);
+      if (rc != 0) {
+        fs::remove(tmp, ec);
+        SINTER_THROW(CompileError, "[compile] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n", out.substr(0, 2000));
+      }
+      fs::rename(tmp, so);
+      write_atomic(sum, content_hash(read_all(so)));
+    }
+  }
+  m->path = so;
+  m->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  SINTER_CHECK_T(CompileError, m->handle != nullptr, "[compile] cannot load ", so, ": ", dlerror());
+  m->run = reinterpret_cast<GraphRunFn>(dlsym(m->handle, "sinter_graph_run"));
+  SINTER_CHECK_T(CompileError, m->run != nullptr, "[compile] ", so, " has no sinter_graph_run");
+  loaded[key] = m;
+  return m;
+}
+
+}  // namespace sinter::compiler

@@ -1,0 +1,31 @@
+#pragma once
+// The system C++ compiler behind sinter::compile (jit.cpp): generated source -> shared object in
+// a content-addressed disk cache -> dlopen. The cache (SINTER_CACHE_DIR, default
+// ~/.cache/sinter) is keyed by a hash of the source, the compiler's identity, the flags, the
+// CPU's features and Sinter's version. Entries are written atomically beside a checksum and
+// verified on load: a corrupt or truncated one is rebuilt. A lock file per key makes processes
+// that compile the same graph at once wait for one another.
+#include <memory>
+#include <string>
+
+namespace sinter::compiler {
+
+using GraphRunFn = void (*)(char* const* slots, void (*call)(void*, int), void* ctx);
+
+struct JitModule {
+  void* handle = nullptr;
+  GraphRunFn run = nullptr;
+  std::string path;
+  bool from_cache = false;  // loaded without compiling
+  ~JitModule();
+};
+
+// Compiles (or loads from the cache) a translation unit that defines sinter_graph_run. Throws
+// CompileError naming the compiler and showing its message when it is missing or fails.
+std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name);
+
+// The directory SINTER_COMPILE_DEBUG names, or empty: graphs, sources and command lines go there.
+std::string debug_dir();
+void debug_write(const std::string& file, const std::string& text);
+
+}  // namespace sinter::compiler

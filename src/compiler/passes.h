@@ -1,0 +1,43 @@
+#pragma once
+// Graph passes: dead-code elimination, common subexpressions, elementwise fusion groups and the
+// memory plan (passes.cpp).
+#include <cstdint>
+#include <vector>
+
+#include "compiler/graph.h"
+
+namespace sinter::compiler {
+
+void eliminate_dead_code(Graph& g);  // keeps nodes that write in place (their effect is the point)
+void eliminate_common_subexpressions(Graph& g);
+
+// A fused kernel: elementwise nodes over one output shape, run at the position of its last node.
+struct Group {
+  std::vector<int> nodes;    // in program order
+  std::vector<int> inputs;   // values read from outside the group
+  std::vector<int> outputs;  // values stored (used after the group, or returned)
+  Shape shape;
+  std::string name() const;  // "k3_mul_add_gelu_tanh"
+  std::string ops;           // "mul -> add -> gelu_tanh"
+};
+
+// What runs, in order: a fused group, or one node's library kernel (views run nothing).
+struct Step {
+  int group = -1;  // index into Plan::groups, or
+  int node = -1;   // a node run by its op's kernel
+};
+
+struct Plan {
+  std::vector<Group> groups;
+  std::vector<Step> steps;
+  // Buffers the graph makes, by owning value: -1 for a fresh one per call (returned to the caller),
+  // else an offset in the arena.
+  std::vector<int64_t> arena_offset;  // by value id
+  int64_t arena_bytes = 0, unplanned_bytes = 0;
+};
+
+// Whether generated code can compute this node (an elementwise op on dtypes it spells).
+bool fusable(const Graph& g, const Node& n);
+Plan plan(const Graph& g);
+
+}  // namespace sinter::compiler

@@ -1,0 +1,165 @@
+// The tracer: an OpObserver that turns every top-level op call into a graph node.
+#include "compiler/trace.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "sinter/autograd.h"
+
+namespace sinter {
+namespace detail {
+extern std::function<void(const Tensor&)> g_materialize;  // core/tensor.cpp: reading a symbolic tensor's data
+}
+
+namespace compiler {
+namespace {
+
+// Thrown through the traced function where the trace cannot go on (and fullgraph is off).
+struct Break {
+  std::string op, reason;
+};
+
+class Tracer : public OpObserver {
+ public:
+  explicit Tracer(const CompileOptions& o) : opts_(o) {}
+  bool tracing() const override { return true; }
+
+  Tensor add_input(const Tensor& t, int index) {
+    Tensor s = Tensor::symbolic(t.shape(), t.dtype(), t.device(), &t.strides(), t.offset());
+    const int v = new_value(ValueKind::input, s);
+    g.values[size_t(v)].index = index;
+    g.inputs.push_back(v);
+    remember(s, v);
+    return s;
+  }
+
+  void stop(const std::string& op, const std::string& reason) {
+    SINTER_CHECK_T(CompileError, !opts_.fullgraph, "[compile] ", opts_.name, ": graph break at ", op, ": ", reason,
+                   " (fullgraph is set)");
+    throw Break{op, reason};
+  }
+
+  void before(const OpDef& op, std::span<const Tensor>, const Attrs&) override {
+    if (op.data_dependent) stop(op.name, "its output needs the input's data");
+    if (op.random) stop(op.name, "a random draw (compiled graphs do not draw new numbers per call)");
+  }
+
+  void after(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<const Tensor> outputs) override {
+    Node n;
+    n.op = &op;
+    n.attrs = attrs;
+    for (const Tensor& t : inputs) n.inputs.push_back(value_of(t));
+    const int node = int(g.nodes.size());
+    size_t mutated = 0;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const Tensor& o = outputs[k];
+      const int v = new_value(ValueKind::node, o);
+      Value& x = g.values[size_t(v)];
+      x.node = node, x.output = int(k);
+      if (op.mutates) {  // a new version of the input it writes: same buffer, same layout
+        while (!(op.mutates >> mutated & 1u)) ++mutated;
+        const Value& in = g.values[size_t(n.inputs[mutated++])];
+        x.base = g.buffer_of(n.inputs[mutated - 1]), x.strides = in.strides, x.offset = in.offset;
+      } else if (op.view) {
+        x.base = g.buffer_of(n.inputs[0]);
+      }
+      n.outputs.push_back(v);
+      remember(o, v);
+    }
+    g.nodes.push_back(std::move(n));
+  }
+
+  // The value a tensor stands for: one the trace made or was given, a detached copy of one, or a
+  // real tensor read for the first time (captured by reference).
+  int value_of(const Tensor& t) {
+    if (auto it = by_impl_.find(t.impl_ptr().get()); it != by_impl_.end()) return it->second;
+    if (auto it = by_storage_.find(t.storage().get()); it != by_storage_.end())
+      for (int v : it->second) {
+        const Value& x = g.values[size_t(v)];
+        if (x.meta.shape == t.shape() && x.strides == t.strides() && x.offset == t.offset() && x.meta.dtype == t.dtype()) {
+          by_impl_[t.impl_ptr().get()] = v;
+          return v;
+        }
+      }
+    if (t.is_symbolic())
+      SINTER_THROW(CompileError, "[compile] ", opts_.name, ": a symbolic tensor of shape ", t.shape(),
+                   " that the trace did not make (one made outside the function, or a view built by hand)");
+    const int v = new_value(ValueKind::captured, t);
+    g.values[size_t(v)].captured = t;
+    g.values[size_t(v)].index = int(g.captured.size());
+    g.captured.push_back(v);
+    remember(t, v);
+    return v;
+  }
+
+  Graph g;
+
+ private:
+  int new_value(ValueKind kind, const Tensor& t) {
+    Value x;
+    x.kind = kind;
+    x.meta = {t.shape(), t.dtype(), t.device()};
+    x.strides = t.strides();
+    x.offset = t.offset();
+    g.values.push_back(std::move(x));
+    return int(g.values.size()) - 1;
+  }
+  void remember(const Tensor& t, int v) {
+    by_impl_[t.impl_ptr().get()] = v;
+    keep_.push_back(t);  // keeps the impl alive, so its address is not reused during the trace
+    by_storage_[t.storage().get()].push_back(v);
+  }
+
+  const CompileOptions& opts_;
+  std::unordered_map<const TensorImpl*, int> by_impl_;
+  std::unordered_map<const Storage*, std::vector<int>> by_storage_;
+  std::vector<Tensor> keep_;
+};
+
+// While tracing, reading a traced tensor's data stops the trace.
+struct DataReadsBreak {
+  explicit DataReadsBreak(Tracer& t) : prev(detail::g_materialize) {
+    detail::g_materialize = [&t](const Tensor& x) { t.stop("data read", "the function reads a traced tensor's values (shape " + shape_text(x) + ")"); };
+  }
+  ~DataReadsBreak() { detail::g_materialize = prev; }
+  static std::string shape_text(const Tensor& x) {
+    std::ostringstream os;
+    os << x.shape();
+    return os.str();
+  }
+  std::function<void(const Tensor&)> prev;
+};
+
+}  // namespace
+
+TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts) {
+  Tracer t(opts);
+  std::vector<Tensor> stand_ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SINTER_CHECK(inputs[i].defined(), "[compile] ", opts.name, ": input ", i, " is an undefined tensor");
+    stand_ins.push_back(t.add_input(inputs[i], int(i)));
+  }
+  TraceResult r;
+  std::vector<Tensor> outs;
+  {
+    ObserveScope scope(&t);
+    DataReadsBreak reads(t);
+    try {
+      outs = fn(stand_ins);
+      for (const Tensor& o : outs) t.g.outputs.push_back(t.value_of(o));
+    } catch (const Break& b) {
+      r.broke = true, r.break_op = b.op, r.break_reason = b.reason;
+    }
+  }
+  // A traced backward leaves symbolic gradients on the tensors it captured: not for the caller.
+  for (int v : t.g.captured) {
+    Tensor& c = t.g.values[size_t(v)].captured;
+    if (c.grad().defined() && c.grad().is_symbolic()) c.set_grad({});
+  }
+  r.graph = std::move(t.g);
+  if (!r.broke) verify(r.graph);
+  return r;
+}
+
+}  // namespace compiler
+}  // namespace sinter

@@ -1,0 +1,307 @@
+// sinter::compile against eager: elementwise chains bit for bit (the same functors run), fusion
+// counts from explain(), a GPT forward and a whole training step, guards, graph breaks, a
+// failing compiler and a corrupt cache entry.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <sinter/compile.h>
+#include <sinter/train.h>
+
+#include "test_util.h"
+
+using namespace sinter;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Each test compiles into a cache folder of its own (and restores the environment after).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name(name) {
+    if (const char* v = std::getenv(name)) old = v, had = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name, old.c_str(), 1);
+    else unsetenv(name);
+  }
+  const char* name;
+  std::string old;
+  bool had = false;
+};
+
+std::string fresh_cache(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("sinter_compile_test_" + name);
+  fs::remove_all(d);
+  return d.string();
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel() * x.element_size())) == 0;
+}
+
+std::vector<Tensor> chain(const std::vector<Tensor>& in) {
+  const Tensor &x = in[0], &a = in[1], &b = in[2];
+  return {gelu(x * a + b) * sigmoid(x) + x * 0.5};
+}
+
+}  // namespace
+
+TEST(Compile, AnElementwiseChainIsOneKernelAndEqualsEagerBitForBit) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("chain"));
+  manual_seed(1);
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = randn({64, 300}).to(dt), a = randn({300}).to(dt), b = randn({64, 1}).to(dt);
+    CompiledFunction f = compile(chain, {.name = "chain"});
+    const Tensor y = f({x, a, b})[0], ref = chain({x, a, b})[0];
+    EXPECT_TRUE(bitwise_equal(y, ref));
+    const Explanation e = f.explain({x, a, b});
+    EXPECT_EQ(e.fused_kernels, 1) << e.text;
+    EXPECT_EQ(e.library_calls, 0) << e.text;
+    EXPECT_EQ(f.compiles(), 1);
+    // Non-contiguous inputs: another guard set, the same values.
+    Tensor xt = randn({300, 64}).to(dt).t();
+    EXPECT_TRUE(bitwise_equal(f({xt, a, b})[0], chain({xt, a, b})[0]));
+    EXPECT_EQ(f.compiles(), 2);
+  }
+}
+
+TEST(Compile, EveryElementwiseOpCompiledAloneEqualsEager) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("ops"));
+  manual_seed(2);
+  Tensor x = randn({33, 17}), y = add(rand({17}), 0.5), xi = randint(-5, 6, {33, 17}, DType::i32);
+  for (const OpDef* op : all_ops()) {
+    if (!op->fusable) continue;
+    SCOPED_TRACE(op->name);
+    std::vector<Tensor> in;
+    Attrs attrs;
+    if (op->name == "where") in = {gt(x, zeros({})), x, y};
+    else if (op->name == "masked_fill") in = {x, gt(y, ones({}))}, attrs = {{"value", -2.5}};
+    else if (op->name == "cast") in = {x}, attrs = {{"dtype", DType::bf16}};
+    else if (op->name == "clamp") in = {x}, attrs = {{"min", -0.5}, {"max", 0.7}};
+    else if (op->num_inputs == 1) in = {op->name == "log" || op->name == "sqrt" || op->name == "rsqrt" ? add(x * x, 0.1) : x};
+    else in = {x, op->name == "pow" ? y : (op->name == "div" ? y : x.t().t() * 0.5 + y)};
+    CompiledFunction f = compile([op, attrs](const std::vector<Tensor>& t) { return call(*op, t, attrs); }, {.name = op->name});
+    EXPECT_TRUE(bitwise_equal(f(in)[0], call(*op, in, attrs)[0]));
+    if (op->num_inputs == 2 && op->name != "pow" && op->name != "masked_fill") {  // integers (and int -> f32 true division)
+      std::vector<Tensor> ii{xi, xi * 2 + 1};
+      if (op->name.find("backward") == std::string::npos) EXPECT_TRUE(bitwise_equal(f(ii)[0], call(*op, ii, attrs)[0]));
+    }
+  }
+}
+
+TEST(Compile, AGptForwardMatchesEager) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("gpt"));
+  manual_seed(3);
+  for (const char* preset : {"tiny", "llama-tiny"}) {
+    SCOPED_TRACE(preset);
+    nn::GPT model(nn::ModelConfig::preset(preset));
+    model.init_weights(3);
+    model.eval();
+    NoGradGuard no_grad;
+    CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{model.forward(in[0])}; },
+                                 {.name = std::string("gpt_") + preset});
+    Tensor idx = randint(0, 256, {2, 40});
+    EXPECT_TRUE(test::all_close(f({idx})[0], model.forward(idx), 1e-5, 1e-5));
+    // Parameters are read by reference: a change to them is seen without tracing again.
+    model.norm_f->named_parameters()[0].second->mul_(0.5);
+    EXPECT_TRUE(test::all_close(f({idx})[0], model.forward(idx), 1e-5, 1e-5));
+    EXPECT_EQ(f.compiles(), 1);
+    const Explanation e = f.explain({idx});
+    EXPECT_GT(e.fused_kernels, 0) << e.text;
+    EXPECT_LT(e.planned_bytes, e.unplanned_bytes) << e.text;
+  }
+}
+
+TEST(Compile, AWholeTrainingStepMatchesEager) {
+  // Forward, backward, clipping and AdamW traced as one graph; the optimizer's writes to the
+  // parameters and its state happen in the graph, on the captured tensors.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("train"));
+  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
+  auto make = [] {
+    auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset("tiny"));
+    m->init_weights(5);
+    return m;
+  };
+  auto eager = make(), compiled = make();
+  optim::AdamW eager_opt(eager->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
+  optim::AdamW compiled_opt(compiled->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
+  auto step = [](nn::GPT& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
+    Tensor logits = m.forward(x);
+    Tensor loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+    opt.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm(m.parameters(), 1.0);
+    opt.step();
+    return loss;
+  };
+  CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{step(*compiled, compiled_opt, in[0], in[1])}; },
+                               {.name = "train_step"});
+  for (int s = 0; s < 5; ++s) {
+    auto [x, y] = data.batch(true, 4, 32, 1, uint64_t(s));
+    eager_opt.set_lr(1e-3 * (s + 1)), compiled_opt.set_lr(1e-3 * (s + 1));  // a tensor the graph reads
+    const double le = step(*eager, eager_opt, x, y).item<double>();
+    const double lc = f({x, y})[0].item<double>();
+    EXPECT_NEAR(lc, le, 1e-5 * std::fabs(le)) << "step " << s;
+  }
+  EXPECT_EQ(f.compiles(), 1);
+  auto pc = compiled->named_parameters(), pe = eager->named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_TRUE(test::all_close(*pc[i].second, *pe[i].second, 1e-4, 1e-5)) << pc[i].first;
+  EXPECT_EQ(compiled_opt.steps(), 5);
+}
+
+TEST(Compile, GuardsRecompileAndTheLimitFallsBackToEager) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("guards"));
+  const std::string debug = fresh_cache("guards_debug");
+  ScopedEnv dbg("SINTER_COMPILE_DEBUG", debug);
+  CompiledFunction f = compile(chain, {.recompile_limit = 2, .name = "guarded"});
+  auto in = [](int64_t n) { return std::vector<Tensor>{randn({n, 8}), randn({8}), randn({n, 1})}; };
+  (void)f(in(4));
+  (void)f(in(4));
+  EXPECT_EQ(f.compiles(), 1);
+  (void)f(in(5));  // a new shape: a guard miss, a second trace
+  EXPECT_EQ(f.compiles(), 2);
+  std::ifstream miss(debug + "/guarded.guard_miss.txt");
+  std::string why((std::istreambuf_iterator<char>(miss)), std::istreambuf_iterator<char>());
+  EXPECT_NE(why.find("input 0 shape (5, 8)"), std::string::npos) << why;
+  for (const char* file : {"guarded.graph.txt", "guarded.passes.txt", "guarded.cpp", "guarded.cmd"})
+    EXPECT_TRUE(fs::exists(debug + "/" + file)) << file;
+  // Past the limit: eager, still right, no more traces.
+  auto x = in(6);
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(bitwise_equal(f(x)[0], chain(x)[0]));
+  (void)f(in(7));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.compiles(), 2);
+  EXPECT_NE(err.find("recompile limit"), std::string::npos) << err;
+  EXPECT_EQ(err.find("recompile limit", err.find("recompile limit") + 1), std::string::npos) << "warned more than once";
+}
+
+TEST(Compile, ADataDependentOpBreaksTheGraph) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("break"));
+  auto fn = [](const std::vector<Tensor>& in) {
+    const double m = max(in[0]).item<double>();  // the host needs a value
+    return std::vector<Tensor>{in[0] / m};
+  };
+  Tensor x = randn({5});
+  EXPECT_TRUE(test::throws_naming("compile", [&] {
+    CompiledFunction f = compile(fn, {.fullgraph = true, .name = "strict"});
+    (void)f({x});
+  }));
+  try {
+    CompiledFunction f = compile(fn, {.fullgraph = true, .name = "strict"});
+    (void)f({x});
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("item"), std::string::npos) << e.what();
+  }
+  CompiledFunction f = compile(fn, {.name = "loose"});
+  EXPECT_TRUE(bitwise_equal(f({x})[0], fn({x})[0]));
+  const Explanation e = f.explain({x});
+  EXPECT_EQ(e.breaks, 1);
+  ASSERT_EQ(e.break_reasons.size(), 1u);
+  EXPECT_NE(e.break_reasons[0].find("item"), std::string::npos);
+}
+
+TEST(Compile, AMissingOrFailingCompilerIsNamedAndFallsBackToEager) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("cxx"));
+  const std::string failing = fresh_cache("failing_cxx");
+  fs::create_directories(failing);
+  const std::string script = failing + "/cxx";
+  std::ofstream(script) << "#!/bin/sh\ncase \"$1\" in --version) echo fake-cxx 1.0;; *) echo 'fake-cxx: internal error: out of ideas' >&2; exit 1;; esac\n";
+  fs::permissions(script, fs::perms::owner_all);
+  Tensor x = randn({3, 4}), a = randn({4}), b = randn({3, 1});
+  for (const std::string& cxx : {std::string("/nonexistent/c++"), script}) {
+    SCOPED_TRACE(cxx);
+    ScopedEnv env("SINTER_CXX", cxx);
+    try {
+      CompiledFunction f = compile(chain, {.fullgraph = true, .name = "strict"});
+      (void)f({x, a, b});
+      ADD_FAILURE() << "no CompileError";
+    } catch (const CompileError& e) {
+      EXPECT_NE(std::string(e.what()).find(cxx), std::string::npos) << e.what();
+      if (cxx == script) EXPECT_NE(std::string(e.what()).find("out of ideas"), std::string::npos) << e.what();
+    }
+    CompiledFunction f = compile(chain, {.name = "loose"});
+    testing::internal::CaptureStderr();
+    EXPECT_TRUE(bitwise_equal(f({x, a, b})[0], chain({x, a, b})[0]));
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("eagerly"), std::string::npos) << err;
+  }
+}
+
+TEST(Compile, ACorruptCacheEntryIsRebuilt) {
+  const std::string dir = fresh_cache("corrupt");
+  ScopedEnv cache("SINTER_CACHE_DIR", dir);
+  Tensor x = randn({7, 5}), a = randn({5}), b = randn({7, 1});
+  const Tensor ref = chain({x, a, b})[0];
+  auto entry = [&] {
+    for (auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".so") return e.path().string();
+    return std::string();
+  };
+  // A child process fills the cache (a process of its own: this one keeps what it loaded).
+  auto in_child = [&](const std::function<bool()>& body) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(body() ? 0 : 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  };
+  auto compiled_equals = [&] {
+    CompiledFunction f = compile(chain, {.fullgraph = true, .name = "cached"});
+    return bitwise_equal(f({x, a, b})[0], ref) && f.explain({x, a, b}).text.find("from the cache") != std::string::npos;
+  };
+  auto compiled_fresh = [&] {
+    CompiledFunction f = compile(chain, {.fullgraph = true, .name = "cached"});
+    return bitwise_equal(f({x, a, b})[0], ref) && f.explain({x, a, b}).text.find("from the cache") == std::string::npos;
+  };
+  ASSERT_TRUE(in_child(compiled_fresh));
+  ASSERT_TRUE(in_child(compiled_equals));  // a warm start loads it
+  const std::string so = entry();
+  ASSERT_FALSE(so.empty());
+  fs::resize_file(so, fs::file_size(so) / 2);  // truncated
+  EXPECT_TRUE(in_child(compiled_fresh));
+  {
+    std::fstream f(so, std::ios::in | std::ios::out | std::ios::binary);  // one flipped byte
+    f.seekp(4000);
+    char c;
+    f.seekg(4000);
+    f.get(c);
+    f.seekp(4000);
+    f.put(char(c ^ 0x5a));
+  }
+  EXPECT_TRUE(in_child(compiled_fresh));
+  EXPECT_TRUE(in_child(compiled_equals));
+}
+
+TEST(Compile, ProcessesCompilingTheSameGraphAtOnceShareOneEntry) {
+  const std::string dir = fresh_cache("race");
+  ScopedEnv cache("SINTER_CACHE_DIR", dir);
+  Tensor x = randn({9, 4}), a = randn({4}), b = randn({9, 1});
+  const Tensor ref = chain({x, a, b})[0];
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 3; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      CompiledFunction f = compile(chain, {.fullgraph = true, .name = "race"});
+      _exit(bitwise_equal(f({x, a, b})[0], ref) ? 0 : 1);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  int entries = 0;
+  for (auto& e : fs::directory_iterator(dir)) entries += e.path().extension() == ".so";
+  EXPECT_EQ(entries, 1);
+}
