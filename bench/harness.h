@@ -121,6 +121,7 @@ void suite_train(const Options& o, Report& r);
 void suite_generate(const Options& o, Report& r);
 void suite_attention(const Options& o, Report& r);
 void suite_sparse(const Options& o, Report& r);
+void suite_compile(const Options& o, Report& r);
 
 // Shared measurement helpers.
 double copy_bandwidth_gbs(Timing* copy_of_64mib = nullptr);  // 2-thread parallel memcpy, bytes read+written

@@ -76,8 +76,6 @@ bool fusable(const Graph& g, const Node& n) {
   return g.values[size_t(n.outputs[0])].meta.device.type == DeviceType::cpu;
 }
 
-std::string Group::name() const { return "k" + std::to_string(nodes.front()); }
-
 Plan plan(const Graph& g) {
   Plan p;
   std::vector<int> group_of_node(g.nodes.size(), -1);

@@ -17,8 +17,7 @@ struct Group {
   std::vector<int> inputs;   // values read from outside the group
   std::vector<int> outputs;  // values stored (used after the group, or returned)
   Shape shape;
-  std::string name() const;  // "k3_mul_add_gelu_tanh"
-  std::string ops;           // "mul -> add -> gelu_tanh"
+  std::string ops;           // "mul -> add -> gelu_tanh" (constants left out)
 };
 
 // What runs, in order: a fused group, or one node's library kernel (views run nothing).
