@@ -74,6 +74,26 @@ TEST(Compile, AnElementwiseChainIsOneKernelAndEqualsEagerBitForBit) {
   }
 }
 
+TEST(Compile, ANormWithItsElementwiseNeighboursIsOneKernel) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("norm"));
+  manual_seed(7);
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rms_norm" : "layer_norm");
+    Tensor x = randn({2, 37, 96}), r = randn({2, 37, 96}), w = randn({96}), b = randn({96});
+    auto fn = [&](const std::vector<Tensor>& in) {
+      Tensor h = in[0] + in[1];
+      return std::vector<Tensor>{gelu(rms ? rms_norm(h, w) : layer_norm(h, w, b), true), h};
+    };
+    CompiledFunction f = compile(fn, {.name = rms ? "rms" : "ln"});
+    const auto y = f({x, r}), ref = fn({x, r});
+    EXPECT_TRUE(test::all_close(y[0], ref[0], 1e-6, 1e-6));
+    EXPECT_TRUE(bitwise_equal(y[1], ref[1]));  // the prologue's value, stored on the way
+    const Explanation e = f.explain({x, r});
+    EXPECT_EQ(e.fused_kernels, 1) << e.text;
+    EXPECT_EQ(e.library_calls, 0) << e.text;
+  }
+}
+
 TEST(Compile, EveryElementwiseOpCompiledAloneEqualsEager) {
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("ops"));
   manual_seed(2);

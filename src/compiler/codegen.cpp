@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace sinter::compiler {
@@ -199,6 +200,107 @@ std::string kernel_code(const Graph& g, const Group& gr, const std::string& fnam
   return os.str();
 }
 
+// A group around a row reduction (layer_norm, rms_norm over the last dim): per row, pass 1 runs the
+// prologue and keeps the reduction's input in a row buffer (in its compute type), the statistics
+// are summed in double, and pass 2 normalises and runs the epilogue.
+std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& fname) {
+  const Node& R = g.nodes[size_t(gr.row)];
+  const Shape& S = gr.shape;
+  const int64_t D = S.back(), rows = D ? S.numel() / D : 0;
+  const DType xt = g.values[size_t(R.inputs[0])].meta.dtype;
+  const std::string T = ctype(xt), C = "sinter::jit::compute_t<" + T + ">";
+  std::ostringstream os;
+  os << "// fused: " << gr.ops << "   (graph nodes " << gr.nodes.front() << ".." << gr.nodes.back() << "; rows of " << D << ")\n";
+  os << "static void " << fname << "(char* const* p) {\n";
+  std::map<int, std::string> name;
+  std::map<int, std::vector<int64_t>> st;  // broadcast strides over S
+  std::vector<int> operands(gr.inputs);
+  operands.insert(operands.end(), gr.outputs.begin(), gr.outputs.end());
+  for (int v : operands) {
+    const Value& x = g.values[size_t(v)];
+    std::vector<int64_t> s(S.size(), 0);
+    const size_t off = S.size() - x.meta.shape.size();
+    for (size_t d = 0; d < x.meta.shape.size(); ++d) s[off + d] = x.meta.shape[d] == 1 && S[off + d] != 1 ? 0 : x.strides[d];
+    st[v] = s;
+  }
+  for (size_t i = 0; i < gr.inputs.size(); ++i) {
+    const std::string VT = ctype(g.values[size_t(gr.inputs[i])].meta.dtype);
+    os << "  const " << VT << "* __restrict in" << i << " = reinterpret_cast<const " << VT << "*>(p[" << i << "]);\n";
+  }
+  for (size_t i = 0; i < gr.outputs.size(); ++i) {
+    const std::string VT = ctype(g.values[size_t(gr.outputs[i])].meta.dtype);
+    os << "  " << VT << "* __restrict out" << i << " = reinterpret_cast<" << VT << "*>(p[" << gr.inputs.size() + i << "]);\n";
+  }
+  if (rows == 0) return os.str() + "}\n";
+  os << "#pragma omp parallel for schedule(static)" << (rows * D >= 32768 ? "" : " if(0)") << "\n";
+  os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n    " << C << " xr[" << D << "];\n    int64_t rem = r;\n";
+  for (size_t d = S.size() - 1; d-- > 0;) os << "    const int64_t i" << d << " = rem % " << S[d] << "; rem /= " << S[d] << ";\n";
+  for (int v : operands) {
+    os << "    const int64_t b" << v << " = 0";
+    for (size_t d = 0; d + 1 < S.size(); ++d)
+      if (st[v][d]) os << " + i" << d << " * " << st[v][d];
+    os << ";\n";
+  }
+  auto at = [&](int v) {
+    const int64_t s = st[v].back();
+    return "b" + std::to_string(v) + (s == 0 ? std::string() : s == 1 ? std::string(" + j") : " + j * " + std::to_string(s));
+  };
+  auto pass = [&](bool first) {
+    std::ostringstream b;
+    std::vector<int> nodes;
+    for (int n : gr.nodes)
+      if (g.nodes[size_t(n)].op->name == "full" || (first ? n < gr.row : n > gr.row)) nodes.push_back(n);
+    std::set<int> reads;
+    for (int n : nodes) for (int v : g.nodes[size_t(n)].inputs) reads.insert(v);
+    if (first) reads.insert(R.inputs[0]);
+    else for (size_t i = 1; i < R.inputs.size(); ++i) reads.insert(R.inputs[i]);
+    for (size_t i = 0; i < gr.inputs.size(); ++i) {
+      const int v = gr.inputs[i];
+      if (!reads.count(v)) continue;
+      name[v] = "a" + std::to_string(v);
+      b << "      const " << ctype(g.values[size_t(v)].meta.dtype) << " " << name[v] << " = in" << i << "[" << at(v) << "];\n";
+    }
+    for (int n : nodes) for (int v : g.nodes[size_t(n)].outputs) name[v] = "t" + std::to_string(v);
+    if (!first) {
+      const int y = R.outputs[0];
+      name[y] = "t" + std::to_string(y);
+      const std::string w = "sinter::jit::cvt<" + std::string(C) + ">(" + name.at(R.inputs[1]) + ")";
+      if (R.op->name == "layer_norm")
+        b << "      const " << T << " " << name[y] << " = " << T << "((xr[j] - m) * rstd * " << w << " + sinter::jit::cvt<" << C << ">(" << name.at(R.inputs[2]) << "));\n";
+      else
+        b << "      const " << T << " " << name[y] << " = " << T << "(xr[j] * rstd * " << w << ");\n";
+    }
+    for (int n : nodes) b << "      " << node_code(g, g.nodes[size_t(n)], name) << "\n";
+    if (first) b << "      xr[j] = " << C << "(sinter::jit::cvt<" << T << ">(" << name.at(R.inputs[0]) << "));\n";
+    for (size_t i = 0; i < gr.outputs.size(); ++i) {
+      const int v = gr.outputs[i], producer = g.values[size_t(v)].node;
+      if (first ? producer < gr.row : producer >= gr.row) b << "      out" << i << "[" << at(v) << "] = " << name.at(v) << ";\n";
+    }
+    return b.str();
+  };
+  os << "    for (int64_t j = 0; j < " << D << "; ++j) {\n" << pass(true) << "    }\n";
+  // Sums in 16 independent lanes of the compute type, then the lanes in order: the eager kernels'
+  // order (cpu/simd/lanes.h), and a loop the compiler vectorizes.
+  auto lane_sum = [&](const std::string& var, const std::string& term) {
+    os << "    " << C << " " << var << " = 0;\n    {\n      " << C << " acc[16] = {};\n      int64_t j = 0;\n";
+    os << "      for (; j + 16 <= " << D << "; j += 16)\n        for (int l = 0; l < 16; ++l) { const int64_t i = j + l; acc[l] += " << term << "; }\n";
+    os << "      for (int l = 0; j < " << D << "; ++j, ++l) { const int64_t i = j; acc[l] += " << term << "; }\n";
+    os << "      for (int l = 0; l < 16; ++l) " << var << " += acc[l];\n    }\n";
+  };
+  const std::string eps = C + "(" + literal(R.attrs.f("eps")) + ")";
+  if (R.op->name == "layer_norm") {
+    lane_sum("sum", "xr[i]");
+    os << "    const " << C << " m = sum / " << C << "(" << D << ");\n";
+    lane_sum("sq", "(xr[i] - m) * (xr[i] - m)");
+    os << "    const " << C << " rstd = " << C << "(1) / std::sqrt(sq / " << C << "(" << D << ") + " << eps << ");\n";
+  } else {
+    lane_sum("sq", "xr[i] * xr[i]");
+    os << "    const " << C << " rstd = " << C << "(1) / std::sqrt(sq / " << C << "(" << D << ") + " << eps << ");\n";
+  }
+  os << "#pragma omp simd\n    for (int64_t j = 0; j < " << D << "; ++j) {\n" << pass(false) << "    }\n  }\n}\n";
+  return os.str();
+}
+
 }  // namespace
 
 bool spelled_op(const std::string& name) {
@@ -211,9 +313,9 @@ Slots assign_slots(const Graph& g, const Plan& p) {
   for (int v : g.inputs) s.of_value[size_t(v)] = s.count++;
   for (int v : g.captured) s.of_value[size_t(v)] = s.count++;
   for (size_t v = 0; v < g.values.size(); ++v)  // buffers made per call (returned)
-    if (g.values[v].kind == ValueKind::node && g.values[v].owns_buffer() && p.arena_offset[v] < 0) s.of_value[v] = s.count++;
+    if (p.fresh[v]) s.of_value[v] = s.count++;
   s.arena = s.count++;
-  for (size_t v = 0; v < g.values.size(); ++v) {
+  for (size_t v = 0; v < g.values.size(); ++v) {  // views (and a group's values kept in registers: none)
     if (p.arena_offset[v] >= 0) s.of_value[v] = s.arena;
     else if (s.of_value[v] < 0) s.of_value[v] = s.of_value[size_t(g.buffer_of(int(v)))];
   }
@@ -232,7 +334,7 @@ std::string generate_cpp(const Graph& g, const Plan& p, const Slots& slots, cons
       if (g.nodes[size_t(node)].op->name != "full") n += "_" + g.nodes[size_t(node)].op->name;
     if (n.size() > 60) n = n.substr(0, 60) + "_" + std::to_string(gi);
     names[gi] = n;
-    os << kernel_code(g, gr, n) << "\n";
+    os << (gr.row >= 0 ? row_kernel_code(g, gr, n) : kernel_code(g, gr, n)) << "\n";
   }
   auto address = [&](int v) {
     const Value& x = g.values[size_t(v)];

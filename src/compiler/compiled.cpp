@@ -146,7 +146,7 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs) {
   }
   for (size_t v = 0; v < g.values.size(); ++v) {
     const Value& x = g.values[v];
-    if (x.kind != ValueKind::node || !x.owns_buffer() || e.plan.arena_offset[v] >= 0) continue;
+    if (!e.plan.fresh[v]) continue;
     const int slot = e.slots.of_value[v];
     if (fresh[size_t(slot)].defined()) continue;
     fresh[size_t(slot)] = Tensor::empty({x.meta.shape.numel() * dtype_size(x.meta.dtype)}, DType::u8);

@@ -76,6 +76,14 @@ bool fusable(const Graph& g, const Node& n) {
   return g.values[size_t(n.outputs[0])].meta.device.type == DeviceType::cpu;
 }
 
+bool fusable_row(const Graph& g, const Node& n) {
+  if (n.op->name != "layer_norm" && n.op->name != "rms_norm") return false;
+  const Value& x = g.values[size_t(n.inputs[0])];
+  const DType dt = x.meta.dtype;
+  return (dt == DType::f32 || dt == DType::f64 || dt == DType::bf16) && !x.meta.shape.empty() && x.meta.shape.back() > 0 &&
+         x.meta.shape.back() <= 16384 && x.meta.device.type == DeviceType::cpu;
+}
+
 Plan plan(const Graph& g) {
   Plan p;
   std::vector<int> group_of_node(g.nodes.size(), -1);
@@ -93,9 +101,19 @@ Plan plan(const Graph& g) {
     if (constant[n]) continue;
     if (node.mutates())
       for (size_t k = 0; k < open.size(); ++k) open[k] = false;
-    const bool fuse = fusable(g, node);
+    const bool row = fusable_row(g, node);
+    const bool fuse = row || fusable(g, node);
     int join = -1;
-    if (fuse) {
+    // Values a group made before its row reduction: its epilogue cannot read them.
+    auto prologue_value = [&](int v) {
+      const int gi = group_of_value[size_t(v)];
+      const int r = gi >= 0 ? p.groups[size_t(gi)].row : -1;
+      return r >= 0 && g.values[size_t(v)].node < r;
+    };
+    if (row) {  // joins the open group that makes its input (as that group's reduction), if any
+      const int gi = group_of_value[size_t(node.inputs[0])];
+      if (gi >= 0 && open[size_t(gi)] && p.groups[size_t(gi)].row < 0 && p.groups[size_t(gi)].shape == shape_of(int(n))) join = gi;
+    } else if (fuse) {
       const Shape& shape = shape_of(int(n));
       std::vector<int> from;
       for (int v : node.inputs) {
@@ -107,6 +125,11 @@ Plan plan(const Graph& g) {
       if (from.empty())
         for (size_t gi = p.groups.size(); gi-- > 0;)
           if (open[gi] && p.groups[gi].shape == shape) { from.push_back(int(gi)); break; }
+      bool reads_prologue = false;
+      for (int v : node.inputs) reads_prologue = reads_prologue || prologue_value(v);
+      int rows = 0;
+      for (int gi : from) rows += p.groups[size_t(gi)].row >= 0;
+      if (reads_prologue || (rows > 0 && from.size() > 1)) from.clear();  // no epilogue reads a prologue value; one reduction a group
       if (!from.empty()) {
         join = from[0];
         for (size_t k = 1; k < from.size(); ++k) {  // merge into the first
@@ -136,6 +159,7 @@ Plan plan(const Graph& g) {
       p.groups.back().shape = shape_of(int(n));
       open.push_back(true);
     }
+    if (row) p.groups[size_t(join)].row = int(n);
     p.groups[size_t(join)].nodes.push_back(int(n));
     group_of_node[n] = join;
     for (int v : node.outputs) group_of_value[size_t(v)] = join;
@@ -214,16 +238,23 @@ Plan plan(const Graph& g) {
   }
   // Memory plan: buffers made by nodes live from their step to the last step that reads them (or
   // a view of them); returned buffers are fresh per call. First fit in a 64-byte aligned arena.
+  // Materialised: a library kernel's outputs and what a fused kernel stores; a group's other values
+  // live in registers.
   std::vector<int> step_of_value(g.values.size(), -1), last_use(g.values.size(), -1);
   for (size_t s = 0; s < p.steps.size(); ++s) {
-    std::vector<int> nodes = p.steps[s].group >= 0 ? p.groups[size_t(p.steps[s].group)].nodes : std::vector<int>{p.steps[s].node};
-    for (int n : nodes) {
-      for (int v : g.nodes[size_t(n)].inputs) last_use[size_t(g.buffer_of(v))] = int(s);
-      for (int v : g.nodes[size_t(n)].outputs)
-        if (g.values[size_t(v)].owns_buffer() && step_of_value[size_t(v)] < 0) step_of_value[size_t(v)] = int(s);
+    const Step& st = p.steps[s];
+    if (st.group >= 0) {
+      for (int v : p.groups[size_t(st.group)].inputs) last_use[size_t(g.buffer_of(v))] = int(s);
+      for (int v : p.groups[size_t(st.group)].outputs) step_of_value[size_t(v)] = int(s);
+      continue;
     }
+    for (int v : g.nodes[size_t(st.node)].inputs) last_use[size_t(g.buffer_of(v))] = int(s);
+    for (int v : g.nodes[size_t(st.node)].outputs)
+      if (g.values[size_t(v)].owns_buffer() && step_of_value[size_t(v)] < 0) step_of_value[size_t(v)] = int(s);
   }
   p.arena_offset.assign(g.values.size(), -1);
+  p.fresh.assign(g.values.size(), false);
+  for (size_t v = 0; v < g.values.size(); ++v) p.fresh[v] = returned[v] && step_of_value[v] >= 0 && g.values[v].owns_buffer();
   struct Block { int64_t at, bytes; int free_after; };
   std::vector<Block> live;
   for (size_t s = 0; s < p.steps.size(); ++s)

@@ -18,6 +18,9 @@ struct Group {
   std::vector<int> outputs;  // values stored (used after the group, or returned)
   Shape shape;
   std::string ops;           // "mul -> add -> gelu_tanh" (constants left out)
+  // A row reduction (layer_norm, rms_norm) over the last dim, or -1: the nodes before it are its
+  // prologue (they make its input a row at a time), those after it its epilogue.
+  int row = -1;
 };
 
 // What runs, in order: a fused group, or one node's library kernel (views run nothing).
@@ -32,11 +35,14 @@ struct Plan {
   // Buffers the graph makes, by owning value: -1 for a fresh one per call (returned to the caller),
   // else an offset in the arena.
   std::vector<int64_t> arena_offset;  // by value id
+  std::vector<bool> fresh;            // by value id: a returned buffer, allocated per call
   int64_t arena_bytes = 0, unplanned_bytes = 0;
 };
 
 // Whether generated code can compute this node (an elementwise op on dtypes it spells).
 bool fusable(const Graph& g, const Node& n);
+// Whether it is a row reduction generated code can fuse with its neighbours.
+bool fusable_row(const Graph& g, const Node& n);
 Plan plan(const Graph& g);
 
 }  // namespace sinter::compiler
