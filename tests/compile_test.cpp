@@ -325,3 +325,21 @@ TEST(Compile, ProcessesCompilingTheSameGraphAtOnceShareOneEntry) {
   for (auto& e : fs::directory_iterator(dir)) entries += e.path().extension() == ".so";
   EXPECT_EQ(entries, 1);
 }
+
+TEST(Compile, TrainingWithACompiledStepTracksEagerTraining) {
+  // `sinter train --compile`: 200 steps of the default model over its full context (128
+  // positions), the same losses as eager training.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("train_cli"));
+  train::Options o;
+  o.steps = 200, o.batch = 4, o.seq_len = 128, o.val_every = 1000, o.save_every = 1000, o.quiet = true;
+  o.out_dir = fresh_cache("train_eager");
+  const train::Result eager = train::run(o);
+  o.out_dir = fresh_cache("train_compiled"), o.compile = true;
+  const train::Result compiled = train::run(o);
+  ASSERT_EQ(eager.losses.size(), 200u);
+  ASSERT_EQ(compiled.losses.size(), 200u);
+  double worst = 0;
+  for (size_t i = 0; i < 200; ++i) worst = std::max(worst, std::fabs(eager.losses[i] - compiled.losses[i]));
+  EXPECT_LE(worst, 1e-4);
+  EXPECT_LT(eager.losses.back(), eager.losses.front() - 1.0);  // it learned
+}

@@ -32,6 +32,9 @@ struct Options {
   // batch split over dp. 1 x 1: one process. Rank 0 prints and writes the (gathered) checkpoint.
   int64_t tp = 1, dp = 1;
   bool sequence_parallel = false;  // with tp > 1: norms and the residual stream split along the sequence
+  // One process: each step (forward, backward, clipping, AdamW) runs as one compiled graph
+  // (sinter::compile), traced at the first step.
+  bool compile = false;
   std::string to_json() const;
 };
 

@@ -2,6 +2,7 @@
 // preplanned buffers. Library kernels run through the op table's CPU kernel of their node, called
 // with tensors built once over per-slot storages whose addresses are set at each call.
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "compiler/codegen.h"

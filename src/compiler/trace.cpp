@@ -78,6 +78,7 @@ class Tracer : public OpObserver {
         const Value& x = g.values[size_t(v)];
         if (x.meta.shape == t.shape() && x.strides == t.strides() && x.offset == t.offset() && x.meta.dtype == t.dtype()) {
           by_impl_[t.impl_ptr().get()] = v;
+          keep_.push_back(t);  // as remember(): its address must not come back as another tensor's
           return v;
         }
       }

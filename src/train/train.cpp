@@ -13,6 +13,7 @@
 
 #include "core/format.h"
 #include "sinter/autograd.h"
+#include "sinter/compile.h"
 #include "sinter/dist.h"
 #include "sinter/io.h"
 #include "sinter/optim.h"
@@ -29,7 +30,8 @@ using namespace detail;
 std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
-         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel}};
+         {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel},
+         {"compile", compile}};
   return j.dump();
 }
 
@@ -147,6 +149,27 @@ Result run(const Options& o) {
     }
     if (main_rank) write_log(o.out_dir, rows);
   };
+  // One step: forward (bf16 autocast: linear layers in bf16, weights and optimizer in f32),
+  // backward, clipping, AdamW. The learning rate is set outside it (a tensor the update reads).
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss;
+    {
+      AutocastGuard autocast(compute);
+      loss = lm_loss(*model, x, y);
+    }
+    opt.zero_grad();
+    loss.backward();
+    if (parallel) dist::clip_grad_norm(model->parameters(), o.grad_clip);
+    else optim::clip_grad_norm(model->parameters(), o.grad_clip);
+    opt.step();
+    return loss;
+  };
+  std::optional<CompiledFunction> compiled;
+  if (o.compile) {
+    SINTER_CHECK(!parallel, "[train] a compiled step runs in one process (tensor parallel and FSDP steps run eagerly)");
+    compiled.emplace(compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train_step(in[0], in[1])}; },
+                             {.name = "train_step"}));
+  }
   for (int64_t step = start; step < o.steps; ++step) {
     opt.set_lr(optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr));
     const int64_t bytes0 = parallel ? dist::total_traffic().bytes : 0;
@@ -156,16 +179,13 @@ Result run(const Options& o) {
       x = x.narrow(0, mesh->coordinate(0) * b, b).contiguous(), y = y.narrow(0, mesh->coordinate(0) * b, b).contiguous();
     }
     manual_seed(o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(step + 1)));  // dropout masks: a function of the step
-    Tensor loss;
-    {
-      AutocastGuard autocast(compute);  // bf16: linear layers in bf16, weights and optimizer in f32
-      loss = lm_loss(*model, x, y);
+    const Tensor loss = compiled ? (*compiled)({x, y})[0] : train_step(x, y);
+    if (compiled && step == start && !quiet) {
+      const Explanation e = compiled->explain({x, y});
+      std::printf("compile: the step is %d fused kernels + %d library calls%s (first step %.2f s)\n", e.fused_kernels, e.library_calls,
+                  e.breaks ? (", graph break: " + e.break_reasons[0] + "; running eagerly").c_str() : "",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_window).count());
     }
-    opt.zero_grad();
-    loss.backward();
-    if (parallel) dist::clip_grad_norm(model->parameters(), o.grad_clip);
-    else optim::clip_grad_norm(model->parameters(), o.grad_clip);
-    opt.step();
     res.train_loss = loss.item_double();
     if (o.dp > 1) res.train_loss = dist::all_reduce(full({1}, res.train_loss, DType::f64), mesh->group(0), dist::ReduceOp::avg).item<double>();
     res.losses.push_back(res.train_loss);

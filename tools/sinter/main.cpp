@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
   tr->add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   tr->add_option("--dp", dp, "FSDP ranks (under mpirun; default: the ranks left after --tp)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   tr->add_flag("--sp", to.sequence_parallel, "sequence parallelism with --tp: norms and activations between blocks split along the sequence");
+  tr->add_flag("--compile", to.compile, "run each step as one compiled graph (sinter::compile; one process)");
 
   std::string dir = "out/tiny", prompt = "The ";
   int64_t max_new = 200;
