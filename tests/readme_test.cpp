@@ -53,10 +53,17 @@ TEST(Readme, ExampleRunsAsWritten) {
   SemiStructuredSparse sw = to_sparse_semi_structured(prune_2_4(randn({16, 8})));
   Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
   sw.prepack();                                                    // + the kernels' layout (same bytes again):
-  Tensor yp = linear(x, sw);                                       // 2..40 rows without gradients stream it
+  Tensor yp = linear(x, sw);                                       // the kernel reads it where it is faster
   nn::Linear sl(8, 16);
   sl.sparsify(DType::i8);                                          // a 2:4 layer, int8 values; one this small
   Tensor yl = sl.forward(x);                                       // (<= 256 KiB dense) computes densely
+
+  // Compiling: trace once through the op table, fuse, generate C++, compile (g++), cache on disk
+  CompiledFunction cf = compile([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{gelu(in[0] * 1.5 + in[1], true) * sigmoid(in[0]) + in[0] * 0.5};
+  });
+  Tensor yc = cf({x, randn({8})})[0];                              // one fused kernel, bit for bit eager's
+  std::string report = cf.explain({x, randn({8})}).text;           // graphs, breaks, kernels, guards, bytes
 
   // 2-D parallel: the same code alone (a 1 x 1 mesh) or under `mpirun -np 4` (dp = 2 x tp = 2)
   const int64_t tp = dist::world_size() % 2 == 0 ? 2 : 1;
@@ -81,7 +88,9 @@ TEST(Readme, ExampleRunsAsWritten) {
   EXPECT_TRUE(test::all_close(ys, gelu(linear(x, sw.to_dense(), b)), 1e-5, 1e-5));
   EXPECT_TRUE(sw.packed_current());
   EXPECT_TRUE(test::all_close(yp, linear(x, sw.to_dense()), 1e-5, 1e-5));
-  EXPECT_TRUE(test::all_close(yl, linear(x, sl.sparse, sl.bias), 1e-5, 1e-5));
+  EXPECT_TRUE(test::all_close(yl, linear(x, sl.sparse.to_dense(), sl.bias), 1e-5, 1e-5));
+  EXPECT_EQ(yc.shape(), Shape({4, 8}));
+  EXPECT_NE(report.find("1 fused kernels"), std::string::npos) << report;
   EXPECT_EQ(opt.steps(), 1);
   EXPECT_NEAR(lm_loss.item<float>(), std::log(256.0), 0.5);
   EXPECT_EQ(y.shape(), Shape({4, 16}));

@@ -1,5 +1,6 @@
 #pragma once
 #include "sinter/autograd.h"
+#include "sinter/compile.h"
 #include "sinter/dtype.h"
 #include "sinter/error.h"
 #include "sinter/data.h"
