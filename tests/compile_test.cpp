@@ -343,3 +343,25 @@ TEST(Compile, TrainingWithACompiledStepTracksEagerTraining) {
   EXPECT_LE(worst, 1e-4);
   EXPECT_LT(eager.losses.back(), eager.losses.front() - 1.0);  // it learned
 }
+
+TEST(Compile, OneCompiledDecodeStepServesEveryPosition) {
+  // 300 tokens from a 128-position model: the window slides (the cache refilled eagerly) and the
+  // decode step, traced once, runs at every position; greedy tokens equal eager generation's.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("decode"));
+  for (const char* preset : {"tiny", "llama-tiny"}) {
+    SCOPED_TRACE(preset);
+    nn::GPT model(nn::ModelConfig::preset(preset));
+    model.init_weights(11);
+    const Tensor prompt = data::encode("Once upon a time");
+    const train::Sampling greedy{0.0, 0, 1.0, 1};
+    const Tensor eager = train::generate(model, prompt, 300, greedy);
+    int graphs = -1, fused = -1;
+    const Tensor compiled = train::generate(model, prompt, 300, greedy, true, nullptr, {}, true, [&](CompiledFunction& f) {
+      const Explanation e = f.explain({zeros({1, 1}, DType::i64)});
+      graphs = e.graphs, fused = e.fused_kernels;
+    });
+    EXPECT_TRUE(test::all_close(compiled, eager, 0, 0));
+    EXPECT_EQ(graphs, 1);
+    EXPECT_GT(fused, 0);
+  }
+}

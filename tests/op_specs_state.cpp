@@ -106,6 +106,58 @@ void add_state_specs(std::map<std::string, Spec>& m) {
   cp.bad = [] { return std::vector<Case>{{{rn({3}), rn({2, 3})}, {}}, {{rn({2}).requires_grad_(), rn({2})}, {}}}; };
   m["copy_"] = cp;
 
+  // ---- positions held in a tensor ----
+  auto at = [](int64_t s) { return full({}, double(s), DType::i64); };
+  Spec ds;
+  ds.cases = [at] {
+    return std::vector<Case>{{{rn({5, 3}), at(2)}, {{"dim", int64_t(0)}, {"length", int64_t(3)}}},
+                             {{rn({2, 6, 4}), at(0)}, {{"dim", int64_t(1)}, {"length", int64_t(1)}}},
+                             {{rn({4, 7}), at(7)}, {{"dim", int64_t(-1)}, {"length", int64_t(0)}}}};
+  };
+  ds.ref = [](const std::vector<R>& in, const Attrs& a) {
+    const int64_t nd = int64_t(in[0].shape.size()), dim = wrap(a.i("dim"), nd), s0 = int64_t(in[1].v[0]), n = a.i("length");
+    Shape os = in[0].shape;
+    os[size_t(dim)] = n;
+    R out{os, std::vector<double>(size_t(os.numel())), in[0].dtype};
+    for (int64_t i = 0; i < os.numel(); ++i) {
+      auto idx = unravel(i, os);
+      idx[size_t(dim)] += s0;
+      out.v[size_t(i)] = in[0].v[size_t(ravel(idx, in[0].shape))];
+    }
+    return std::vector<R>{out};
+  };
+  ds.bad = [at] {
+    return std::vector<Case>{{{rn({5, 3}), at(4)}, {{"dim", int64_t(0)}, {"length", int64_t(3)}}},   // past the end (at run time)
+                             {{rn({5, 3}), at(-1)}, {{"dim", int64_t(0)}, {"length", int64_t(1)}}},
+                             {{rn({5, 3}), full({1}, 0.0, DType::i64)}, {{"dim", int64_t(0)}, {"length", int64_t(1)}}},
+                             {{rn({5, 3}), at(0)}, {{"dim", int64_t(0)}, {"length", int64_t(6)}}}};
+  };
+  m["dynamic_slice"] = ds;
+
+  Spec su;
+  su.cases = [at] {
+    return std::vector<Case>{{{rn({1, 2, 8, 4}), rn({1, 2, 1, 4}), at(5)}, {{"dim", int64_t(2)}}},  // a KV cache write
+                             {{rn({6, 3}), rn({2, 3}), at(0)}, {{"dim", int64_t(0)}}},
+                             {{rn({6, 3}), rn({6, 3}, DType::f64), at(0)}, {{"dim", int64_t(0)}}}};
+  };
+  su.ref = [](const std::vector<R>& in, const Attrs& a) {
+    R out = in[0];
+    const int64_t nd = int64_t(in[0].shape.size()), dim = wrap(a.i("dim"), nd), s0 = int64_t(in[2].v[0]);
+    for (int64_t i = 0; i < in[1].shape.numel(); ++i) {
+      auto idx = unravel(i, in[1].shape);
+      idx[size_t(dim)] += s0;
+      out.v[size_t(ravel(idx, in[0].shape))] = round_to(out.dtype, in[1].v[size_t(i)]);
+    }
+    return std::vector<R>{out};
+  };
+  su.bad = [at] {
+    return std::vector<Case>{{{rn({6, 3}), rn({2, 3}), at(5)}, {{"dim", int64_t(0)}}},  // past the end (at run time)
+                             {{rn({6, 3}), rn({2, 4}), at(0)}, {{"dim", int64_t(0)}}},
+                             {{rn({6, 3}), rn({2, 3}), full({}, 0.0, DType::f32)}, {{"dim", int64_t(0)}}},
+                             {{rn({6, 3}).requires_grad_(), rn({2, 3}), at(0)}, {{"dim", int64_t(0)}}}};
+  };
+  m["slice_update_"] = su;
+
   // ---- factories ----
   Spec fu;
   fu.cases = [] {

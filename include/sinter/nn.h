@@ -159,10 +159,12 @@ class SwiGLU : public Module {
   std::shared_ptr<Linear> gate, up, down;
 };
 
-// Per-layer key/value cache for generation: (B, Hkv, max_len, D), the first `length` positions valid.
+// Per-layer key/value cache for generation: (B, Hkv, max_len, D), the first `pos` positions
+// valid. `pos` (an i64 0-d tensor, one shared by every layer's cache) is read and advanced by ops
+// in the forward, so one traced decode step serves every position; zero it to start over.
 struct KVCache {
   Tensor k, v;
-  int64_t length = 0;
+  Tensor pos;
 };
 
 struct ModelConfig {

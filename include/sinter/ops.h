@@ -129,6 +129,10 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// Slices at a position held in a tensor (an i64 0-d `start`), so a traced step serves every
+// position: a copy of x.narrow(dim, start, length), and a write of src at dst.narrow(dim, start, n).
+Tensor dynamic_slice(const Tensor& x, const Tensor& start, int64_t dim, int64_t length);
+void slice_update_(const Tensor& dst, const Tensor& src, const Tensor& start, int64_t dim);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // out = x; out[index[i][j]][j] += src[i][j] (dim 0), and so on.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);

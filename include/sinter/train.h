@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sinter/compile.h"
 #include "sinter/data.h"
 #include "sinter/nn.h"
 
@@ -82,8 +83,11 @@ struct Sampling {
 // Appends max_new tokens to `prompt` (int64 ids). The model sees at most max_position_embeddings
 // tokens; when the window fills it slides forward by half. use_cache=false recomputes the whole
 // window each step (the reference the cache is tested against). Reports tokens/s through `rate`.
+// `compiled`: the one-token decode step runs as one compiled graph (sinter::compile), traced once
+// for every position; `report` then sees that compiled function at the end.
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache = true,
-                double* rate = nullptr, const std::function<void(int64_t)>& on_token = {});
+                double* rate = nullptr, const std::function<void(int64_t)>& on_token = {}, bool compiled = false,
+                const std::function<void(CompiledFunction&)>& report = {});
 
 double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, int64_t seq_len, int64_t batches,
                 uint64_t seed);

@@ -329,7 +329,7 @@ std::string generate_cpp(const Graph& g, const Plan& p, const Slots& slots, cons
   std::vector<std::string> names(p.groups.size());
   for (size_t gi = 0; gi < p.groups.size(); ++gi) {
     const Group& gr = p.groups[gi];
-    std::string n = "k" + std::to_string(gr.nodes.front());
+    std::string n = "k" + std::to_string(gi);
     for (int node : gr.nodes)
       if (g.nodes[size_t(node)].op->name != "full") n += "_" + g.nodes[size_t(node)].op->name;
     if (n.size() > 60) n = n.substr(0, 60) + "_" + std::to_string(gi);

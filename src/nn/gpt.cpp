@@ -173,26 +173,23 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, con
   const int64_t B = qp.size(0), T = qp.size(1);
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, -1, head_dim}).transpose(1, 2); };
   Tensor q = heads(qp), k = heads(k_proj->forward(x)), v = heads(v_proj->forward(x));
-  const int64_t pos0 = cache ? cache->length : 0;
   if (rope) {
-    Tensor c = rope_cos.narrow(0, pos0, T), s = rope_sin.narrow(0, pos0, T);
+    Tensor c = cache ? dynamic_slice(rope_cos, cache->pos, 0, T) : rope_cos.narrow(0, 0, T);
+    Tensor s = cache ? dynamic_slice(rope_sin, cache->pos, 0, T) : rope_sin.narrow(0, 0, T);
     q = rotary_embedding(q, c, s);
     k = rotary_embedding(k, c, s);
   }
-  if (cache) {
-    SINTER_CHECK(pos0 + T <= cache->k.size(2), "[attention] KV cache of ", cache->k.size(2), " positions is full");
-    {
-      NoGradGuard g;
-      cache->k.narrow(2, pos0, T).copy_(k);
-      cache->v.narrow(2, pos0, T).copy_(v);
-    }
-    cache->length = pos0 + T;
-    k = cache->k.narrow(2, 0, cache->length);
-    v = cache->v.narrow(2, 0, cache->length);
+  Tensor kv_len;
+  if (cache) {  // the new keys and values go in at the cache's position; attention reads its first pos + T
+    NoGradGuard g;
+    slice_update_(cache->k, k, cache->pos, 2);
+    slice_update_(cache->v, v, cache->pos, 2);
+    kv_len = cache->pos + T;
+    k = cache->k, v = cache->v;
   }
   // Causal aligns bottom-right, so a one-token decode step sees the whole cache (or its window).
   Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/T > 1 || window > 0, {}, n_kv_head != n_head,
-                                          SDPABackend::automatic, window);
+                                          SDPABackend::automatic, window, kv_len);
   return o_proj->forward(y.transpose(1, 2).reshape({B, T, -1}));
 }
 
@@ -309,23 +306,31 @@ std::vector<KVCache> GPT::make_caches(int64_t batch, int64_t max_len) const {
   SINTER_CHECK(max_len <= cfg_.max_position_embeddings, "[generate] ", max_len, " positions exceed the model's ",
                cfg_.max_position_embeddings);
   std::vector<KVCache> caches(size_t(cfg_.num_hidden_layers));
+  const Tensor pos = zeros({}, DType::i64);
   for (auto& c : caches) {
     c.k = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype());
     c.v = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype());
+    c.pos = pos;
   }
   return caches;
 }
 
 Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
   SINTER_CHECK_SHAPE(idx.dim() == 2, "[gpt] token ids must be (B, T), got ", idx.shape());
-  const int64_t T = idx.size(1), pos0 = caches && !caches->empty() ? (*caches)[0].length : 0;
-  SINTER_CHECK(pos0 + T <= cfg_.max_position_embeddings, "[gpt] sequence of ", pos0 + T, " tokens exceeds the model's ",
+  const int64_t T = idx.size(1);
+  SINTER_CHECK(T <= cfg_.max_position_embeddings, "[gpt] sequence of ", T, " tokens exceeds the model's ",
                cfg_.max_position_embeddings, " positions");
   SINTER_CHECK(!caches || int64_t(caches->size()) == cfg_.num_hidden_layers, "[gpt] need one KV cache per layer");
   HookScope hooks(*this);
   Tensor x = tok_emb->forward(idx);
-  if (pos_emb) x = x + pos_emb->weight.narrow(0, pos0, T);
+  // With caches the positions start at the caches' (a tensor: see KVCache); past the model's
+  // positions the ops that read them raise an IndexError.
+  if (pos_emb) x = x + (caches ? dynamic_slice(pos_emb->weight, (*caches)[0].pos, 0, T) : pos_emb->weight.narrow(0, 0, T));
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, rope_cos_, rope_sin_, caches ? &(*caches)[i] : nullptr);
+  if (caches) {
+    NoGradGuard g;
+    (*caches)[0].pos.add_(double(T));
+  }
   x = cfg_.llama() ? static_cast<RMSNorm&>(*norm_f).forward(x) : static_cast<LayerNorm&>(*norm_f).forward(x);
   return head(x);
 }

@@ -17,7 +17,9 @@
 #include "sinter/optim.h"
 #include "sinter/random.h"
 #include "sinter/sparse.h"
+#include "sinter/compile.h"
 #include "train/internal.h"
+#include <optional>
 
 namespace sinter::train {
 
@@ -50,7 +52,10 @@ int64_t sample(const Tensor& logits_row, const Sampling& s) {
 }  // namespace
 
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache, double* rate,
-                const std::function<void(int64_t)>& on_token) {
+                const std::function<void(int64_t)>& on_token, bool compiled, const std::function<void(CompiledFunction&)>& report) {
+  CompiledFunction** compiled_fn = nullptr;
+  CompiledFunction* holder = nullptr;
+  if (report) compiled_fn = &holder;
   SINTER_CHECK_SHAPE(prompt.dim() == 1 && prompt.numel() > 0, "[generate] the prompt must be a non-empty 1-D token tensor, got ",
                      prompt.shape());
   SINTER_CHECK(max_new >= 0, "[generate] max_new_tokens must be >= 0");
@@ -67,6 +72,15 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   int64_t start = std::max<int64_t>(0, int64_t(ids.size()) - limit);
   std::vector<nn::KVCache> caches;
   if (use_cache) caches = model.make_caches(1, limit);
+  // The decode step (one token in, logits out) compiled once: the caches and their position are
+  // captured tensors it reads and writes, so every position runs the same graph.
+  std::optional<CompiledFunction> step;
+  if (compiled) {
+    SINTER_CHECK(use_cache, "[generate] a compiled decode step needs the KV cache");
+    step.emplace(compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{model.forward(in[0], &caches)}; },
+                         {.name = "decode_step"}));
+    if (compiled_fn) *compiled_fn = &*step;
+  }
   auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}); };
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
@@ -77,8 +91,10 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
     if (i + 1 == max_new) break;
     if (int64_t(ids.size()) - start > limit) {
       start = int64_t(ids.size()) - limit / 2;
-      for (auto& c : caches) c.length = 0;
+      if (use_cache) caches[0].pos.zero_();
       logits = model.forward(window(), use_cache ? &caches : nullptr);
+    } else if (step) {
+      logits = (*step)({tensor<int64_t>({next}).reshape({1, 1})})[0];
     } else if (use_cache) {
       logits = model.forward(tensor<int64_t>({next}).reshape({1, 1}), &caches);
     } else {
@@ -87,6 +103,7 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rate) *rate = double(max_new) / std::max(secs, 1e-9);
+  if (report && holder) report(*holder);
   model.train(was_training);
   return tensor<int64_t>(ids);
 }

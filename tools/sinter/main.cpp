@@ -78,20 +78,26 @@ int run_info(const std::string& dir) {
 }
 
 int run_generate(const std::string& dir, const std::string& prompt, int64_t max_new, const train::Sampling& s,
-                 bool no_cache, DType dtype) {
+                 bool no_cache, DType dtype, bool compiled) {
   auto model = train::load_model(dir);
   model->to(dtype);
   const int64_t packed = model->prepack_for_decode();  // int8 2:4 layers: their one-token steps read it
   std::printf("%s", prompt.c_str());
   std::fflush(stdout);
   double rate = 0;
+  std::string compile_note;
   train::generate(*model, data::encode(prompt), max_new, s, !no_cache, &rate, [](int64_t tok) {
     std::putchar(int(tok));
     std::fflush(stdout);
+  }, compiled, [&](CompiledFunction& f) {
+    const Explanation e = f.explain({zeros({1, 1}, DType::i64)});
+    compile_note = ", compiled decode step: " + std::to_string(e.graphs) + " graph, " + std::to_string(e.fused_kernels) +
+                   " fused kernels + " + std::to_string(e.library_calls) + " library calls";
   });
   char extra[96] = "";
   if (packed) std::snprintf(extra, sizeof extra, ", 2:4 weights prepacked (+%.1f MB)", double(packed) / 1e6);
-  std::printf("\n\n[%lld tokens, %.1f tokens/s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra);
+  std::printf("\n\n[%lld tokens, %.1f tokens/s%s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra,
+              compile_note.c_str());
   return 0;
 }
 
@@ -152,6 +158,8 @@ int main(int argc, char** argv) {
   std::string gen_dtype = "f32";
   gen->add_option("--dtype", gen_dtype, "f32, or bf16: the model's weights and activations in bf16")->check(CLI::IsMember({"f32", "bf16"}));
   gen->add_flag("--no-cache", no_cache, "recompute the whole context each step (slow; for comparison)");
+  bool gen_compile = false;
+  gen->add_flag("--compile", gen_compile, "run the one-token decode step as one compiled graph (sinter::compile)");
   gen->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
   train::SparsifyOptions so;
@@ -203,7 +211,7 @@ int main(int argc, char** argv) {
                   (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
       return 0;
     }
-    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32);
+    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32, gen_compile);
     if (*info) return run_info(dir);
     if (*sp) {
       const auto r = train::sparsify(so);
