@@ -165,6 +165,7 @@ class SwiGLU : public Module {
 struct KVCache {
   Tensor k, v;
   Tensor pos;
+  Tensor end;  // pos + the tokens of the forward under way (set by GPT::forward)
 };
 
 struct ModelConfig {

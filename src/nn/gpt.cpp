@@ -184,7 +184,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, con
     NoGradGuard g;
     slice_update_(cache->k, k, cache->pos, 2);
     slice_update_(cache->v, v, cache->pos, 2);
-    kv_len = cache->pos + T;
+    kv_len = cache->end.defined() ? cache->end : cache->pos + T;
     k = cache->k, v = cache->v;
   }
   // Causal aligns bottom-right, so a one-token decode step sees the whole cache (or its window).
@@ -326,10 +326,15 @@ Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
   // With caches the positions start at the caches' (a tensor: see KVCache); past the model's
   // positions the ops that read them raise an IndexError.
   if (pos_emb) x = x + (caches ? dynamic_slice(pos_emb->weight, (*caches)[0].pos, 0, T) : pos_emb->weight.narrow(0, 0, T));
+  if (caches) {  // one kv length for every layer's attention
+    const Tensor end = (*caches)[0].pos + double(T);
+    for (KVCache& c : *caches) c.end = end;
+  }
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, rope_cos_, rope_sin_, caches ? &(*caches)[i] : nullptr);
   if (caches) {
     NoGradGuard g;
     (*caches)[0].pos.add_(double(T));
+    for (KVCache& c : *caches) c.end = Tensor();
   }
   x = cfg_.llama() ? static_cast<RMSNorm&>(*norm_f).forward(x) : static_cast<LayerNorm&>(*norm_f).forward(x);
   return head(x);
