@@ -224,7 +224,7 @@ void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int6
 }
 
 // bf16 weights and activations on a CPU without a bf16 matmul: widening the whole weight to f32
-// for oneDNN each call cost 5x the f32 product at M = 1 (BENCHMARKS.md, session 20); here the
+// for oneDNN each call cost 5x the f32 product at M = 1 (`sinter bench linear`); here the
 // weights are widened in registers as they are read, and only x (M x K) and the bias up front.
 void gemm_few_rows_bf16(const bf16* x, const bf16* w, const bf16* bias, bf16* y, int64_t M, int64_t N, int64_t K) {
   // x, bias and y in f32, one buffer per calling thread kept across calls: this runs every
@@ -297,7 +297,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias)
   const int64_t M = a.size(1), K = a.size(2), N = b.size(2);
   // Decode-sized products: ours when the weights sit in cache (oneDNN's per-call cost dominates
   // there) and at 2 <= M <= 8 whatever their size (oneDNN runs those as a GEMM that costs 2-3x
-  // ours: 4096 x 11008 at M = 2 ~16 ms against ~5; BENCHMARKS.md, session 20). One row of a large
+  // ours: 4096 x 11008 at M = 2 ~16 ms against ~5; `sinter bench linear`). One row of a large
   // weight stays with oneDNN, whose GEMV reads weights faster (ours 0.79x of it at 4096 x 4096).
   if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && (N * K <= (int64_t(1) << 20) || M >= 2) && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {

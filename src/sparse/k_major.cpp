@@ -21,9 +21,9 @@ template <int ColBytes> struct PanelOffsets {  // 16 bits each
 
 // One register of a K-major panel's rows: 8 floats with AVX2, 16 with AVX-512. Zen 5 runs a zmm
 // FMA at the rate of a ymm one, so there the 16-float kernel does twice the multiply-adds a cycle:
-// measured (session 23, Zen 5, 2 threads, 4096 x 11008, alternating in one process) 1.49x the ymm
+// measured (Zen 5, 2 threads, 4096 x 11008, alternating in one process) 1.49x the ymm
 // kernel at M = 128 and 1.68x at M = 512; 128-row panels (8 registers) ran 1.05-1.08x 64-row ones
-// (4 registers, two weight rows side by side). On Zen 4 (session 22) zmm and ymm were even.
+// (4 registers, two weight rows side by side). On Zen 4 zmm and ymm were even.
 #if defined(__AVX512F__)
 struct KmVec {
   using T = __m512;
@@ -54,16 +54,14 @@ constexpr int kKmPanelVecs = 8;  // registers of rows per full panel: 64 rows (A
 // a time (every row's 32 values, as f32, then its 8 meta bytes) just before the panels pass over
 // it, with the next block's lines requested meanwhile; a block of x (64 columns x a panel) stays
 // in L1 while the chunk's rows pass over it, and the next block of x is requested ahead.
-// Packing a block at a time instead of the whole chunk first (session 23, Zen 5, alternating):
+// Packing a block at a time instead of the whole chunk first (Zen 5, alternating):
 // M = 128 / 512 on 4096 x 11008 22-24 / 76 ms against 25 / 80-81.
 // Measured (2 threads, alternating in one process, the three bench shapes) against the permute
 // kernel: M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x; against
 // the column-major panel kernel that served f32 at 9 <= M <= 24 (weights read in place, now gone)
-// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x (session
-// 14; in session 17 the permute kernel measured faster up to M = 21, see kKMajorM).
-// A first K-major version (session 13) read each row's 64-column block in place, short runs
-// across many rows that stalled on memory, and ran at 0.6-0.7x of the permute kernel: packing the
-// chunk and requesting the next block of x ahead made the difference.
+// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x (the
+// permute kernel is faster up to M = 21, see kKMajorM). Reading each row's 64-column block in
+// place instead (short runs across many rows) stalls on memory: 0.6-0.7x of the permute kernel.
 constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
 constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
 
@@ -139,7 +137,7 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
     }
   });
   // Weight rows per chunk: each chunk reads all of x once, so more rows when x is large, but at
-  // least four chunks per thread. Measured (session 23, Zen 5, 4096 x 11008, alternating) with the
+  // least four chunks per thread. Measured (Zen 5, 4096 x 11008, alternating) with the
   // weights packed a block at a time: 32 / 64 / 128 / 256 rows at M = 128 26.0 / 22.7 / 22.5 / 22.2
   // ms, at M = 2048 366 / 335 / 318 / 308 ms. On the same machine the AVX2 build's K-major kernel
   // (whole chunks packed first and 64 rows at M = 128 before) went from 38-41 to 36-38 ms at

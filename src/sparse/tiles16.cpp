@@ -3,7 +3,7 @@
 // kept column of x; for bf16 x with bf16 values one vpermw per pair of kept values feeds vdpbf16ps.
 // Built only with AVX-512 (the AVX2 kernels in kernels.cpp serve the rest).
 //
-// Why this shape on Zen 5, where a zmm FMA runs at the rate of a ymm one (session 23, 2 threads,
+// Why this shape on Zen 5, where a zmm FMA runs at the rate of a ymm one (2 threads,
 // 4096 x 11008, prepacked, alternating in one process): M = 16 3.2 ms against 5.3 for the AVX2
 // 8-row tiles, M = 32 5.7 against 10.0, M = 64 12.0 against 14.4 for the K-major kernel.
 // - Selection by vpermps over the 16 columns, not vpermilps over four broadcast ones: per row of x
@@ -155,7 +155,7 @@ void pack_group_as(const void* values, const uint8_t* meta, int64_t N, int64_t K
 constexpr int kPairTileRows = 16;   // rows of x per tile of the pairs kernel
 // Chunks of kChunkGroups groups of 16 weight rows pass over spans of kSpanBlocks blocks of 16
 // columns (a tile's span of x: 32 KiB of f32, in L1; a chunk's span of f32 weights: 288 KiB, in
-// L2). Measured (session 23, Zen 5, prepacked, the three shapes, alternating): spans of 64 x 8
+// L2). Measured (Zen 5, prepacked, the three shapes, alternating): spans of 64 x 8
 // groups, 128 x 4 and whole rows x 1 group within the spread of each other for f32 at M = 16 and
 // 128; bf16 x at M = 128 13.7-14.3 ms against 15.2 for whole rows.
 constexpr int64_t kSpanBlocks = 64, kChunkGroups = 8;

@@ -191,7 +191,7 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
                         xt + x_at(t, q0), y + t * kTileRows * N + n0 + 8 * b, N, kb == 0);
         }
     };
-    // Packing and computing do not overlap (session 17: nothing tried made them), so a prepacked
+    // Packing and computing do not overlap (nothing tried made them), so a prepacked
     // weight, read once in order, saves the whole packing pass. One stream per thread: two or four
     // chunks read side by side measured no faster at M = 1.
     parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
