@@ -74,8 +74,8 @@ void prefetch_block(const V* values, const uint8_t* meta, int64_t K, int64_t n0,
 }
 
 // Reading a prepacked weight, a tile requests the blocks kPrefetchBytes ahead: the weight is one
-// stream per thread, which the hardware prefetcher alone left stalling on memory. Measured (session
-// 19, 2 threads, 4096 x 11008, caches flushed before each call, calls with and without alternated
+// stream per thread, which the hardware prefetcher alone left stalling on memory. Measured (Zen 3,
+// 2 threads, 4096 x 11008, caches flushed before each call, calls with and without alternated
 // in one process, 30-40 each): medians int8 M = 1 1.34 -> 1.19 and 1.20 -> 1.00 ms, f32 M = 4
 // 3.55 -> 3.09 and 4.19 -> 3.84, f32 M = 16 8.79 -> 8.37 and 9.49 -> 9.42; int8 M = 4 and 16 and
 // f32 M = 32 (compute-bound) even; 1024 bytes ahead about as good, 512 less. Blocks packed per
