@@ -76,28 +76,19 @@ void suite_compile(const Options& o, Report& r) {
     };
     auto me = make(), mc = make();
     optim::AdamW oe(me->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1), oc(mc->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
-    auto step = [](nn::GPT& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
-      Tensor logits = m.forward(x);
-      Tensor loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
-      opt.zero_grad();
-      loss.backward();
-      optim::clip_grad_norm(m.parameters(), 1.0);
-      opt.step();
-      return loss;
-    };
     auto [x, y] = data.batch(true, 16, 128, 1, 0);
-    CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{step(*mc, oc, in[0], in[1])}; },
+    CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*mc, oc, in[0], in[1])}; },
                                  {.name = "train_step"});
     const auto t0 = std::chrono::steady_clock::now();
     (void)f({x, y});
     const double cold = seconds_since(t0);
-    const auto [c, e] = time_pair([&] { (void)f({x, y}); }, [&] { (void)step(*me, oe, x, y); }, 1, o.quick ? 5 : 15);
+    const auto [c, e] = time_pair([&] { (void)f({x, y}); }, [&] { (void)train::step(*me, oe, x, y); }, 1, o.quick ? 5 : 15);
     char note[160];
     std::snprintf(note, sizeof note, "%.0f tokens/s (eager %.0f); first call %.2f s (trace + codegen + g++)",
                   16 * 128 / (c.best_ms * 1e-3), 16 * 128 / (e.best_ms * 1e-3), cold);
     r.add("train tiny step B=16 T=128", c, "eager Sinter", e, note);
     // Warm: a second function over the same graph finds the compiled code in the disk cache.
-    CompiledFunction g = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{step(*mc, oc, in[0], in[1])}; },
+    CompiledFunction g = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*mc, oc, in[0], in[1])}; },
                                  {.name = "train_step"});
     const auto t1 = std::chrono::steady_clock::now();
     (void)g.explain({x, y});

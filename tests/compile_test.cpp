@@ -154,21 +154,12 @@ TEST(Compile, AWholeTrainingStepMatchesEager) {
   auto eager = make(), compiled = make();
   optim::AdamW eager_opt(eager->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
   optim::AdamW compiled_opt(compiled->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
-  auto step = [](nn::GPT& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
-    Tensor logits = m.forward(x);
-    Tensor loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
-    opt.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(m.parameters(), 1.0);
-    opt.step();
-    return loss;
-  };
-  CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{step(*compiled, compiled_opt, in[0], in[1])}; },
+  CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*compiled, compiled_opt, in[0], in[1])}; },
                                {.name = "train_step"});
   for (int s = 0; s < 5; ++s) {
     auto [x, y] = data.batch(true, 4, 32, 1, uint64_t(s));
     eager_opt.set_lr(1e-3 * (s + 1)), compiled_opt.set_lr(1e-3 * (s + 1));  // a tensor the graph reads
-    const double le = step(*eager, eager_opt, x, y).item<double>();
+    const double le = train::step(*eager, eager_opt, x, y).item<double>();
     const double lc = f({x, y})[0].item<double>();
     EXPECT_NEAR(lc, le, 1e-5 * std::fabs(le)) << "step " << s;
   }

@@ -27,17 +27,6 @@ std::unique_ptr<nn::GPT> default_model() {
   return m;
 }
 
-// What `sinter train` does each step: forward, loss, backward, clip, AdamW.
-Tensor train_step(nn::GPT& model, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
-  Tensor logits = model.forward(x);
-  Tensor loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
-  opt.zero_grad();
-  loss.backward();
-  optim::clip_grad_norm(model.parameters(), 1.0);
-  opt.step();
-  return loss;
-}
-
 bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
 }  // namespace
@@ -54,7 +43,7 @@ TEST(OpTable, ATrainingStepRunsEntirelyInsideOpsAndTracesToTheSameCalls) {
   kernel_entries() = {};
   {
     ObserveScope scope(&eager);
-    (void)train_step(*eager_model, eager_opt, x, y);
+    (void)train::step(*eager_model, eager_opt, x, y);
   }
   const KernelEntries entries = kernel_entries();
   EXPECT_GT(entries.total, 100);
@@ -65,7 +54,7 @@ TEST(OpTable, ATrainingStepRunsEntirelyInsideOpsAndTracesToTheSameCalls) {
   Tensor loss;
   {
     ObserveScope scope(&traced);
-    loss = train_step(*traced_model, traced_opt, Tensor::symbolic(x.shape(), x.dtype()), Tensor::symbolic(y.shape(), y.dtype()));
+    loss = train::step(*traced_model, traced_opt, Tensor::symbolic(x.shape(), x.dtype()), Tensor::symbolic(y.shape(), y.dtype()));
   }
   EXPECT_EQ(kernel_entries().total, 0) << "tracing ran a kernel";
   EXPECT_TRUE(loss.is_symbolic());

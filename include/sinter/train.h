@@ -10,6 +10,7 @@
 #include "sinter/compile.h"
 #include "sinter/data.h"
 #include "sinter/nn.h"
+#include "sinter/optim.h"
 
 namespace sinter::train {
 
@@ -45,6 +46,12 @@ struct Result {
   std::vector<double> losses;       // the training loss of every step this run took
   std::vector<int64_t> step_bytes;  // parallel runs: bytes this rank sent in each step (validation excluded)
 };
+
+// One training step in one process, as `sinter train` takes it: the next-token loss of x against
+// y (linear layers in `compute`: bf16 is autocast), backward, gradient clipping, the optimizer's
+// update. Returns the loss. It traces and compiles as one graph (sinter::compile).
+Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip = 1.0,
+            DType compute = DType::f32);
 
 // Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.
 Result run(const Options& opts);

@@ -165,8 +165,6 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs) {
                                                                           : fresh[size_t(e.slots.of_value[size_t(b)])].storage();
     out.push_back(Tensor::from_storage(storage, x.meta.shape, x.strides, x.offset, x.meta.dtype));
   }
-  for (int v : g.captured)  // what the graph wrote in place: their version counters move, as eagerly
-    (void)v;
   return out;
 }
 

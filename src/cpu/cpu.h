@@ -20,6 +20,8 @@ namespace sinter::cpu {
 Tensor contiguous_as(const Tensor& t, DType dt);
 // A contiguous (outer, inner) copy of x with `dims` moved last (a view when already in place).
 Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims);
+// The value of a one-element tensor, as a double (kernels reading a scalar operand).
+double scalar_value(const Tensor& t);
 // Throws IndexError naming the op unless every int64 index lies in [0, n) (idx contiguous).
 void check_index_range(const std::string& op, const Tensor& idx, int64_t n);
 

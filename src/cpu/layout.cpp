@@ -1,6 +1,7 @@
 // Layout helpers for kernels.
 #include <algorithm>
 
+#include "core/dispatch.h"
 #include "cpu/cpu.h"
 #include "sinter/op.h"
 
@@ -23,6 +24,12 @@ Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims) {
   for (int64_t p : perm) { shape.push_back(x.size(p)); strides.push_back(x.stride(p)); }
   Tensor permuted = detail::raw_view(x, shape, strides, x.offset());
   return detail::raw_reshape_contiguous(contiguous_as(permuted, x.dtype()), Shape{outer, inner});
+}
+
+double scalar_value(const Tensor& t) {
+  double v = 0;
+  visit_dtype(t.dtype(), [&]<class T>() { v = double(convert<double>(*static_cast<const T*>(t.data_ptr()))); });
+  return v;
 }
 
 void check_index_range(const std::string& op, const Tensor& idx, int64_t n) {

@@ -24,12 +24,6 @@ void check_targets(const char* op, const Tensor& t, int64_t classes, int64_t ign
                        " out of range for ", classes, " classes");
 }
 
-double scalar_value(const Tensor& t) {
-  double v = 0;
-  visit_dtype(t.dtype(), [&]<class T>() { v = double(convert<double>(*static_cast<const T*>(t.data_ptr()))); });
-  return v;
-}
-
 void embedding_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   Tensor idx = contiguous_as(in[1], DType::i64);
   check_index_range("embedding", idx, in[0].size(0));

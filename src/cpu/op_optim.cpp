@@ -9,12 +9,6 @@
 namespace sinter::cpu {
 namespace {
 
-double scalar_of(const Tensor& t) {
-  double v = 0;
-  visit_dtype(t.dtype(), [&]<class T>() { v = double(convert<double>(*static_cast<const T*>(t.data_ptr()))); });
-  return v;
-}
-
 // A contiguous f32 view of a tensor updated in place; a strided one is worked on in a copy that
 // goes back at the end.
 struct Updated {
@@ -29,7 +23,7 @@ struct Updated {
 // PyTorch's order: decay, moments, then the bias-corrected step.
 void adamw_update_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   SINTER_KERNEL_ENTRY();
-  const double lr = scalar_of(in[4]), step = scalar_of(in[5]);
+  const double lr = scalar_value(in[4]), step = scalar_value(in[5]);
   const double beta1 = a.f("beta1"), beta2 = a.f("beta2");
   const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
   const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2));
@@ -52,7 +46,7 @@ void adamw_update_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
 // d = g + wd p; with momentum buf = momentum buf + d and d = buf (Nesterov: d + momentum buf); p -= lr d.
 template <bool with_momentum> void sgd_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   SINTER_KERNEL_ENTRY();
-  const float neg_lr = float(-scalar_of(in[with_momentum ? 3 : 2])), wd = float(a.f("weight_decay"));
+  const float neg_lr = float(-scalar_value(in[with_momentum ? 3 : 2])), wd = float(a.f("weight_decay"));
   const float mom = with_momentum ? float(a.f("momentum")) : 0.0f;
   const bool nesterov = with_momentum && a.b("nesterov");
   const Updated pw(out[0]);

@@ -56,6 +56,19 @@ double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, in
   return total / double(batches);
 }
 
+Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip, DType compute) {
+  Tensor loss;
+  {
+    AutocastGuard autocast(compute);
+    loss = lm_loss(model, x, y);
+  }
+  opt.zero_grad();
+  loss.backward();
+  optim::clip_grad_norm(model.parameters(), grad_clip);
+  opt.step();
+  return loss;
+}
+
 Result run(const Options& o) {
   SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] steps, batch and seq_len must be positive (seq_len > 1)");
   SINTER_CHECK(o.lr > 0 && o.min_lr >= 0 && o.warmup >= 0 && o.grad_clip > 0 && o.val_every > 0 && o.val_batches > 0,
@@ -152,6 +165,7 @@ Result run(const Options& o) {
   // One step: forward (bf16 autocast: linear layers in bf16, weights and optimizer in f32),
   // backward, clipping, AdamW. The learning rate is set outside it (a tensor the update reads).
   auto train_step = [&](const Tensor& x, const Tensor& y) {
+    if (!parallel) return step(*model, opt, x, y, o.grad_clip, compute);
     Tensor loss;
     {
       AutocastGuard autocast(compute);
@@ -159,8 +173,7 @@ Result run(const Options& o) {
     }
     opt.zero_grad();
     loss.backward();
-    if (parallel) dist::clip_grad_norm(model->parameters(), o.grad_clip);
-    else optim::clip_grad_norm(model->parameters(), o.grad_clip);
+    dist::clip_grad_norm(model->parameters(), o.grad_clip);
     opt.step();
     return loss;
   };
