@@ -12,5 +12,6 @@
 #include "sinter/op.h"
 #include "sinter/ops.h"
 #include "sinter/random.h"
+#include "sinter/version.h"
 #include "sinter/sparse.h"
 #include "sinter/tensor.h"

@@ -1,6 +1,8 @@
 // Generated source -> g++ -> a verified, content-addressed cache entry -> dlopen.
 #include "compiler/jit.h"
 
+#include "sinter/version.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -25,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kFlags = "-std=c++20 -O3 -march=native -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
-constexpr const char* kSinterVersion = "0.1.0";
+constexpr const char* kSinterVersion = SINTER_VERSION;
 
 uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;

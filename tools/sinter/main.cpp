@@ -1,5 +1,5 @@
-// The sinter command line. Until the training CLI lands, `sinter demo` shows the library end to
-// end: tensors, autograd, an MLP fitted by hand-written SGD, a safetensors round trip.
+// The sinter command line: train, generate, sparsify, info, bench, and `demo` (the library end to
+// end in a few lines: tensors, autograd, an MLP fitted by hand-written SGD, a safetensors round trip).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -106,6 +106,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
 int main(int argc, char** argv) {
   CLI::App app{"sinter: train and serve language models from C++"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("sinter ") + version());
   int steps = 2000, hidden = 32, threads = 0;
   uint64_t seed = 0;
   std::string out = "out";
