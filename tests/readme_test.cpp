@@ -1,6 +1,7 @@
 // The README's C++ example, compiled and run as written, so the front page cannot rot.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "test_util.h"
 
@@ -11,6 +12,7 @@ TEST(Readme, ExampleRunsAsWritten) {
   std::filesystem::create_directories(dir);
   std::filesystem::current_path(dir);
 
+  // README:begin
   manual_seed(0);                                   // Philox: same values on any thread count
   Tensor x = randn({4, 8});                         // f32 by default
   Tensor w = (randn({16, 8}) * 0.1).requires_grad_();
@@ -80,6 +82,18 @@ TEST(Readme, ExampleRunsAsWritten) {
   dist::DTensor wq = *dist::parameter_layout(pm.blocks[0]->attn->q_proj->weight);  // placements, global shape
   Tensor whole = wq.full_tensor();                                // (128, 128) on every rank
 
+  // Where the time goes: kernel time per op, backward formulas broken down ("mul < gelu_tanh")
+  set_op_profiling(true);
+  Tensor sm = softmax(linear(x, w, b), -1);
+  set_op_profiling(false);
+  std::string profile = op_profile_table();
+
+  // Errors name the op (or file) and show the shapes
+  // matmul(randn({2, 3}), randn({4, 5}))
+  //   -> sinter::ShapeError: [matmul] inner dimensions differ: a(2, 3) b(4, 5)
+  // README:end
+
+  EXPECT_NE(profile.find("softmax"), std::string::npos) << profile;
   EXPECT_EQ(whole.shape(), Shape({128, 128}));
   EXPECT_EQ(popt.steps(), 1);
   EXPECT_NEAR(ploss.item<float>(), std::log(256.0), 0.5);
@@ -109,4 +123,37 @@ TEST(Readme, ExampleRunsAsWritten) {
   } catch (const ShapeError& e) {
     EXPECT_STREQ(e.what(), "[matmul] inner dimensions differ: a(2, 3) b(4, 5)");
   }
+}
+
+// The README shows the block above line for line (so what this test runs is what a reader copies).
+TEST(Readme, ShowsTheExampleThisTestRuns) {
+  auto lines = [](const std::string& path) {
+    std::ifstream f(path);
+    EXPECT_TRUE(f.good()) << path;
+    std::vector<std::string> out;
+    for (std::string l; std::getline(f, l);) out.push_back(l);
+    return out;
+  };
+  auto trim = [](std::string l) {
+    l.erase(0, std::min(l.find_first_not_of(' '), l.size()));
+    return l;
+  };
+  std::vector<std::string> ours;
+  bool in = false;
+  for (const std::string& l : lines(__FILE__)) {
+    if (trim(l) == "// README:end") break;
+    if (in) ours.push_back(trim(l));
+    if (trim(l) == "// README:begin") in = true;
+  }
+  std::vector<std::string> readme;
+  in = false;
+  for (const std::string& l : lines(std::string(SINTER_SOURCE_DIR) + "/README.md")) {
+    if (in && l == "```") break;
+    if (in) readme.push_back(trim(l));
+    if (l == "```cpp") in = true;
+  }
+  const std::vector<std::string> head{"#include <sinter/sinter.h>", "using namespace sinter;", ""};
+  ASSERT_GE(readme.size(), head.size());
+  EXPECT_EQ(std::vector<std::string>(readme.begin(), readme.begin() + 3), head);
+  EXPECT_EQ(std::vector<std::string>(readme.begin() + 3, readme.end()), ours);
 }
