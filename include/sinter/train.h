@@ -47,9 +47,10 @@ struct Result {
   std::vector<int64_t> step_bytes;  // parallel runs: bytes this rank sent in each step (validation excluded)
 };
 
-// One training step in one process, as `sinter train` takes it: the next-token loss of x against
-// y (linear layers in `compute`: bf16 is autocast), backward, gradient clipping, the optimizer's
-// update. Returns the loss. It traces and compiles as one graph (sinter::compile).
+// One training step, as `sinter train` takes it: the next-token loss of x against y (linear layers
+// in `compute`: bf16 is autocast), backward, gradient clipping, the optimizer's update. Returns the
+// loss. A model with parallel parameters (TP, FSDP) clips by the global norm across ranks
+// (dist::clip_grad_norm). In one process it traces and compiles as one graph (sinter::compile).
 Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip = 1.0,
             DType compute = DType::f32);
 

@@ -2,6 +2,7 @@
 // clipping, validation, a progress line, checkpoints (checkpoint.cpp); alone or under mpirun.
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -64,7 +65,10 @@ Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor
   }
   opt.zero_grad();
   loss.backward();
-  optim::clip_grad_norm(model.parameters(), grad_clip);
+  const std::vector<Tensor> params = model.parameters();
+  const bool parallel = std::any_of(params.begin(), params.end(), [](const Tensor& p) { return dist::parameter_layout(p).has_value(); });
+  if (parallel) dist::clip_grad_norm(params, grad_clip);
+  else optim::clip_grad_norm(params, grad_clip);
   opt.step();
   return loss;
 }
@@ -164,19 +168,7 @@ Result run(const Options& o) {
   };
   // One step: forward (bf16 autocast: linear layers in bf16, weights and optimizer in f32),
   // backward, clipping, AdamW. The learning rate is set outside it (a tensor the update reads).
-  auto train_step = [&](const Tensor& x, const Tensor& y) {
-    if (!parallel) return step(*model, opt, x, y, o.grad_clip, compute);
-    Tensor loss;
-    {
-      AutocastGuard autocast(compute);
-      loss = lm_loss(*model, x, y);
-    }
-    opt.zero_grad();
-    loss.backward();
-    dist::clip_grad_norm(model->parameters(), o.grad_clip);
-    opt.step();
-    return loss;
-  };
+  auto train_step = [&](const Tensor& x, const Tensor& y) { return step(*model, opt, x, y, o.grad_clip, compute); };
   std::optional<CompiledFunction> compiled;
   if (o.compile) {
     SINTER_CHECK(!parallel, "[train] a compiled step runs in one process (tensor parallel and FSDP steps run eagerly)");
