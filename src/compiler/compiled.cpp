@@ -12,6 +12,7 @@
 #include "sinter/autograd.h"
 #include "sinter/compile.h"
 #include "sinter/ops.h"
+#include "sinter/random.h"
 
 namespace sinter {
 
@@ -46,6 +47,7 @@ struct Entry {
     const Attrs* attrs;
   };
   std::vector<ExternCall> externs;  // by step (empty for fused steps)
+  std::vector<int> random_nodes;    // nodes whose seed and counter each call sets
   Tensor arena;
   std::vector<std::string> guard_text;
 };
@@ -110,6 +112,7 @@ void build(Entry& e, const CompileOptions& opts) {
     const Step& st = e.plan.steps[i];
     if (st.group >= 0) continue;
     const Node& n = g.nodes[size_t(st.node)];
+    if (n.random_offset >= 0) e.random_nodes.push_back(st.node);
     Entry::ExternCall& c = e.externs[i];
     c.op = n.op;
     c.kernel = &n.op->kernels[size_t(DeviceType::cpu)];
@@ -152,6 +155,16 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs) {
     if (fresh[size_t(slot)].defined()) continue;
     fresh[size_t(slot)] = Tensor::empty({x.meta.shape.numel() * dtype_size(x.meta.dtype)}, DType::u8);
     set(slot, fresh[size_t(slot)].storage()->data, fresh[size_t(slot)].storage()->nbytes);
+  }
+  // Random draws take this call's seed and counters, as eager calls would.
+  if (!e.random_nodes.empty() || g.random_blocks) {
+    Generator& gen = default_generator();
+    const uint64_t at = gen.reserve(g.random_blocks);
+    for (int n : e.random_nodes) {
+      Attrs& a = e.graph.nodes[size_t(n)].attrs;
+      a.set("seed", int64_t(gen.seed));
+      a.set("counter", int64_t(at) + e.graph.nodes[size_t(n)].random_offset);
+    }
   }
   if (e.slots.arena >= 0) set(e.slots.arena, e.arena.defined() ? e.arena.storage()->data : nullptr, e.plan.arena_bytes);
   e.module->run(slots.data(), call_extern, &e);

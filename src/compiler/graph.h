@@ -34,6 +34,11 @@ struct Node {
   const OpDef* op = nullptr;
   Attrs attrs;
   std::vector<int> inputs, outputs;
+  // A node that draws random numbers (attrs "seed" and "counter"): its counter's distance from the
+  // generator's offset when the trace began. Each call sets the node's seed and counter from the
+  // generator's state then, so a compiled function draws what the eager one would, and new
+  // numbers every call. -1 for nodes that draw nothing.
+  int64_t random_offset = -1;
   bool is_view() const { return op->view != nullptr; }
   bool mutates() const { return op->mutates != 0; }
 };
@@ -44,6 +49,7 @@ struct Graph {
   std::vector<int> inputs;          // values of kind input, by position
   std::vector<int> captured;        // values of kind captured
   std::vector<int> outputs;         // what the function returns
+  uint64_t random_blocks = 0;       // Philox blocks one call reserves (random_offset above)
 
   // The value whose buffer v lives in.
   int buffer_of(int v) const { return values[size_t(v)].base < 0 ? v : values[size_t(v)].base; }

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "sinter/autograd.h"
+#include "sinter/random.h"
 
 namespace sinter {
 namespace detail {
@@ -21,7 +22,7 @@ struct Break {
 
 class Tracer : public OpObserver {
  public:
-  explicit Tracer(const CompileOptions& o) : opts_(o) {}
+  explicit Tracer(const CompileOptions& o) : opts_(o), start_(default_generator()) {}
   bool tracing() const override { return true; }
 
   Tensor add_input(const Tensor& t, int index) {
@@ -41,13 +42,17 @@ class Tracer : public OpObserver {
 
   void before(const OpDef& op, std::span<const Tensor>, const Attrs&) override {
     if (op.data_dependent) stop(op.name, "its output needs the input's data");
-    if (op.random) stop(op.name, "a random draw (compiled graphs do not draw new numbers per call)");
   }
 
   void after(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<const Tensor> outputs) override {
     Node n;
     n.op = &op;
     n.attrs = attrs;
+    if (attrs.has("seed") && attrs.has("counter")) {  // a random draw: its counter becomes relative
+      if (uint64_t(attrs.i("seed")) != start_.seed)
+        stop(op.name, "the function reseeds the generator (manual_seed) before this draw");
+      n.random_offset = attrs.i("counter") - int64_t(start_.offset);
+    }
     for (const Tensor& t : inputs) n.inputs.push_back(value_of(t));
     const int node = int(g.nodes.size());
     size_t mutated = 0;
@@ -112,6 +117,9 @@ class Tracer : public OpObserver {
   }
 
   const CompileOptions& opts_;
+ public:
+  const Generator start_;  // the generator's state when the trace began
+ private:
   std::unordered_map<const TensorImpl*, int> by_impl_;
   std::unordered_map<const Storage*, std::vector<int>> by_storage_;
   std::vector<Tensor> keep_;
@@ -152,6 +160,9 @@ TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const C
       r.broke = true, r.break_op = b.op, r.break_reason = b.reason;
     }
   }
+  // Tracing reserved the draws of one call; the calls themselves reserve them (compiled.cpp).
+  t.g.random_blocks = default_generator().offset - t.start_.offset;
+  default_generator() = t.start_;
   // A traced backward leaves symbolic gradients on the tensors it captured: not for the caller.
   for (int v : t.g.captured) {
     Tensor& c = t.g.values[size_t(v)].captured;

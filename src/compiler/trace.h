@@ -1,8 +1,10 @@
 #pragma once
 // Tracing: runs a function on symbolic stand-ins of its inputs under a tracing observer, so every
 // op call becomes a node (compiler/graph.h). Real tensors the calls read are captured by
-// reference. A data-dependent op (OpDef::data_dependent), a read of a traced tensor's data, or a
-// random draw stops the trace: with fullgraph that is a CompileError naming the op.
+// reference. A data-dependent op (OpDef::data_dependent) or a read of a traced tensor's data stops
+// the trace: with fullgraph that is a CompileError naming the op. Random draws are nodes whose
+// counters are kept relative to the generator's state at the start (Node::random_offset); the
+// trace leaves the generator as it found it.
 #include "compiler/graph.h"
 #include "sinter/compile.h"
 
