@@ -270,6 +270,7 @@ void add_backward_specs(std::map<std::string, Spec>& m);
 void add_sparse_specs(std::map<std::string, Spec>& m);
 void add_dist_specs(std::map<std::string, Spec>& m);
 void add_state_specs(std::map<std::string, Spec>& m);  // op_specs_state.cpp
+void add_fused_specs(std::map<std::string, Spec>& m);  // op_specs_fused.cpp (needs the linear spec)
 
 const std::map<std::string, Spec>& op_specs() {
   static const std::map<std::string, Spec> specs = [] {
@@ -478,6 +479,7 @@ const std::map<std::string, Spec>& op_specs() {
     add_sparse_specs(m);
     add_dist_specs(m);
     add_state_specs(m);
+    add_fused_specs(m);
     return m;
   }();
   return specs;

@@ -69,8 +69,16 @@ void causal_softmax_rows(const Tensor& x2d, const Tensor& out, int64_t rows_per_
 void softmax_backward_rows(const Tensor& g2d, const Tensor& y2d, const Tensor& dx2d, bool log);
 void cumsum_rows(const Tensor& x2d, const Tensor& out);
 
+// What a GEMM applies to its output on the way out: c = act(a b + bias) + residual. oneDNN runs
+// it as post-ops while each tile is in registers; the other paths run it as passes over c with the
+// eager kernels.
+struct GemmEpilogue {
+  std::optional<UnaryOp> act;
+  Tensor residual;  // c's shape and dtype, contiguous
+  bool empty() const { return !act && !residual.defined(); }
+};
 // c(B, M, N) = a(B, M, K) b(B, K, N) (+ bias(N)); inner two dims of a and b may be transposed views.
-void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias = {});
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias = {}, const GemmEpilogue& epilogue = {});
 // Whether oneDNN runs bf16 matmul natively on this CPU (AVX512-BF16); otherwise bf16 is widened to f32.
 bool dnnl_has_bf16();
 

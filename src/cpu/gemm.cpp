@@ -68,19 +68,39 @@ dnnl::memory::desc md(const Tensor& t, DType as) {
 // costs ~25 us, more than a whole small GEMM (generation runs hundreds of them per token).
 struct Prepared {
   dnnl::matmul prim;
-  dnnl::memory a, b, c, bias;
+  dnnl::memory a, b, c, bias, residual;
 };
 
-Prepared make_prepared(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias) {
+// The oneDNN activation of an eager unary op, where it has one.
+std::optional<dnnl::algorithm> dnnl_act(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Relu: return dnnl::algorithm::eltwise_relu;
+    case UnaryOp::GeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case UnaryOp::Gelu: return dnnl::algorithm::eltwise_gelu_erf;
+    case UnaryOp::Silu: return dnnl::algorithm::eltwise_swish;  // x * sigmoid(alpha x), alpha 1
+    case UnaryOp::Sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case UnaryOp::Tanh: return dnnl::algorithm::eltwise_tanh;
+    default: return std::nullopt;
+  }
+}
+
+Prepared make_prepared(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias, const GemmEpilogue& ep) {
   auto a_md = md(a, a.dtype()), b_md = md(b, b.dtype()), c_md = md(c, c.dtype());
   dnnl::memory::desc bias_md;
   if (bias.defined())
     bias_md = c.size(0) == 1 ? dnnl::memory::desc({1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), 1})
                              : dnnl::memory::desc({1, 1, c.size(2)}, dnnl_type(bias.dtype()), {c.size(2), c.size(2), 1});
   Prepared p;
+  dnnl::primitive_attr attr;
+  if (!ep.empty()) {
+    dnnl::post_ops po;
+    if (ep.act) po.append_eltwise(1.f, *dnnl_act(*ep.act), *ep.act == UnaryOp::Silu ? 1.f : 0.f, 0.f);
+    if (ep.residual.defined()) po.append_binary(dnnl::algorithm::binary_add, c_md);
+    attr.set_post_ops(po);
+  }
   try {
-    p.prim = dnnl::matmul(bias.defined() ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine())
-                                         : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), engine()));
+    p.prim = dnnl::matmul(bias.defined() ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, engine())
+                                         : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine()));
   } catch (const dnnl::error& e) {
     SINTER_THROW(Error, "[matmul] oneDNN has no ", a.dtype(), " matmul for a", a.shape(), " b", b.shape(), " here: ", e.what());
   }
@@ -88,25 +108,28 @@ Prepared make_prepared(const Tensor& a, const Tensor& b, const Tensor& c, const 
   p.b = dnnl::memory(b_md, engine(), DNNL_MEMORY_NONE);
   p.c = dnnl::memory(c_md, engine(), DNNL_MEMORY_NONE);
   if (bias.defined()) p.bias = dnnl::memory(bias_md, engine(), DNNL_MEMORY_NONE);
+  if (ep.residual.defined()) p.residual = dnnl::memory(c_md, engine(), DNNL_MEMORY_NONE);
   return p;
 }
 
-void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tensor& bias) {
+void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tensor& bias, const GemmEpilogue& ep = {}) {
   Tensor a = plain(a0), b = plain(b0), c = normalized(c0);
-  // Key: dtypes, shapes and strides of a, b, c, and whether there is a bias.
-  int64_t key[3 * 7 + 1];
+  // Key: dtypes, shapes and strides of a, b, c, whether there is a bias, and the epilogue.
+  int64_t key[3 * 7 + 3];
   int k = 0;
   for (const Tensor* t : {&a, &b, &c}) {
     key[k++] = int64_t(t->dtype());
     for (int d = 0; d < 3; ++d) key[k++] = t->size(d), key[k++] = t->stride(d);
   }
   key[k++] = bias.defined() ? int64_t(bias.dtype()) + 1 : 0;
+  key[k++] = ep.act ? int64_t(*ep.act) + 1 : 0;
+  key[k++] = ep.residual.defined();
   thread_local std::unordered_map<std::string, Prepared> cache;
   std::string skey(reinterpret_cast<const char*>(key), sizeof key);
   auto it = cache.find(skey);
   if (it == cache.end()) {
     if (cache.size() >= 512) cache.clear();  // a bound for programs that see endless shapes
-    it = cache.emplace(std::move(skey), make_prepared(a, b, c, bias)).first;
+    it = cache.emplace(std::move(skey), make_prepared(a, b, c, bias, ep)).first;
   }
   Prepared& p = it->second;
   p.a.set_data_handle(a.data_ptr());
@@ -116,6 +139,10 @@ void gemm_dnnl(const Tensor& a0, const Tensor& b0, const Tensor& c0, const Tenso
   if (bias.defined()) {
     p.bias.set_data_handle(bias.data_ptr());
     args.emplace(DNNL_ARG_BIAS, p.bias);
+  }
+  if (ep.residual.defined()) {
+    p.residual.set_data_handle(ep.residual.data_ptr());
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(ep.act ? 1 : 0) | DNNL_ARG_SRC_1, p.residual);
   }
   static thread_local dnnl::stream stream(engine());
   p.prim.execute(stream, args);
@@ -285,14 +312,15 @@ template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor
 
 }  // namespace
 
-void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias) {
-  SINTER_KERNEL_ENTRY();
-  SINTER_ASSERT(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && c.is_contiguous());
-  if (c.numel() == 0) return;
+namespace {
+
+// The GEMM on the path its shapes and dtypes choose; true when that path applied the epilogue too.
+bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias, const GemmEpilogue& ep) {
+  if (c.numel() == 0) return false;
   if (a.size(2) == 0) {  // empty inner dimension: just the bias
     if (bias.defined()) copy(bias, c);
     else fill(c, 0.0);
-    return;
+    return false;
   }
   const int64_t M = a.size(1), K = a.size(2), N = b.size(2);
   // Decode-sized products: ours when the weights sit in cache (oneDNN's per-call cost dominates
@@ -302,18 +330,19 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias)
   if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && (N * K <= (int64_t(1) << 20) || M >= 2) && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
     gemm_few_rows<float>(a.data<float>(), b.data<float>(), bias.defined() ? bias.data<float>() : nullptr, c.data<float>(), M, N, K);
-    return;
+    return false;
   }
   // bf16 decode without a bf16 matmul in oneDNN: ours at every size (the alternative widens the
   // whole weight each call).
   if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && !dnnl_has_bf16() && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || (bias.dtype() == DType::bf16 && bias.is_contiguous()))) {
     gemm_few_rows_bf16(a.data<bf16>(), b.data<bf16>(), bias.defined() ? bias.data<bf16>() : nullptr, c.data<bf16>(), M, N, K);
-    return;
+    return false;
   }
   if (a.dtype() == DType::f32 || (a.dtype() == DType::bf16 && dnnl_has_bf16())) {
-    gemm_dnnl(a, b, c, bias);
-    return;
+    const bool fuse = !ep.empty() && (!ep.act || dnnl_act(*ep.act)) && (!ep.residual.defined() || ep.residual.is_contiguous());
+    gemm_dnnl(a, b, c, bias, fuse ? ep : GemmEpilogue{});
+    return fuse;
   }
   if (a.dtype() == DType::f16 || a.dtype() == DType::bf16) {  // no f16 matmul in oneDNN 2.6, bf16 needs AVX512: widen
     auto widen = [](const Tensor& t) {
@@ -337,12 +366,23 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias)
     Tensor cf = Tensor::empty(c.shape(), DType::f32);
     gemm_dnnl(widen(a), widen(b), cf, bias.defined() ? widen(bias) : Tensor());
     copy(cf, c);
-    return;
+    return false;
   }
   visit_dtype(a.dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) SINTER_THROW(DTypeError, "[matmul] bool tensors are not supported");
     else gemm_loop<T>(a, b, c, bias);
   });
+  return false;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias, const GemmEpilogue& ep) {
+  SINTER_KERNEL_ENTRY();
+  SINTER_ASSERT(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && c.is_contiguous());
+  if (gemm_core(a, b, c, bias, ep) || ep.empty()) return;
+  if (ep.act) unary(*ep.act, c, c);
+  if (ep.residual.defined()) binary(BinaryOp::Add, c, ep.residual, c);
 }
 
 }  // namespace sinter::cpu

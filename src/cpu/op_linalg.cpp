@@ -59,9 +59,34 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias);
 }
 
+// y = act(x w^T + b) + r in one GEMM call: the activation and the add run on its output tiles.
+void linear_fused_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const bool has_bias = attrs.b("bias"), has_res = attrs.b("residual");
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  Tensor x2 = contiguous_as(x, x.dtype());
+  Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
+  Tensor bt = raw_view(w, {1, K, N}, {0, w.stride(1), w.stride(0)}, w.offset());
+  GemmEpilogue ep;
+  const std::string& act = attrs.str("act");
+  static const std::pair<const char*, UnaryOp> acts[] = {{"relu", UnaryOp::Relu},       {"gelu", UnaryOp::Gelu},
+                                                         {"gelu_tanh", UnaryOp::GeluTanh}, {"silu", UnaryOp::Silu},
+                                                         {"sigmoid", UnaryOp::Sigmoid}, {"tanh", UnaryOp::Tanh}};
+  for (auto& [name, op] : acts)
+    if (act == name) ep.act = op;
+  if (has_res) {
+    Tensor r = contiguous_as(in.back(), x.dtype());
+    ep.residual = raw_view(r, {1, M, N}, {M * N, N, 1}, r.offset());
+  }
+  Tensor bias = has_bias ? contiguous_as(in[2], in[2].dtype()) : Tensor();
+  gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias, ep);
+}
+
 }  // namespace
 
 void register_linalg_kernels() {
+  detail::add_kernel("linear_fused", DeviceType::cpu, linear_fused_kernel);
   detail::add_kernel("matmul", DeviceType::cpu, matmul_kernel);
   detail::add_kernel("linear", DeviceType::cpu, linear_kernel);
 }

@@ -74,6 +74,41 @@ void register_linalg_ops() {
     return out;
   };
   add_op(std::move(li));
+
+  // A linear with its epilogue, made by the compiler from linear -> activation -> residual add
+  // (compiler/passes.cpp): y = act(x w^T + b) + r, with the activation and the add done on the
+  // GEMM's output tile (oneDNN post-ops). Inputs x, w, then b if attr "bias", r if "residual".
+  // Not differentiable: compiled graphs trace their backward before fusing.
+  OpDef lf;
+  lf.name = "linear_fused";
+  lf.num_inputs = -1;
+  lf.min_inputs = 2;
+  lf.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    const bool has_bias = a.b("bias"), has_res = a.b("residual");
+    const std::string& act = a.str("act");
+    SINTER_CHECK(in.size() == 2 + size_t(has_bias) + size_t(has_res), "[linear_fused] expects x, w", has_bias ? ", b" : "",
+                 has_res ? ", residual" : "", ": ", 2 + int(has_bias) + int(has_res), " inputs, got ", in.size());
+    SINTER_CHECK(fused_linear_activation(act), "[linear_fused] activation '", act,
+                 "' is not one of none, relu, gelu, gelu_tanh, silu, sigmoid, tanh");
+    const Shape &x = in[0].shape, &w = in[1].shape;
+    SINTER_CHECK_SHAPE(!x.empty() && w.size() == 2 && x.back() == w[1], "[linear_fused] x", x, " does not match weight", w,
+                       " (want x(..., K), w(N, K))");
+    for (size_t i = 1; i < in.size(); ++i)
+      SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[linear_fused] dtypes differ: x ", in[0].dtype, ", input ", i, " ", in[i].dtype);
+    SINTER_CHECK_DTYPE(is_floating(in[0].dtype), "[linear_fused] needs floating tensors, got ", in[0].dtype);
+    if (has_bias) SINTER_CHECK_SHAPE(in[2].shape == Shape{w[0]}, "[linear_fused] bias", in[2].shape, " does not match weight", w);
+    Shape out = x;
+    out.back() = w[0];
+    if (has_res) SINTER_CHECK_SHAPE(in.back().shape == out, "[linear_fused] residual", in.back().shape, " is not the output's shape ", out);
+    return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+  };
+  add_op(std::move(lf));
+}
+
+bool fused_linear_activation(const std::string& act) {
+  for (const char* a : {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"})
+    if (act == a) return true;
+  return false;
 }
 
 }  // namespace detail

@@ -11,5 +11,7 @@ struct MatmulPlan {
 };
 // NumPy semantics: 1-D operands promoted and squeezed back, batch dims broadcast.
 MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b);
+// Whether linear_fused takes this activation (a unary op's name, or "none").
+bool fused_linear_activation(const std::string& act);
 
 }  // namespace sinter::detail
