@@ -141,6 +141,77 @@ TEST(Compile, AGptForwardMatchesEager) {
   }
 }
 
+TEST(Compile, ALinearWithBiasAndGeluIsOneGemmAndNoExtraPass) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("epilogue"));
+  manual_seed(11);
+  Tensor x = randn({64, 96}), w1 = randn({256, 96}) * 0.1, b1 = randn({256}), w2 = randn({96, 256}) * 0.1, b2 = randn({96});
+  auto one = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(linear(in[0], w1, b1), true)}; };
+  CompiledFunction f = compile(one, {.name = "linear_gelu"});
+  EXPECT_TRUE(test::all_close(f({x})[0], one({x})[0], 1e-5, 1e-5));
+  Explanation e = f.explain({x});
+  EXPECT_EQ(e.fused_kernels, 0) << e.text;
+  ASSERT_EQ(e.library, std::vector<std::string>{"linear_fused: bias + gelu_tanh"}) << e.text;
+  // A GPT MLP with its residual: two GEMMs, the activation and the add on their output tiles.
+  auto mlp = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] + linear(gelu(linear(in[0], w1, b1), true), w2, b2)}; };
+  CompiledFunction g = compile(mlp, {.name = "mlp"});
+  EXPECT_TRUE(test::all_close(g({x})[0], mlp({x})[0], 1e-5, 1e-5));
+  e = g.explain({x});
+  EXPECT_EQ(e.fused_kernels, 0) << e.text;
+  EXPECT_EQ(e.library, (std::vector<std::string>{"linear_fused: bias + gelu_tanh", "linear_fused: bias + residual"})) << e.text;
+  // A value the function returns is not absorbed: the activation's input stays materialised.
+  auto both = [&](const std::vector<Tensor>& in) {
+    Tensor y = linear(in[0], w1, b1);
+    return std::vector<Tensor>{y, gelu(y, true)};
+  };
+  CompiledFunction h = compile(both, {.name = "linear_returned"});
+  const auto got = h({x}), want = both({x});
+  EXPECT_TRUE(bitwise_equal(got[0], want[0]));
+  EXPECT_TRUE(bitwise_equal(got[1], want[1]));
+  EXPECT_EQ(h.explain({x}).library, std::vector<std::string>{"linear"});
+}
+
+TEST(Compile, OneGptBlockForwardAndBackwardKernelCounts) {
+  // The counts the README reports for one block of the default model (GPT-2 style, tiny).
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("block"));
+  manual_seed(12);
+  nn::GPT model(nn::ModelConfig::preset("tiny"));
+  model.init_weights(4);
+  nn::TransformerBlock& block = *model.blocks[0];
+  Tensor x = randn({4, 32, model.config().hidden_size}), wout = randn(x.shape());
+  auto fwd = [&](const std::vector<Tensor>& in) {
+    NoGradGuard no_grad;
+    return std::vector<Tensor>{block.forward(in[0], {}, {}, nullptr)};
+  };
+  std::vector<Tensor> params;
+  for (auto& [name, p] : block.named_parameters()) params.push_back(*p);
+  auto fwd_bwd = [&](const std::vector<Tensor>& in) {
+    Tensor xl = in[0].detach().requires_grad_();
+    Tensor y = block.forward(xl, {}, {}, nullptr);
+    std::vector<Tensor> wrt{xl};
+    wrt.insert(wrt.end(), params.begin(), params.end());
+    std::vector<Tensor> out{y.detach()};
+    for (const Tensor& gr : autograd::grad({sum(y * wout)}, wrt)) out.push_back(gr);
+    return out;
+  };
+  CompiledFunction f = compile(fwd, {.fullgraph = true, .name = "block_fwd"});
+  CompiledFunction fb = compile(fwd_bwd, {.fullgraph = true, .name = "block_fwd_bwd"});
+  EXPECT_TRUE(test::all_close(f({x})[0], fwd({x})[0], 1e-5, 1e-5));
+  const auto got = fb({x}), want = fwd_bwd({x});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test::all_close(got[i], want[i], 1e-5, 1e-5)) << "result " << i;
+  const Explanation ef = f.explain({x}), eb = fb.explain({x});
+  std::printf("one GPT block (tiny), forward: %d fused kernels + %d library calls; forward + backward: %d + %d\n",
+              ef.fused_kernels, ef.library_calls, eb.fused_kernels, eb.library_calls);
+  // Forward: the two norms, five GEMMs (q, k, v; the output projection with its residual; fc
+  // with GELU; proj with its residual), attention and the copy that joins its heads: 10 steps.
+  // With backward (a GEMM whose output backward reads keeps its activation as a kernel): 42.
+  EXPECT_EQ(ef.library, (std::vector<std::string>{"linear", "linear", "linear", "sdpa", "copy", "linear_fused: bias + residual",
+                                                  "linear_fused: bias + gelu_tanh", "linear_fused: bias + residual"}))
+      << ef.text;
+  EXPECT_LE(ef.fused_kernels + ef.library_calls, 10) << ef.text;
+  EXPECT_LE(eb.fused_kernels + eb.library_calls, 42) << eb.text;
+}
+
 TEST(Compile, AWholeTrainingStepMatchesEager) {
   // Forward, backward, clipping and AdamW traced as one graph; the optimizer's writes to the
   // parameters and its state happen in the graph, on the captured tensors.

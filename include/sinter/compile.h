@@ -43,6 +43,8 @@ struct Explanation {
   int fused_kernels = 0;           // in the latest graph
   int library_calls = 0;           // kernels of the op table the wrapper calls
   std::vector<std::string> kernels;  // each fused kernel with its ops
+  std::vector<std::string> library;  // each library call: its op, a GEMM with its epilogue
+                                     // ("linear_fused: bias + gelu_tanh + residual")
   std::vector<std::string> guards;   // of the latest graph
   int64_t planned_bytes = 0;       // intermediate buffers after reuse
   int64_t unplanned_bytes = 0;     // the same without reuse

@@ -95,6 +95,8 @@ void build(Entry& e, const CompileOptions& opts) {
   const std::string name = opts.name + "_" + std::to_string(g.nodes.size());
   debug_write(opts.name + ".graph.txt", dump(g));
   eliminate_common_subexpressions(g);  // (dead code too)
+  fuse_gemm_epilogues(g);
+  verify(g);
   debug_write(opts.name + ".passes.txt", dump(g));
   e.plan = plan(g);
   e.slots = assign_slots(g, e.plan);
@@ -272,12 +274,28 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
   if (!e->eager) {
     const compiler::Graph& g = e->graph;
     x.fused_kernels = int(e->plan.groups.size());
-    for (const compiler::Step& st : e->plan.steps) x.library_calls += st.group < 0;
+    for (const compiler::Step& st : e->plan.steps) {
+      if (st.group >= 0) continue;
+      ++x.library_calls;
+      const compiler::Node& n = g.nodes[size_t(st.node)];
+      std::string what = n.op->name;
+      if (n.op->name == "linear_fused") {
+        std::string parts;
+        auto add = [&](const std::string& p) { parts += (parts.empty() ? "" : " + ") + p; };
+        if (n.attrs.b("bias")) add("bias");
+        if (n.attrs.str("act") != "none") add(n.attrs.str("act"));
+        if (n.attrs.b("residual")) add("residual");
+        what += ": " + parts;
+      }
+      x.library.push_back(what);
+    }
     for (const compiler::Group& gr : e->plan.groups) x.kernels.push_back(gr.ops);
     x.planned_bytes = e->plan.arena_bytes;
     x.unplanned_bytes = e->plan.unplanned_bytes;
     os << "  " << g.nodes.size() << " nodes -> " << x.fused_kernels << " fused kernels + " << x.library_calls << " library calls\n";
     for (const std::string& k : x.kernels) os << "    fused: " << k << "\n";
+    for (const std::string& k : x.library)
+      if (k.starts_with("linear_fused")) os << "    GEMM epilogue: " << k << "\n";
     os << "  buffers: " << x.planned_bytes << " bytes planned (" << x.unplanned_bytes << " without reuse)\n";
     os << "  code: " << e->module->path << (e->module->from_cache ? " (from the cache)" : "") << "\n";
   } else {

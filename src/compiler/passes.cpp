@@ -1,9 +1,11 @@
-// Dead code, common subexpressions, fusion groups and the memory plan.
+// Dead code, common subexpressions, GEMM epilogues, fusion groups and the memory plan.
 #include "compiler/passes.h"
 
 #include <algorithm>
 #include <map>
 #include <set>
+
+#include "ops/linalg.h"
 
 namespace sinter::compiler {
 
@@ -57,6 +59,63 @@ void eliminate_common_subexpressions(Graph& g) {
   }
   for (int& v : g.outputs) v = same[size_t(v)];
   eliminate_dead_code(g);
+}
+
+void fuse_gemm_epilogues(Graph& g) {
+  static const OpDef& fused = get_op("linear_fused");
+  std::vector<int> uses(g.values.size(), 0), user(g.values.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].inputs) ++uses[size_t(v)], user[size_t(v)] = int(n);
+  for (int v : g.outputs) uses[size_t(v)] += 2;  // a returned value is materialised
+  // The one node that reads v, when v is read once.
+  auto only_user = [&](int v) -> Node* { return uses[size_t(v)] == 1 ? &g.nodes[size_t(user[size_t(v)])] : nullptr; };
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    Node& lin = g.nodes[n];
+    if (removed[n] || lin.op->name != "linear") continue;
+    const Value& y = g.values[size_t(lin.outputs[0])];
+    if (y.meta.device.type != DeviceType::cpu || !is_floating(y.meta.dtype)) continue;
+    std::vector<int> absorbed;
+    int cur = lin.outputs[0], residual = -1;
+    std::string act = "none";
+    if (Node* u = only_user(cur); u && u->inputs.size() == 1 && u->attrs.items().empty() && u->op->name != "none" &&
+                                  detail::fused_linear_activation(u->op->name))
+      act = u->op->name, cur = u->outputs[0], absorbed.push_back(int(u - g.nodes.data()));
+    if (Node* u = only_user(cur); u && u->op->name == "add" && u->inputs.size() == 2 && u->inputs[0] != u->inputs[1]) {
+      const int other = u->inputs[0] == cur ? u->inputs[1] : u->inputs[0];
+      const Value &o = g.values[size_t(other)], &c = g.values[size_t(cur)];
+      if (o.meta.shape == c.meta.shape && o.meta.dtype == c.meta.dtype && g.values[size_t(u->outputs[0])].meta.shape == c.meta.shape)
+        residual = other, cur = u->outputs[0], absorbed.push_back(int(u - g.nodes.data()));
+    }
+    if (absorbed.empty()) continue;
+    // The fused node runs where the last absorbed node ran: nothing in between may write what the
+    // linear reads.
+    const int last = absorbed.back();
+    bool written = false;
+    for (int m = int(n) + 1; m < last; ++m)
+      if (g.nodes[size_t(m)].mutates())
+        for (int w : g.nodes[size_t(m)].outputs)
+          for (int in : lin.inputs) written = written || g.buffer_of(w) == g.buffer_of(in);
+    if (written) continue;
+    Node f;
+    f.op = &fused;
+    f.inputs = lin.inputs;
+    f.attrs = Attrs{{"act", act}, {"bias", lin.inputs.size() == 3}, {"residual", residual >= 0}};
+    if (residual >= 0) f.inputs.push_back(residual);
+    f.outputs = {cur};
+    removed[n] = true;
+    for (int m : absorbed) removed[size_t(m)] = true;
+    removed[size_t(last)] = false;
+    g.nodes[size_t(last)] = std::move(f);
+    g.values[size_t(cur)].node = last, g.values[size_t(cur)].output = 0;
+  }
+  std::vector<Node> kept;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!removed[n]) {
+      for (int v : g.nodes[n].outputs) g.values[size_t(v)].node = int(kept.size());
+      kept.push_back(std::move(g.nodes[n]));
+    }
+  g.nodes = std::move(kept);
 }
 
 namespace {

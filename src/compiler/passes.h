@@ -1,6 +1,6 @@
 #pragma once
-// Graph passes: dead-code elimination, common subexpressions, elementwise fusion groups and the
-// memory plan (passes.cpp).
+// Graph passes: dead-code elimination, common subexpressions, GEMM epilogues, elementwise fusion
+// groups and the memory plan (passes.cpp).
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +10,10 @@ namespace sinter::compiler {
 
 void eliminate_dead_code(Graph& g);  // keeps nodes that write in place (their effect is the point)
 void eliminate_common_subexpressions(Graph& g);
+// GEMM epilogues: linear -> activation -> add of a tensor of the output's shape (either step
+// optional) becomes one linear_fused node, whose activation and add run on the GEMM's output
+// tiles. Each value absorbed has one use and is not returned.
+void fuse_gemm_epilogues(Graph& g);
 
 // A fused kernel: elementwise nodes over one output shape, run at the position of its last node.
 struct Group {
