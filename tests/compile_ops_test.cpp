@@ -9,6 +9,7 @@
 // An op without a spec fails OpTableCoverage in ops_test.cpp; here every op gets a case by
 // construction, so a new op is compiled the day it is registered.
 #include <cstring>
+#include <random>
 
 #include <sinter/compile.h>
 #include <sinter/random.h>
@@ -185,6 +186,75 @@ TEST_P(CompiledOp, GradientsMatchEager) {
     for (size_t k = 0; k < out.size(); ++k) {
       EXPECT_TRUE(same(out[k], ref[k], false)) << "result " << k << " (outputs, then gradients)\n" << e.text;
     }
+  }
+}
+
+// Random programs of fusable ops over broadcast inputs, strided views of inputs (a slice, a
+// transpose) and views taken inside the chain (an op applied through a transpose), compiled and
+// run eagerly: bit for bit the same, since the same functors run.
+TEST(CompiledChains, RandomChainsOfFusableOpsEqualEagerBitForBit) {
+  std::vector<const OpDef*> unary, binary;
+  for (const OpDef* op : all_ops()) {
+    if (!op->fusable || op->name == "cast" || op->name == "clamp" || op->name == "masked_fill" || op->name == "where") continue;
+    if (op->num_inputs == 1) unary.push_back(op);
+    else if (op->num_inputs == 2 && op->name != "eq" && op->name != "ne" && op->name != "lt" && op->name != "le" &&
+             op->name != "gt" && op->name != "ge")
+      binary.push_back(op);
+  }
+  ASSERT_GT(unary.size(), 10u);
+  ASSERT_GT(binary.size(), 5u);
+  struct Instr {
+    int kind;  // 0 unary, 1 unary through a transpose, 2 binary, 3 where(a > b, a, b), 4 clamp
+    const OpDef* op;
+    int a, b;
+  };
+  for (uint64_t seed = 0; seed < 16; ++seed) {
+    SCOPED_TRACE("chain seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    auto pick = [&](size_t n) { return int(rng() % n); };
+    std::vector<Instr> prog;
+    const int n_inputs = 5, length = 4 + pick(8);
+    std::string text;
+    for (int i = 0; i < length; ++i) {
+      const int avail = n_inputs + i, kind = pick(10);
+      Instr in{kind < 4 ? 0 : kind < 5 ? 1 : kind < 8 ? 2 : kind < 9 ? 3 : 4, nullptr, pick(size_t(avail)), pick(size_t(avail))};
+      if (in.kind <= 1) in.op = unary[size_t(pick(unary.size()))];
+      if (in.kind == 2) in.op = binary[size_t(pick(binary.size()))];
+      text += (in.op ? in.op->name : in.kind == 3 ? "where" : "clamp") + std::string(" ");
+      prog.push_back(in);
+    }
+    SCOPED_TRACE(text);
+    auto fn = [&prog](const std::vector<Tensor>& in) {
+      // Inputs: x (4, 6, 5); y (6, 1) and z (5) broadcast; a slice of a wider tensor; a transpose.
+      std::vector<Tensor> v{in[0], in[1], in[2], in[3].slice(2, 1, 6), in[4].transpose(0, 2)};
+      for (const Instr& i : prog) {
+        // Positive operands where the op needs them (log, sqrt, pow's base): |t| + 0.25.
+        auto arg = [&](int k) {
+          return i.op && (i.op->name == "log" || i.op->name == "sqrt" || i.op->name == "rsqrt" || i.op->name == "pow")
+                     ? abs(v[size_t(k)]) + 0.25
+                     : v[size_t(k)];
+        };
+        switch (i.kind) {
+          case 0: v.push_back(call1(*i.op, {arg(i.a)})); break;
+          case 1: v.push_back(call1(*i.op, {arg(i.a).expand({4, 6, 5}).transpose(0, 1)}).transpose(0, 1)); break;
+          case 2: v.push_back(call1(*i.op, {arg(i.a), arg(i.b)})); break;
+          case 3: v.push_back(where(gt(v[size_t(i.a)], v[size_t(i.b)]), v[size_t(i.a)], v[size_t(i.b)])); break;
+          default: v.push_back(clamp(v[size_t(i.a)], -0.5, 0.75)); break;
+        }
+      }
+      return std::vector<Tensor>{v.back(), v[v.size() / 2 + 2]};
+    };
+    manual_seed(seed);
+    const std::vector<Tensor> in{randn({4, 6, 5}), randn({6, 1}), randn({5}), randn({4, 6, 7}), randn({5, 6, 4})};
+    const std::vector<Tensor> ref = fn(in);
+    CompiledFunction f = compile(fn, {.fullgraph = true, .name = "chain" + std::to_string(seed)});
+    const std::vector<Tensor> out = f(in);
+    const Explanation e = f.explain(in);
+    for (size_t k = 0; k < out.size(); ++k) EXPECT_TRUE(same(out[k], ref[k], true)) << "output " << k << "\n" << e.text;
+    // Every op ran in generated code (kernels group by output shape, so a broadcast-shaped
+    // operand's ops form a kernel of their own).
+    EXPECT_EQ(e.library_calls, 0) << e.text;
+    EXPECT_LE(e.fused_kernels, length) << e.text;
   }
 }
 
