@@ -31,7 +31,7 @@ const std::vector<SuiteInfo>& suites() {
       {"generate", "generation with the KV cache at batch 1 (f32 and bf16)", suite_generate},
       {"attention", "scaled-dot-product attention: flash against math", suite_attention},
       {"sparse", "2:4 sparse linear against oneDNN's dense matmul on the same weights", suite_sparse},
-      {"compile", "sinter::compile against eager Sinter: a fused chain, norms, an MLP, a training step; compile times", suite_compile},
+      {"compile", "sinter::compile against eager Sinter: a fused chain, norms, an MLP, decoding, a training step; compile times", suite_compile},
   };
   return s;
 }

@@ -46,6 +46,7 @@ struct Explanation {
   std::vector<std::string> library;  // each library call: its op, a GEMM with its epilogue
                                      // ("linear_fused: bias + gelu_tanh + residual")
   std::vector<std::string> guards;   // of the latest graph
+  double guard_check_us = 0;       // finding the compiled code for these inputs (guards), per call
   int64_t planned_bytes = 0;       // intermediate buffers after reuse
   int64_t unplanned_bytes = 0;     // the same without reuse
   std::string text;                // all of the above, readable
