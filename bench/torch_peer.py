@@ -231,7 +231,67 @@ def suite_sparse(a, rows):
                     rows.append(dict(case=f"{name} M={M} K={K} N={N}", best_ms=best, median_ms=med))
 
 
-SUITES = dict(ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
+def suite_compile(a, rows):
+    """torch.compile (Inductor, its C++ code generation on CPU) on the cases of `sinter bench compile`;
+    first calls (the compiles) are left out of the timings, as Sinter's are."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        n = (4 if a.quick else 16) << 20
+        x, a_, b_ = torch.randn(n), torch.randn(n), torch.randn(n)
+        chain = torch.compile(lambda x, a: F.gelu(x * 1.5 + a, approximate="tanh") * torch.sigmoid(x) + x * 0.5)
+        best, med = time_it(lambda: chain(x, a_))
+        rows.append(dict(case=f"chain6 f32 {n >> 20}M", best_ms=best, median_ms=med))
+
+        r = 4096 if a.quick else 16384
+        m, res, w, b = torch.randn(r, 1024), torch.randn(r, 1024), torch.randn(1024), torch.randn(1024)
+        rlg = torch.compile(lambda m, res: F.gelu(F.layer_norm(m + res, (1024,), w, b), approximate="tanh"))
+        best, med = time_it(lambda: rlg(m, res))
+        rows.append(dict(case=f"residual_layernorm_gelu f32 {r}x1024", best_ms=best, median_ms=med))
+
+        x = torch.randn(512, 1024)
+        w1, b1 = torch.randn(4096, 1024) * 0.03, torch.randn(4096)
+        w2, b2 = torch.randn(1024, 4096) * 0.015, torch.randn(1024)
+        mlp = torch.compile(lambda x: x + F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2))
+        best, med = time_it(lambda: mlp(x))
+        rows.append(dict(case="mlp f32 512x1024x4096", best_ms=best, median_ms=med))
+
+    c = TINY
+    model = GPT(c).eval()
+    Dh = c["C"] // c["H"]
+    prompt, new = torch.randint(32, 127, (1, 16)), 96
+    step = torch.compile(model, dynamic=True)  # the decode step, one graph for every position
+
+    @torch.inference_mode()
+    def run():
+        caches = [(torch.zeros(1, c["H"], c["positions"], Dh), torch.zeros(1, c["H"], c["positions"], Dh)) for _ in range(c["L"])]
+        logits = model(prompt, caches, 0)
+        for pos in range(16, 16 + new):
+            logits = step(logits[:, -1].argmax(-1, keepdim=True), caches, pos)
+
+    best, med = time_it(run, warmup=2, reps=3 if a.quick else 10, min_total_s=0)
+    rows.append(dict(case=f"generate tiny per token ({new} after a 16-token prompt)", best_ms=best / new, median_ms=med / new))
+
+    model = GPT(c)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    fwd = torch.compile(model)
+    B, T = 16, 128
+    x, y = torch.randint(0, 256, (B, T)), torch.randint(0, 256, (B, T))
+
+    def train_step():
+        loss = F.cross_entropy(fwd(x).view(-1, 256), y.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    train_step()
+    print(f"torch.compile: first train step (compile) {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    best, med = time_it(train_step, warmup=2, reps=5 if a.quick else 15, min_total_s=0)
+    rows.append(dict(case=f"train tiny step B={B} T={T}", best_ms=best, median_ms=med))
+
+
+SUITES = dict(compile=suite_compile, ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
               sparse=suite_sparse)
 
 
@@ -247,7 +307,7 @@ def main():
     rows = []
     SUITES[a.suite](a, rows)
     with open(a.json, "w") as f:
-        json.dump(dict(peer=f"PyTorch {torch.__version__}", threads=torch.get_num_threads(), rows=rows), f, indent=1)
+        json.dump(dict(peer=f"{'torch.compile, ' if a.suite == 'compile' else ''}PyTorch {torch.__version__}", threads=torch.get_num_threads(), rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
