@@ -174,13 +174,14 @@ std::string kernel_code(const Graph& g, const Group& gr, const std::string& fnam
     for (size_t i = 0; i < gr.outputs.size(); ++i) b << indent << "out" << i << "[" << index(gr.outputs[i], "j") << "] = " << name[gr.outputs[i]] << ";\n";
     return b.str();
   };
-  const std::string par = numel >= 32768 ? "" : " if(0)";
+  // Below 32K elements a thread team costs more than it saves: plain (vectorized) loops.
+  const bool par = numel >= 32768;
   if (rows == 1) {
     for (int v : operands) os << "  const int64_t b" << v << " = 0;\n";
-    os << "#pragma omp parallel for simd schedule(static)" << par << "\n";
+    os << (par ? "#pragma omp parallel for simd schedule(static)\n" : "#pragma omp simd\n");
     os << "  for (int64_t j = 0; j < " << inner << "; ++j) {\n" << body("    ") << "  }\n";
   } else {
-    os << "#pragma omp parallel for schedule(static)" << par << "\n";
+    if (par) os << "#pragma omp parallel for schedule(static)\n";
     os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n";
     os << "    int64_t rem = r;\n";
     for (size_t d = nd - 1; d-- > 0;) {
@@ -232,7 +233,7 @@ std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& 
     os << "  " << VT << "* __restrict out" << i << " = reinterpret_cast<" << VT << "*>(p[" << gr.inputs.size() + i << "]);\n";
   }
   if (rows == 0) return os.str() + "}\n";
-  os << "#pragma omp parallel for schedule(static)" << (rows * D >= 32768 ? "" : " if(0)") << "\n";
+  if (rows * D >= 32768) os << "#pragma omp parallel for schedule(static)\n";  // (small rows: no team to start)
   os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n    " << C << " xr[" << D << "];\n    int64_t rem = r;\n";
   for (size_t d = S.size() - 1; d-- > 0;) os << "    const int64_t i" << d << " = rem % " << S[d] << "; rem /= " << S[d] << ";\n";
   for (int v : operands) {
