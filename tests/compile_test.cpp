@@ -245,26 +245,73 @@ TEST(Compile, GuardsRecompileAndTheLimitFallsBackToEager) {
   const std::string debug = fresh_cache("guards_debug");
   ScopedEnv dbg("SINTER_COMPILE_DEBUG", debug);
   CompiledFunction f = compile(chain, {.recompile_limit = 2, .name = "guarded"});
-  auto in = [](int64_t n) { return std::vector<Tensor>{randn({n, 8}), randn({8}), randn({n, 1})}; };
+  auto in = [](int64_t n, DType dt = DType::f32) {
+    return std::vector<Tensor>{randn({n, 8}).to(dt), randn({8}).to(dt), randn({n, 1}).to(dt)};
+  };
   (void)f(in(4));
   (void)f(in(4));
   EXPECT_EQ(f.compiles(), 1);
-  (void)f(in(5));  // a new shape: a guard miss, a second trace
-  EXPECT_EQ(f.compiles(), 2);
+  EXPECT_EQ(f.traces(), 1);
+  // A new size: a guard miss and a second trace, whose code is the first one's (sizes are
+  // parameters of the generated code), so nothing is compiled and the limit does not count it.
+  auto five = in(5);
+  EXPECT_TRUE(bitwise_equal(f(five)[0], chain(five)[0]));
+  EXPECT_EQ(f.traces(), 2);
+  EXPECT_EQ(f.compiles(), 1);
   std::ifstream miss(debug + "/guarded.guard_miss.txt");
   std::string why((std::istreambuf_iterator<char>(miss)), std::istreambuf_iterator<char>());
   EXPECT_NE(why.find("input 0 shape (5, 8)"), std::string::npos) << why;
   for (const char* file : {"guarded.graph.txt", "guarded.passes.txt", "guarded.cpp", "guarded.cmd"})
     EXPECT_TRUE(fs::exists(debug + "/" + file)) << file;
-  // Past the limit: eager, still right, no more traces.
-  auto x = in(6);
+  // Another dtype is other code: the second program, which reaches the limit of 2.
+  auto f64 = in(4, DType::f64);
+  EXPECT_TRUE(bitwise_equal(f(f64)[0], chain(f64)[0]));
+  EXPECT_EQ(f.compiles(), 2);
+  // Past the limit: eager, still right, no more traces, one warning.
+  auto x = in(6, DType::bf16);
   testing::internal::CaptureStderr();
   EXPECT_TRUE(bitwise_equal(f(x)[0], chain(x)[0]));
-  (void)f(in(7));
+  (void)f(in(7, DType::bf16));
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(f.compiles(), 2);
+  EXPECT_EQ(f.traces(), 3);
   EXPECT_NE(err.find("recompile limit"), std::string::npos) << err;
   EXPECT_EQ(err.find("recompile limit", err.find("recompile limit") + 1), std::string::npos) << "warned more than once";
+}
+
+TEST(Compile, ATrainingStepServesEverySequenceLengthWithOneCompile) {
+  // Lengths 17..128 through one compiled training step: each new length is traced again (the
+  // shapes differ) and runs the same compiled program; losses track eager's step for step. At
+  // 128 the model uses its whole position table, so the graph has no slice (and its backward no
+  // padding): a second program, the only other one.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("dynamic"));
+  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
+  auto make = [] {
+    auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset("tiny"));
+    m->init_weights(6);
+    return m;
+  };
+  auto eager = make(), compiled = make();
+  optim::AdamW eager_opt(eager->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
+  optim::AdamW compiled_opt(compiled->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
+  CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*compiled, compiled_opt, in[0], in[1])}; },
+                               {.name = "train_step_dynamic"});
+  int steps = 0;
+  for (int64_t T = 17; T <= 128; ++T) {
+    auto [x, y] = data.batch(true, 2, T, 1, uint64_t(T));
+    const double lc = f({x, y})[0].item<double>();
+    if (T == 127) EXPECT_EQ(f.compiles(), 1) << "lengths 17..127 should share one program";
+    if (T % 8 == 1 || T == 128) {  // eager on a sample of the lengths (its weights follow the same steps)
+      const double le = train::step(*eager, eager_opt, x, y).item<double>();
+      EXPECT_NEAR(lc, le, 1e-4 * std::fabs(le)) << "T = " << T;
+      ++steps;
+    } else {
+      (void)train::step(*eager, eager_opt, x, y);
+    }
+  }
+  EXPECT_EQ(f.traces(), 112);
+  EXPECT_EQ(f.compiles(), 2);
+  EXPECT_GT(steps, 10);
 }
 
 TEST(Compile, ADataDependentOpBreaksTheGraph) {

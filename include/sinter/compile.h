@@ -9,12 +9,18 @@
 //   });
 //   std::vector<Tensor> y = f({x, b});
 //
+// Sizes are not part of the generated code: its kernels read sizes, strides and offsets as
+// parameters, so a call with new sizes (a new sequence length, a new batch) traces the function
+// again (milliseconds) and runs the program already compiled; only a new structure (another dtype,
+// layout or branch taken) compiles another. compiles() counts programs, traces() traces.
+//
 // The trace is specialised to what the function read besides its inputs, as torch.jit.trace is:
 // C++ values (ints, doubles, branches) become constants of the graph; tensors the function
 // captures (parameters, buffers, caches) are read by reference at every call, so updates to them
 // are seen. Guards on the inputs (shapes, dtypes, strides, requires_grad) and on grad mode and
-// autocast are checked on every call; a miss traces again, up to a recompile limit past which the
-// function runs eagerly (with one warning naming the guard that kept failing). An op whose output
+// autocast are checked on every call; a miss traces again. Traces that need a new program count
+// toward a recompile limit past which the function runs eagerly (with one warning naming the
+// guard that kept failing). An op whose output
 // needs data (`item`) cannot be traced past: with `fullgraph` it is a CompileError naming the op,
 // without it the function runs eagerly and explain() reports the break.
 #include <cstdint>
@@ -29,7 +35,7 @@ namespace sinter {
 
 struct CompileOptions {
   bool fullgraph = false;     // a graph break is a CompileError
-  int recompile_limit = 8;    // traces per function before it runs eagerly
+  int recompile_limit = 8;    // new programs (or graph breaks) per function before it runs eagerly
   std::string name = "fn";    // in messages, debug dumps and generated code
 };
 
@@ -38,6 +44,7 @@ using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 // What explain() reports about a compiled function's current state.
 struct Explanation {
   int graphs = 0;                  // traces made (one per guard set)
+  int compiles = 0;                // programs compiled (or loaded): traces at new sizes reuse one
   int breaks = 0;
   std::vector<std::string> break_reasons;  // "item: the output needs the input's data"
   int fused_kernels = 0;           // in the latest graph
@@ -61,7 +68,8 @@ class CompiledFunction {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
   // Traces and compiles for these inputs if needed (running nothing), then reports.
   Explanation explain(const std::vector<Tensor>& inputs);
-  int compiles() const;  // traces made so far
+  int compiles() const;  // programs compiled (or loaded from the disk cache) so far
+  int traces() const;    // traces made so far (a trace at new sizes may reuse a program)
 
   struct State;
  private:

@@ -130,14 +130,36 @@ std::string node_code(const Graph& g, const Node& n, const std::map<int, std::st
   return os.str();
 }
 
-std::string kernel_code(const Graph& g, const Group& gr, const std::string& fname) {
+// Sizes, strides and offsets reach generated code at run time, as the kernel's parameters (q[i])
+// and the wrapper's (P[i]): the source depends on the graph's structure, not on its sizes, so a
+// graph traced at other sizes (a new sequence length) produces the same source and reuses the
+// compiled code. Only structural facts are spelled in the source: which dims merge, which
+// strides are 0 (broadcast) or 1 (contiguous, vectorizable), and a row reduction's row length.
+struct Params {
+  std::vector<int64_t> values;
+  std::string add(int64_t v, const char* array = "q") {
+    values.push_back(v);
+    return std::string(array) + "[" + std::to_string(values.size() - 1) + "]";
+  }
+};
+
+// An operand's stride: a literal when structural (0 or 1), else a named parameter.
+std::string stride_expr(int64_t s, const std::string& var, Params& q, std::ostringstream& decl) {
+  if (s == 0 || s == 1) return std::to_string(s);
+  decl << "  const int64_t " << var << " = " << q.add(s) << ";\n";
+  return var;
+}
+
+// `loop` twice: with a thread team when the work is large, without one (no team to start) below.
+std::string maybe_parallel(const std::string& numel, const std::string& parallel, const std::string& serial, const std::string& loop) {
+  return "  if (" + numel + " >= 32768) {\n" + parallel + "\n" + loop + "  } else {\n" + serial + loop + "  }\n";
+}
+
+std::string kernel_code(const Graph& g, const Group& gr, const std::string& fname, Params& q) {
   const Loop l = make_loop(g, gr);
   std::ostringstream os;
-  os << "// fused: " << gr.ops << "   (graph nodes " << gr.nodes.front() << ".." << gr.nodes.back() << "; shape " << gr.shape;
-  if (!gr.inputs.empty()) os << "; inputs";
-  for (int v : gr.inputs) os << " " << g.describe(v);
-  os << ")\n";
-  os << "static void " << fname << "(char* const* p) {\n";
+  os << "// fused: " << gr.ops << "   (graph nodes " << gr.nodes.front() << ".." << gr.nodes.back() << ")\n";
+  os << "static void " << fname << "(char* const* p, const int64_t* q) {\n";
   std::map<int, std::string> name;
   size_t slot = 0;
   for (int v : gr.inputs) {
@@ -153,14 +175,19 @@ std::string kernel_code(const Graph& g, const Group& gr, const std::string& fnam
   const size_t nd = l.dims.size();
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < nd; ++d) rows *= l.dims[d];
-  const int64_t inner = l.dims[nd - 1], numel = rows * inner;
-  if (numel == 0) return os.str() + "}\n";
-  auto index = [&](int v, const char* j) {  // element offset of v at row r (its base bo<v>) and inner index j
-    const int64_t s = l.strides.at(v)[nd - 1];
-    return "b" + std::to_string(v) + (s == 0 ? std::string() : s == 1 ? std::string(" + ") + j : " + " + std::string(j) + " * " + std::to_string(s));
-  };
+  os << "  const int64_t rows = " << q.add(rows) << ", inner = " << q.add(l.dims[nd - 1]) << ";\n";
+  os << "  (void)rows;\n";
+  for (size_t d = 0; d + 1 < nd; ++d) os << "  const int64_t n" << d << " = " << q.add(l.dims[d]) << ";\n";
   std::vector<int> operands(gr.inputs);
   operands.insert(operands.end(), gr.outputs.begin(), gr.outputs.end());
+  std::map<int, std::vector<std::string>> st;  // by operand: its stride in each merged dim
+  for (int v : operands)
+    for (size_t d = 0; d < nd; ++d)
+      st[v].push_back(stride_expr(l.strides.at(v)[d], "s" + std::to_string(v) + "_" + std::to_string(d), q, os));
+  auto index = [&](int v, const char* j) {  // element offset of v at row r (its base b<v>) and inner index j
+    const std::string& s = st.at(v)[nd - 1];
+    return "b" + std::to_string(v) + (s == "0" ? std::string() : s == "1" ? std::string(" + ") + j : " + " + std::string(j) + " * " + s);
+  };
   auto body = [&](const std::string& indent) {
     std::ostringstream b;
     for (size_t i = 0; i < gr.inputs.size(); ++i) {
@@ -174,28 +201,27 @@ std::string kernel_code(const Graph& g, const Group& gr, const std::string& fnam
     for (size_t i = 0; i < gr.outputs.size(); ++i) b << indent << "out" << i << "[" << index(gr.outputs[i], "j") << "] = " << name[gr.outputs[i]] << ";\n";
     return b.str();
   };
-  // Below 32K elements a thread team costs more than it saves: plain (vectorized) loops.
-  const bool par = numel >= 32768;
-  if (rows == 1) {
+  std::ostringstream loop;
+  if (nd == 1) {
     for (int v : operands) os << "  const int64_t b" << v << " = 0;\n";
-    os << (par ? "#pragma omp parallel for simd schedule(static)\n" : "#pragma omp simd\n");
-    os << "  for (int64_t j = 0; j < " << inner << "; ++j) {\n" << body("    ") << "  }\n";
+    loop << "  for (int64_t j = 0; j < inner; ++j) {\n" << body("    ") << "  }\n";
+    os << maybe_parallel("inner", "#pragma omp parallel for simd schedule(static)", "#pragma omp simd\n", loop.str());
   } else {
-    if (par) os << "#pragma omp parallel for schedule(static)\n";
-    os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n";
-    os << "    int64_t rem = r;\n";
+    loop << "  for (int64_t r = 0; r < rows; ++r) {\n";
+    loop << "    int64_t rem = r;\n";
     for (size_t d = nd - 1; d-- > 0;) {
-      os << "    const int64_t i" << d << " = rem % " << l.dims[d] << ";";
-      os << (d > 0 ? " rem /= " + std::to_string(l.dims[d]) + ";\n" : "\n");
+      loop << "    const int64_t i" << d << " = rem % n" << d << ";";
+      loop << (d > 0 ? " rem /= n" + std::to_string(d) + ";\n" : "\n");
     }
     for (int v : operands) {
-      os << "    const int64_t b" << v << " = 0";
+      loop << "    const int64_t b" << v << " = 0";
       for (size_t d = 0; d + 1 < nd; ++d)
-        if (l.strides.at(v)[d]) os << " + i" << d << " * " << l.strides.at(v)[d];
-      os << ";\n";
+        if (st.at(v)[d] != "0") loop << " + i" << d << " * " << st.at(v)[d];
+      loop << ";\n";
     }
-    os << "#pragma omp simd\n";
-    os << "    for (int64_t j = 0; j < " << inner << "; ++j) {\n" << body("      ") << "    }\n  }\n";
+    loop << "#pragma omp simd\n";
+    loop << "    for (int64_t j = 0; j < inner; ++j) {\n" << body("      ") << "    }\n  }\n";
+    os << maybe_parallel("rows * inner", "#pragma omp parallel for schedule(static)", "", loop.str());
   }
   os << "}\n";
   return os.str();
@@ -204,7 +230,7 @@ std::string kernel_code(const Graph& g, const Group& gr, const std::string& fnam
 // A group around a row reduction (layer_norm, rms_norm over the last dim): per row, pass 1 runs the
 // prologue and keeps the reduction's input in a row buffer (in its compute type), the statistics
 // are summed in double, and pass 2 normalises and runs the epilogue.
-std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& fname) {
+std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& fname, Params& q) {
   const Node& R = g.nodes[size_t(gr.row)];
   const Shape& S = gr.shape;
   const int64_t D = S.back(), rows = D ? S.numel() / D : 0;
@@ -212,7 +238,7 @@ std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& 
   const std::string T = ctype(xt), C = "sinter::jit::compute_t<" + T + ">";
   std::ostringstream os;
   os << "// fused: " << gr.ops << "   (graph nodes " << gr.nodes.front() << ".." << gr.nodes.back() << "; rows of " << D << ")\n";
-  os << "static void " << fname << "(char* const* p) {\n";
+  os << "static void " << fname << "(char* const* p, const int64_t* q) {\n";
   std::map<int, std::string> name;
   std::map<int, std::vector<int64_t>> st;  // broadcast strides over S
   std::vector<int> operands(gr.inputs);
@@ -232,20 +258,27 @@ std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& 
     const std::string VT = ctype(g.values[size_t(gr.outputs[i])].meta.dtype);
     os << "  " << VT << "* __restrict out" << i << " = reinterpret_cast<" << VT << "*>(p[" << gr.inputs.size() + i << "]);\n";
   }
-  if (rows == 0) return os.str() + "}\n";
-  if (rows * D >= 32768) os << "#pragma omp parallel for schedule(static)\n";  // (small rows: no team to start)
-  os << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n    " << C << " xr[" << D << "];\n    int64_t rem = r;\n";
-  for (size_t d = S.size() - 1; d-- > 0;) os << "    const int64_t i" << d << " = rem % " << S[d] << "; rem /= " << S[d] << ";\n";
+  if (D == 0) return os.str() + "}\n";
+  os << "  const int64_t rows = " << q.add(rows) << ";\n";
+  for (size_t d = 0; d + 1 < S.size(); ++d) os << "  const int64_t n" << d << " = " << q.add(S[d]) << ";\n";
+  std::map<int, std::vector<std::string>> se;  // strides as literals (0, 1) or parameters
+  for (int v : operands)
+    for (size_t d = 0; d < S.size(); ++d) se[v].push_back(stride_expr(st[v][d], "s" + std::to_string(v) + "_" + std::to_string(d), q, os));
+  std::ostringstream head;
+  head << "  for (int64_t r = 0; r < rows; ++r) {\n    " << C << " xr[" << D << "];\n    int64_t rem = r;\n";
+  for (size_t d = S.size() - 1; d-- > 0;) head << "    const int64_t i" << d << " = rem % n" << d << "; rem /= n" << d << ";\n";
   for (int v : operands) {
-    os << "    const int64_t b" << v << " = 0";
+    head << "    const int64_t b" << v << " = 0";
     for (size_t d = 0; d + 1 < S.size(); ++d)
-      if (st[v][d]) os << " + i" << d << " * " << st[v][d];
-    os << ";\n";
+      if (se[v][d] != "0") head << " + i" << d << " * " << se[v][d];
+    head << ";\n";
   }
   auto at = [&](int v) {
-    const int64_t s = st[v].back();
-    return "b" + std::to_string(v) + (s == 0 ? std::string() : s == 1 ? std::string(" + j") : " + j * " + std::to_string(s));
+    const std::string& s = se[v].back();
+    return "b" + std::to_string(v) + (s == "0" ? std::string() : s == "1" ? std::string(" + j") : " + j * " + s);
   };
+  const std::ostringstream::pos_type body_start = os.tellp();
+  os << head.str();
   auto pass = [&](bool first) {
     std::ostringstream b;
     std::vector<int> nodes;
@@ -298,8 +331,12 @@ std::string row_kernel_code(const Graph& g, const Group& gr, const std::string& 
     lane_sum("sq", "xr[i] * xr[i]");
     os << "    const " << C << " rstd = " << C << "(1) / std::sqrt(sq / " << C << "(" << D << ") + " << eps << ");\n";
   }
-  os << "#pragma omp simd\n    for (int64_t j = 0; j < " << D << "; ++j) {\n" << pass(false) << "    }\n  }\n}\n";
-  return os.str();
+  os << "#pragma omp simd\n    for (int64_t j = 0; j < " << D << "; ++j) {\n" << pass(false) << "    }\n  }\n";
+  // The row loop with a thread team when the work is large, without one below.
+  std::string text = os.str();
+  const std::string loop = text.substr(size_t(body_start));
+  text.resize(size_t(body_start));
+  return text + maybe_parallel("rows * " + std::to_string(D), "#pragma omp parallel for schedule(static)", "", loop) + "}\n";
 }
 
 }  // namespace
@@ -323,11 +360,13 @@ Slots assign_slots(const Graph& g, const Plan& p) {
   return s;
 }
 
-std::string generate_cpp(const Graph& g, const Plan& p, const Slots& slots, const std::string& name) {
+Generated generate_cpp(const Graph& g, const Plan& p, const Slots& slots, const std::string& name) {
+  Generated out;
   std::ostringstream os;
   os << "// Generated by sinter::compile for '" << name << "': " << p.groups.size() << " fused kernels, " << p.steps.size()
      << " steps.\n#include \"sinter_jit_prelude.h\"\n\n";
   std::vector<std::string> names(p.groups.size());
+  std::vector<size_t> base(p.groups.size());  // where each kernel's parameters start in P
   for (size_t gi = 0; gi < p.groups.size(); ++gi) {
     const Group& gr = p.groups[gi];
     std::string n = "k" + std::to_string(gi);
@@ -335,16 +374,21 @@ std::string generate_cpp(const Graph& g, const Plan& p, const Slots& slots, cons
       if (g.nodes[size_t(node)].op->name != "full") n += "_" + g.nodes[size_t(node)].op->name;
     if (n.size() > 60) n = n.substr(0, 60) + "_" + std::to_string(gi);
     names[gi] = n;
-    os << (gr.row >= 0 ? row_kernel_code(g, gr, n) : kernel_code(g, gr, n)) << "\n";
+    Params q;
+    os << (gr.row >= 0 ? row_kernel_code(g, gr, n, q) : kernel_code(g, gr, n, q)) << "\n";
+    base[gi] = out.params.size();
+    out.params.insert(out.params.end(), q.values.begin(), q.values.end());
   }
+  Params wrapper;  // byte offsets of the values the kernels read and write, after the kernels' parameters
+  wrapper.values = out.params;
   auto address = [&](int v) {
     const Value& x = g.values[size_t(v)];
     const int64_t bytes = (p.arena_offset[size_t(g.buffer_of(v))] >= 0 ? p.arena_offset[size_t(g.buffer_of(v))] : 0) +
                           x.offset * dtype_size(x.meta.dtype);
-    return "s[" + std::to_string(slots.of_value[size_t(v)]) + "] + " + std::to_string(bytes);
+    return "s[" + std::to_string(slots.of_value[size_t(v)]) + "] + " + wrapper.add(bytes, "P");
   };
-  os << "extern \"C\" void sinter_graph_run(char* const* s, void (*call)(void*, int), void* ctx) {\n";
-  os << "  (void)s; (void)call; (void)ctx;\n";
+  os << "extern \"C\" void sinter_graph_run(char* const* s, const int64_t* P, void (*call)(void*, int), void* ctx) {\n";
+  os << "  (void)s; (void)P; (void)call; (void)ctx;\n";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& st = p.steps[i];
     if (st.group < 0) {
@@ -357,10 +401,12 @@ std::string generate_cpp(const Graph& g, const Plan& p, const Slots& slots, cons
     for (int v : gr.inputs) os << (first ? "" : ", ") << address(v), first = false;
     for (int v : gr.outputs) os << (first ? "" : ", ") << address(v), first = false;
     if (first) os << "nullptr";
-    os << "}; " << names[size_t(st.group)] << "(p); }\n";
+    os << "}; " << names[size_t(st.group)] << "(p, P + " << base[size_t(st.group)] << "); }\n";
   }
   os << "}\n";
-  return os.str();
+  out.source = os.str();
+  out.params = std::move(wrapper.values);
+  return out;
 }
 
 }  // namespace sinter::compiler

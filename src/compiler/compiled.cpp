@@ -1,6 +1,7 @@
 // CompiledFunction: guards, tracing on a miss, the compile pipeline, and calls of the wrapper on
 // preplanned buffers. Library kernels run through the op table's CPU kernel of their node, called
 // with tensors built once over per-slot storages whose addresses are set at each call.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,7 @@ struct Entry {
   Plan plan;
   Slots slots;
   std::shared_ptr<JitModule> module;
+  std::vector<int64_t> params;      // sizes, strides and offsets the generated code reads
   std::vector<std::shared_ptr<Storage>> slot_storage;  // non-owning: addresses set at each call
   struct ExternCall {
     const OpDef* op;
@@ -49,7 +51,6 @@ struct Entry {
   };
   std::vector<ExternCall> externs;  // by step (empty for fused steps)
   std::vector<int> random_nodes;    // nodes whose seed and counter each call sets
-  Tensor arena;
   std::vector<std::string> guard_text;
 };
 
@@ -101,15 +102,15 @@ void build(Entry& e, const CompileOptions& opts) {
   debug_write(opts.name + ".passes.txt", dump(g));
   e.plan = plan(g);
   e.slots = assign_slots(g, e.plan);
-  const std::string source = generate_cpp(g, e.plan, e.slots, opts.name);
-  debug_write(opts.name + ".cpp", source);
-  e.module = jit_load(source, opts.name);
+  const Generated code = generate_cpp(g, e.plan, e.slots, opts.name);
+  debug_write(opts.name + ".cpp", code.source);
+  e.module = jit_load(code.source, opts.name);
+  e.params = code.params;
   for (int i = 0; i < e.slots.count; ++i) {
     auto s = std::make_shared<Storage>();
     s->device = Device{};
     e.slot_storage.push_back(s);
   }
-  if (e.plan.arena_bytes > 0) e.arena = Tensor::empty({e.plan.arena_bytes}, DType::u8);
   e.externs.resize(e.plan.steps.size());
   for (size_t i = 0; i < e.plan.steps.size(); ++i) {
     const Step& st = e.plan.steps[i];
@@ -134,7 +135,8 @@ void call_extern(void* ctx, int step) {
     for (Tensor& t : c.out) ++t.storage()->version;
 }
 
-std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs) {
+// `arena` is the function's, shared by its entries (one call at a time) and grown to the largest.
+std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& arena) {
   const Graph& g = e.graph;
   std::vector<char*> slots(size_t(e.slots.count), nullptr);
   std::vector<Tensor> fresh(size_t(e.slots.count));
@@ -169,8 +171,10 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs) {
       a.set("counter", int64_t(at) + e.graph.nodes[size_t(n)].random_offset);
     }
   }
-  if (e.slots.arena >= 0) set(e.slots.arena, e.arena.defined() ? e.arena.storage()->data : nullptr, e.plan.arena_bytes);
-  e.module->run(slots.data(), call_extern, &e);
+  if (e.plan.arena_bytes > 0 && (!arena.defined() || arena.numel() < e.plan.arena_bytes))
+    arena = Tensor::empty({e.plan.arena_bytes}, DType::u8);
+  if (e.slots.arena >= 0) set(e.slots.arena, e.plan.arena_bytes > 0 ? arena.storage()->data : nullptr, e.plan.arena_bytes);
+  e.module->run(slots.data(), e.params.data(), call_extern, &e);
   std::vector<Tensor> out;
   for (int v : g.outputs) {
     const Value& x = g.values[size_t(v)];
@@ -192,12 +196,21 @@ struct CompiledFunction::State {
   CompileOptions opts;
   std::vector<std::unique_ptr<compiler::Entry>> entries;
   int traces = 0;
+  // Traces that made new code or broke: what the recompile limit counts. A trace at new sizes
+  // whose code is already loaded (the generated source does not depend on sizes) costs only the
+  // trace, so it does not count; kMaxEntries bounds those.
+  int specializations = 0;
+  static constexpr size_t kMaxEntries = 1024;
+  std::vector<const compiler::JitModule*> programs;  // distinct compiled programs
+  compiler::Entry* last_hit = nullptr;
+  Tensor arena;  // the entries' intermediate buffers (one call at a time)
   bool warned = false;
   std::string last_miss;
 
   compiler::Entry* find(const std::vector<Tensor>& in) {
+    if (last_hit && compiler::guards_hold(*last_hit, in)) return last_hit;
     for (auto& e : entries)
-      if (compiler::guards_hold(*e, in)) return e.get();
+      if (compiler::guards_hold(*e, in)) return last_hit = e.get();
     if (!entries.empty()) last_miss = compiler::guard_mismatch(*entries.back(), in);
     return nullptr;
   }
@@ -230,8 +243,10 @@ struct CompiledFunction::State {
         e->eager = true, e->break_reason = "the compiler failed";
       }
     }
+    if (e->eager || std::find(programs.begin(), programs.end(), e->module.get()) == programs.end()) ++specializations;
+    if (!e->eager && std::find(programs.begin(), programs.end(), e->module.get()) == programs.end()) programs.push_back(e->module.get());
     entries.push_back(std::move(e));
-    return entries.back().get();
+    return last_hit = entries.back().get();
   }
 };
 
@@ -243,12 +258,13 @@ CompiledFunction::~CompiledFunction() = default;
 CompiledFunction::CompiledFunction(CompiledFunction&&) noexcept = default;
 CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = default;
 
-int CompiledFunction::compiles() const { return s_->traces; }
+int CompiledFunction::compiles() const { return int(s_->programs.size()); }
+int CompiledFunction::traces() const { return s_->traces; }
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {
   compiler::Entry* e = s_->find(inputs);
   if (!e) {
-    if (s_->traces >= s_->opts.recompile_limit) {
+    if (s_->specializations >= s_->opts.recompile_limit || s_->entries.size() >= State::kMaxEntries) {
       if (!s_->warned)
         std::fprintf(stderr, "sinter::compile: '%s' reached its recompile limit (%d); running it eagerly from now on (guard that kept failing: %s)\n",
                      s_->opts.name.c_str(), s_->opts.recompile_limit, s_->last_miss.c_str());
@@ -258,7 +274,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     e = s_->make(inputs);
   }
   if (e->eager) return s_->fn(inputs);
-  return compiler::run(*e, inputs);
+  return compiler::run(*e, inputs, s_->arena);
 }
 
 Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
@@ -266,6 +282,7 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
   if (!e) e = s_->make(inputs);
   Explanation x;
   x.graphs = s_->traces;
+  x.compiles = int(s_->programs.size());
   {  // What each call spends choosing its compiled code: the guard checks, timed over many calls.
     const int reps = 2000;
     const auto t0 = std::chrono::steady_clock::now();
@@ -276,7 +293,8 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
     if (en->eager && !en->break_op.empty()) ++x.breaks, x.break_reasons.push_back(en->break_op + ": " + en->break_reason);
   x.guards = e->guard_text;
   std::ostringstream os;
-  os << "compiled function '" << s_->opts.name << "': " << x.graphs << " graph(s), " << x.breaks << " graph break(s)\n";
+  os << "compiled function '" << s_->opts.name << "': " << x.graphs << " graph(s) traced, " << x.compiles << " program(s) compiled, "
+     << x.breaks << " graph break(s)\n";
   for (const std::string& b : x.break_reasons) os << "  break at " << b << "\n";
   if (!e->eager) {
     const compiler::Graph& g = e->graph;

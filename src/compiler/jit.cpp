@@ -93,11 +93,14 @@ std::string compiler_identity(const std::string& cxx) {
 }
 
 std::string cpu_features() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("flags", 0) == 0) return line;
-  return "unknown";
+  static const std::string flags = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("flags", 0) == 0) return line;
+    return std::string("unknown");
+  }();
+  return flags;
 }
 
 std::string cache_dir() {

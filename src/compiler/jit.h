@@ -5,12 +5,13 @@
 // CPU's features and Sinter's version. Entries are written atomically beside a checksum and
 // verified on load: a corrupt or truncated one is rebuilt. A lock file per key makes processes
 // that compile the same graph at once wait for one another.
+#include <cstdint>
 #include <memory>
 #include <string>
 
 namespace sinter::compiler {
 
-using GraphRunFn = void (*)(char* const* slots, void (*call)(void*, int), void* ctx);
+using GraphRunFn = void (*)(char* const* slots, const int64_t* params, void (*call)(void*, int), void* ctx);
 
 struct JitModule {
   void* handle = nullptr;
