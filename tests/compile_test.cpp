@@ -127,8 +127,7 @@ TEST(Compile, AGptForwardMatchesEager) {
     model.init_weights(3);
     model.eval();
     NoGradGuard no_grad;
-    CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{model.forward(in[0])}; },
-                                 {.name = std::string("gpt_") + preset});
+    CompiledFunction f = compile_forward(model, {.name = std::string("gpt_") + preset});
     Tensor idx = randint(0, 256, {2, 40});
     EXPECT_TRUE(test::all_close(f({idx})[0], model.forward(idx), 1e-5, 1e-5));
     // Parameters are read by reference: a change to them is seen without tracing again.
@@ -295,7 +294,7 @@ TEST(Compile, ATrainingStepServesEverySequenceLengthWithOneCompile) {
   optim::AdamW eager_opt(eager->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
   optim::AdamW compiled_opt(compiled->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
   CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*compiled, compiled_opt, in[0], in[1])}; },
-                               {.name = "train_step_dynamic"});
+                               {.dynamic = {{0, 1, 17, 128}, {1, 1, 17, 128}}, .name = "train_step_dynamic"});
   int steps = 0;
   for (int64_t T = 17; T <= 128; ++T) {
     auto [x, y] = data.batch(true, 2, T, 1, uint64_t(T));
@@ -311,6 +310,15 @@ TEST(Compile, ATrainingStepServesEverySequenceLengthWithOneCompile) {
   }
   EXPECT_EQ(f.traces(), 112);
   EXPECT_EQ(f.compiles(), 2);
+  // Outside the declared range: an error naming the input, the dim and the range.
+  auto [x, y] = data.batch(true, 2, 16, 1, 0);
+  EXPECT_TRUE(test::throws_naming("compile", [&] { (void)f({x, y}); }));
+  try {
+    (void)f({x, y});
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("input 0 dim 1 is 16, outside its declared range [17, 128]"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(f.traces(), 112);
   EXPECT_GT(steps, 10);
 }
 

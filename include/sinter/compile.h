@@ -24,6 +24,7 @@
 // needs data (`item`) cannot be traced past: with `fullgraph` it is a CompileError naming the op,
 // without it the function runs eagerly and explain() reports the break.
 #include <cstdint>
+#include <climits>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,7 +34,16 @@
 
 namespace sinter {
 
+// A dim whose size varies from call to call (a sequence length), with the range it may take.
+// Every size is a parameter of the generated code anyway (a new size traces again and reuses the
+// program); declaring a dim states the contract: a size outside its range is an error naming it.
+struct DynamicDim {
+  int input = 0, dim = 0;
+  int64_t min = 0, max = INT64_MAX;
+};
+
 struct CompileOptions {
+  std::vector<DynamicDim> dynamic;
   bool fullgraph = false;     // a graph break is a CompileError
   int recompile_limit = 8;    // new programs (or graph breaks) per function before it runs eagerly
   std::string name = "fn";    // in messages, debug dumps and generated code
@@ -77,6 +87,14 @@ class CompiledFunction {
 };
 
 CompiledFunction compile(TensorFn fn, CompileOptions opts = {});
+// A module's forward compiled (any module whose forward takes one tensor: nn::GPT, nn::Linear,
+// an MLP): what torch.compile(model) is to PyTorch. The module is read by reference, so training
+// it between calls is seen.
+//   auto f = sinter::compile_forward(model);  Tensor logits = f({idx})[0];
+template <class M> CompiledFunction compile_forward(M& module, CompileOptions opts = {}) {
+  if (opts.name == "fn") opts.name = "forward";
+  return compile([&module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module.forward(in[0])}; }, std::move(opts));
+}
 Explanation explain(CompiledFunction& f, const std::vector<Tensor>& inputs);
 
 }  // namespace sinter

@@ -261,7 +261,22 @@ CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = def
 int CompiledFunction::compiles() const { return int(s_->programs.size()); }
 int CompiledFunction::traces() const { return s_->traces; }
 
+namespace {
+void check_dynamic(const CompileOptions& o, const std::vector<Tensor>& in) {
+  for (const DynamicDim& d : o.dynamic) {
+    SINTER_CHECK_T(ValueError, d.input >= 0 && size_t(d.input) < in.size(), "[compile] ", o.name, ": dynamic dim names input ", d.input,
+                   " of ", in.size());
+    const Tensor& t = in[size_t(d.input)];
+    SINTER_CHECK_T(ValueError, d.dim >= 0 && d.dim < t.dim(), "[compile] ", o.name, ": dynamic dim ", d.dim, " of input ", d.input,
+                   ", which has shape ", t.shape());
+    SINTER_CHECK_T(ValueError, t.size(d.dim) >= d.min && t.size(d.dim) <= d.max, "[compile] ", o.name, ": input ", d.input,
+                   " dim ", d.dim, " is ", t.size(d.dim), ", outside its declared range [", d.min, ", ", d.max, "]");
+  }
+}
+}  // namespace
+
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {
+  check_dynamic(s_->opts, inputs);
   compiler::Entry* e = s_->find(inputs);
   if (!e) {
     if (s_->specializations >= s_->opts.recompile_limit || s_->entries.size() >= State::kMaxEntries) {
@@ -278,6 +293,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
 }
 
 Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
+  check_dynamic(s_->opts, inputs);
   compiler::Entry* e = s_->find(inputs);
   if (!e) e = s_->make(inputs);
   Explanation x;
@@ -292,6 +308,9 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
   for (auto& en : s_->entries)
     if (en->eager && !en->break_op.empty()) ++x.breaks, x.break_reasons.push_back(en->break_op + ": " + en->break_reason);
   x.guards = e->guard_text;
+  for (const DynamicDim& d : s_->opts.dynamic)
+    x.guards.push_back("input " + std::to_string(d.input) + " dim " + std::to_string(d.dim) + " dynamic in [" + std::to_string(d.min) + ", " +
+                       (d.max == INT64_MAX ? std::string("inf") : std::to_string(d.max)) + "]");
   std::ostringstream os;
   os << "compiled function '" << s_->opts.name << "': " << x.graphs << " graph(s) traced, " << x.compiles << " program(s) compiled, "
      << x.breaks << " graph break(s)\n";
