@@ -23,6 +23,10 @@ std::string temp_dir(const std::string& name) {
 }
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
 
 // Checks every value of `got` against `want` with a relative error bound scaled by the tensor's size.
 ::testing::AssertionResult rel_close(const Tensor& got, const Tensor& want, double tol) {
@@ -145,6 +149,64 @@ TEST(Training, TwentyStepsEqualTenThenResumeTen) {
   }
   EXPECT_EQ(rows, 1 + 4);  // header, then a row at every validation (every 5 steps; log_every is 10)
   EXPECT_TRUE(fs::exists(a.out_dir + "/loss.svg"));
+}
+
+TEST(Training, AFolderWithACheckpointIsContinuedReplacedOrRefusedNeverOverwrittenSilently) {
+  const std::string corpus = temp_dir("guard_data") + "/corpus.txt", other = temp_dir("guard_data2") + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "a checkpoint is a promise " + std::to_string(i) + "\n";
+  write_file(corpus, text);
+  write_file(other, text + "and a different tail\n");
+  const std::string cfg = temp_dir("guard_cfg") + "/config.json";
+  write_file(cfg, micro_config("gpt2").to_json());
+  train::Options o;
+  o.config_path = cfg, o.data_path = corpus, o.steps = 4, o.batch = 2, o.seq_len = 16, o.warmup = 1;
+  o.val_every = 4, o.val_batches = 1, o.save_every = 1000, o.quiet = true;
+  o.out_dir = temp_dir("guarded_out");
+  // --resume on a folder without a checkpoint: an error, not a fresh start.
+  o.resume = true;
+  EXPECT_TRUE(test::throws_naming("train", [&] { train::run(o); }));
+  o.resume = false;
+  EXPECT_EQ(train::run(o).step, 4);
+  const std::string weights = read_file(o.out_dir + "/model.safetensors");
+  // A plain second run refuses the folder and leaves the checkpoint as it was.
+  try {
+    train::run(o);
+    ADD_FAILURE() << "a second run overwrote the checkpoint";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds a checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(o.out_dir + "/model.safetensors"), weights);
+  // Resuming past the end has nothing to train: an error naming the step.
+  o.resume = true;
+  EXPECT_TRUE(test::throws_naming("train", [&] { train::run(o); }));
+  // Resuming with another batch, sequence length or data is refused with each difference named.
+  o.steps = 8;
+  for (int k = 0; k < 3; ++k) {
+    train::Options c = o;
+    if (k == 0) c.batch = 4;
+    if (k == 1) c.seq_len = 12;
+    if (k == 2) c.data_path = other;
+    try {
+      train::run(c);
+      ADD_FAILURE() << "resume accepted a change " << k;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(k == 0 ? "batch: checkpoint 2, now 4" : k == 1 ? "seq_len: checkpoint 16, now 12" : "data"),
+                std::string::npos) << e.what();
+    }
+  }
+  train::Options changed = o;
+  changed.seq_len = 12, changed.allow_changes = true, changed.steps = 5;
+  EXPECT_EQ(train::run(changed).step, 5);  // --allow-changes: fine-tuning on other shapes
+  // A corrupt training state: a negative step is refused naming the file.
+  write_file(o.out_dir + "/train_state.json", "{\"step\": -50}");
+  EXPECT_TRUE(test::throws_naming(o.out_dir + "/train_state.json", [&] { train::run(o); }));
+  write_file(o.out_dir + "/train_state.json", "{\"step\": \"five\"}");
+  EXPECT_TRUE(test::throws_naming(o.out_dir + "/train_state.json", [&] { train::run(o); }));
+  // --overwrite starts over in the same folder.
+  o.resume = false, o.overwrite = true, o.steps = 3;
+  EXPECT_EQ(train::run(o).step, 3);
 }
 
 class KVCacheGeneration : public ::testing::TestWithParam<std::string> {};

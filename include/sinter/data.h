@@ -28,6 +28,9 @@ class ByteDataset {
   int64_t train_bytes() const { return split_; }
   int64_t val_bytes() const { return int64_t(text_.size()) - split_; }
   const std::string& name() const { return name_; }
+  // A hex fingerprint of the data: its size and a hash of its first 64 KiB (what a resumed run
+  // checks to know it reads the data its checkpoint was trained on).
+  std::string fingerprint() const;
   void check_window(int64_t T) const;  // both splits must hold a window of T + 1 bytes
 
   ByteDataset(std::shared_ptr<const void> owner, std::string_view text, std::string name, int64_t split)

@@ -26,7 +26,10 @@ struct Options {
   int64_t warmup = 60;
   uint64_t seed = 1337;
   int64_t val_every = 200, val_batches = 8, log_every = 10, save_every = 500;
-  bool resume = false;
+  // An --out folder that holds a checkpoint is continued (resume), replaced (overwrite) or refused.
+  // Resume checks that the data, batch, sequence length and model match the checkpoint's
+  // (allow_changes: continue on other data or shapes, as fine-tuning does).
+  bool resume = false, overwrite = false, allow_changes = false;
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
   bool quiet = false;
   std::string dtype = "f32";  // "bf16": linear layers compute in bf16 (autocast), master weights stay f32

@@ -38,8 +38,8 @@ SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, i
     const fvec h2 = __builtin_ia32_haddps256(a[4], a[5]), h3 = __builtin_ia32_haddps256(a[6], a[7]);
     const fvec g0 = __builtin_ia32_haddps256(h0, h1), g1 = __builtin_ia32_haddps256(h2, h3);
     // g0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (halves of the 128-bit lanes), likewise g1 for s4..s7
-    const fvec lo = __builtin_shuffle(g0, g1, (ivec){0, 1, 2, 3, 8, 9, 10, 11});
-    const fvec hi = __builtin_shuffle(g0, g1, (ivec){4, 5, 6, 7, 12, 13, 14, 15});
+    const fvec lo = __builtin_shufflevector(g0, g1, 0, 1, 2, 3, 8, 9, 10, 11);
+    const fvec hi = __builtin_shufflevector(g0, g1, 4, 5, 6, 7, 12, 13, 14, 15);
     const fvec sum = lo + hi;  // sum[n] = dot product n = r * KC + j
     for (int n = 0; n < 8; ++n) sT[(c + n % KC) * ld + n / KC] = sum[n];
     return;

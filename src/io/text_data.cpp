@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -82,6 +83,15 @@ ByteDataset ByteDataset::fortunes(double val_fraction) {
     text += ss.str();
   }
   return from_text(std::move(text), dir.string(), val_fraction);
+}
+
+std::string ByteDataset::fingerprint() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the first 64 KiB
+  const size_t n = std::min<size_t>(text_.size(), size_t(1) << 16);
+  for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(text_[i])) * 1099511628211ull;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu:%016llx", text_.size(), (unsigned long long)h);
+  return buf;
 }
 
 void ByteDataset::check_window(int64_t T) const {

@@ -81,7 +81,15 @@ const PermuteTable& permute_table() {
 }
 
 // The eight kept columns of x[16c, 16c + 16) for meta bytes b0 (lanes 0-3) and b1 (lanes 4-7).
-SINTER_INLINE v8f gather16(const float* x16, v8i idx) { return __builtin_shuffle(load8f(x16), load8f(x16 + 8), idx); }
+SINTER_INLINE v8f gather16(const float* x16, v8i idx) {
+#if defined(__clang__)  // clang's shufflevector takes constant indices only
+  v8f r;
+  for (int l = 0; l < 8; ++l) r[l] = x16[idx[l]];
+  return r;
+#else
+  return __builtin_shuffle(load8f(x16), load8f(x16 + 8), idx);
+#endif
+}
 
 #endif
 

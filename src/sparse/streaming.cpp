@@ -22,7 +22,7 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
       v8i i0, i1;
       std::memcpy(&i0, pt.idx[mt[2 * c]], 32);
       std::memcpy(&i1, pt.idx[mt[2 * c + 1]], 32);
-      return __builtin_shuffle(i0, i1, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
+      return __builtin_shufflevector(i0, i1, 0, 1, 2, 3, 12, 13, 14, 15);
     };
     int64_t c = 0;
     for (; c + 2 <= chunks; c += 2) {

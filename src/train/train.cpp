@@ -73,6 +73,23 @@ Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor
   return loss;
 }
 
+namespace {
+// What a resumed run must share with its checkpoint: the data (by fingerprint), the batch, the
+// sequence length and the model it was started with. Refused with every difference named.
+void check_resume_matches(const json& st, const Options& o, const data::ByteDataset& data, const std::string& state_path) {
+  if (!st.contains("options") || !st["options"].is_object()) return;  // a checkpoint from before these were recorded
+  const json& was = st["options"];
+  const json now = json::parse(o.to_json());
+  std::string diff;
+  for (const char* key : {"data", "batch", "seq_len", "preset", "config", "dtype"})
+    if (was.contains(key) && was[key] != now[key]) diff += std::string("\n  ") + key + ": checkpoint " + was[key].dump() + ", now " + now[key].dump();
+  if (st.contains("data_fingerprint") && st["data_fingerprint"] != data.fingerprint())
+    diff += "\n  data contents: checkpoint " + st["data_fingerprint"].dump() + ", now \"" + data.fingerprint() + "\" (size:hash of the first 64 KiB)";
+  SINTER_CHECK(diff.empty(), "[train] --resume: this run differs from the checkpoint in ", state_path, ":", diff,
+               "\n(--allow-changes continues anyway, as fine-tuning on new data does)");
+}
+}  // namespace
+
 Result run(const Options& o) {
   SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] steps, batch and seq_len must be positive (seq_len > 1)");
   SINTER_CHECK(o.lr > 0 && o.min_lr >= 0 && o.warmup >= 0 && o.grad_clip > 0 && o.val_every > 0 && o.val_batches > 0,
@@ -94,7 +111,17 @@ Result run(const Options& o) {
   LogRows rows;
   const std::string state_path = o.out_dir + "/train_state.json";
   std::error_code ec;
-  const bool resuming = o.resume && fs::exists(state_path, ec);
+  SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
+  SINTER_CHECK(!(o.resume && o.overwrite), "[train] --resume and --overwrite exclude each other");
+  const bool has_state = fs::exists(state_path, ec);
+  const bool has_weights = has_state || fs::exists(o.out_dir + "/model.safetensors", ec) || fs::exists(o.out_dir + "/model.index.json", ec);
+  if (o.resume)
+    SINTER_CHECK_T(IOError, has_state, "[train] --resume: ", o.out_dir, " holds no complete checkpoint (", state_path, " is missing",
+                   has_weights ? "; weights without a training state are what an interrupted first save leaves: --overwrite starts over" : "", ")");
+  else
+    SINTER_CHECK_T(IOError, !has_weights || o.overwrite, "[train] ", o.out_dir, " already holds a checkpoint",
+                   has_state ? " (" + state_path + ")" : std::string(), ": --resume continues it, --overwrite replaces it");
+  const bool resuming = o.resume;
   // A sharded checkpoint resumed in parallel is read piece by piece after the model is split (below).
   const bool sharded_resume = resuming && parallel && sharded_checkpoint(o.out_dir);
   if (sharded_resume) {
@@ -107,10 +134,16 @@ Result run(const Options& o) {
     json st;
     try {
       st = json::parse(read_file(state_path));
+      SINTER_CHECK_T(IOError, st.is_object() && st.contains("step") && st["step"].is_number_integer(), "[", state_path,
+                     "] corrupt training state: \"step\" must be an integer");
       start = st.at("step").get<int64_t>();
     } catch (const json::exception& e) {
       SINTER_THROW(IOError, "[", state_path, "] corrupt training state: ", e.what());
     }
+    SINTER_CHECK_T(IOError, start >= 0, "[", state_path, "] corrupt training state: step ", start, " is negative");
+    SINTER_CHECK(start < o.steps, "[train] the checkpoint in ", o.out_dir, " is at step ", start, "; --steps ", o.steps,
+                 " leaves nothing to train (raise --steps to continue it)");
+    if (!o.allow_changes) check_resume_matches(st, o, data, state_path);
     rows = read_log(o.out_dir, start);
   } else {
     nn::ModelConfig cfg = o.config_path.empty() ? nn::ModelConfig::preset(o.preset)
@@ -138,7 +171,6 @@ Result run(const Options& o) {
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(load_optimizer_state(o.out_dir, *model));
 
-  SINTER_CHECK(!o.out_dir.empty(), "[train] an output folder is needed");
   if (main_rank) make_dirs(o.out_dir);
   if (!quiet && parallel)
     std::printf("train: %lld ranks as %s: tensor parallel over tp%s, FSDP over dp, %lld sequences per dp rank\n",
@@ -158,7 +190,7 @@ Result run(const Options& o) {
   int64_t window_tokens = 0;
   double tok_s = 0;
   auto checkpoint = [&](int64_t step) {
-    json st{{"step", step}, {"options", json::parse(o.to_json())}};
+    json st{{"step", step}, {"options", json::parse(o.to_json())}, {"data_fingerprint", data.fingerprint()}};
     if (parallel) {  // every rank writes its pieces; rank 0 the indexes, config and state (last)
       save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank);
     } else {

@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   tr->add_option("--dtype", to.dtype, "f32, or bf16: linear layers in bf16 with f32 master weights and optimizer")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out");
+  tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out (the data, batch, seq-len and model must match)");
+  tr->add_flag("--overwrite", to.overwrite, "replace the checkpoint in --out (without it, train refuses a folder that holds one)");
+  tr->add_flag("--allow-changes", to.allow_changes, "with --resume: continue on other data, batch or seq-len (fine-tuning)");
   tr->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
   int64_t tp = 1, dp = 0;
   tr->add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
