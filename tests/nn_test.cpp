@@ -207,6 +207,46 @@ TEST(Training, AFolderWithACheckpointIsContinuedReplacedOrRefusedNeverOverwritte
   // --overwrite starts over in the same folder.
   o.resume = false, o.overwrite = true, o.steps = 3;
   EXPECT_EQ(train::run(o).step, 3);
+  // A leftover temporary file of a killed writer (no such process) goes at the next start.
+  write_file(o.out_dir + "/model.safetensors.tmp.999999999.AbC123", "partial");
+  o.steps = 4;
+  train::run(o);
+  EXPECT_FALSE(fs::exists(o.out_dir + "/model.safetensors.tmp.999999999.AbC123"));
+}
+
+TEST(Training, NonFiniteWeightsStopTrainingAndGenerationWithAnError) {
+  const std::string cfg = temp_dir("nan_cfg") + "/config.json";
+  write_file(cfg, micro_config("gpt2").to_json());
+  train::Options o;
+  o.config_path = cfg, o.steps = 2, o.batch = 2, o.seq_len = 16, o.warmup = 1, o.val_every = 2, o.val_batches = 1, o.quiet = true;
+  o.out_dir = temp_dir("nan_out");
+  train::run(o);
+  // Poison the checkpoint's weights: resuming stops at the first step and saves nothing.
+  io::SafeTensors st = io::load_safetensors(o.out_dir + "/model.safetensors");
+  std::map<std::string, Tensor> poisoned;
+  for (auto& [name, t] : st.tensors) poisoned[name] = t.clone();
+  for (auto& [name, t] : poisoned) t.data<float>()[0] = NAN;
+  io::save_safetensors(o.out_dir + "/model.safetensors", poisoned, {{"format", "sinter"}});
+  const std::string state = read_file(o.out_dir + "/train_state.json");
+  o.resume = true, o.steps = 4, o.save_every = 1;
+  try {
+    train::run(o);
+    ADD_FAILURE() << "trained on NaN weights";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("stopping without saving"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(o.out_dir + "/train_state.json"), state) << "a NaN step saved a checkpoint";
+  // Generation from those weights: an error, not NUL bytes; any temperature > 0 samples.
+  auto model = train::load_model(o.out_dir);
+  EXPECT_TRUE(test::throws_naming("generate", [&] { train::generate(*model, tensor<int64_t>({1, 2, 3}), 4, train::Sampling{}); }));
+  nn::GPT fresh(micro_config("gpt2"));
+  fresh.init_weights(3);
+  train::Sampling tiny;
+  tiny.temperature = 1e-40;
+  const Tensor ids = train::generate(fresh, tensor<int64_t>({1, 2, 3}), 8, tiny);
+  train::Sampling greedy;
+  greedy.temperature = 0;
+  EXPECT_TRUE(test::all_close(ids, train::generate(fresh, tensor<int64_t>({1, 2, 3}), 8, greedy), 0, 0)) << "a tiny temperature acts greedily";
 }
 
 class KVCacheGeneration : public ::testing::TestWithParam<std::string> {};

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,7 +16,7 @@
 namespace sinter::io {
 
 AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
-  tmp_ = path_ + ".tmp.XXXXXX";
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid()) + ".XXXXXX";
   fd_ = ::mkstemp(tmp_.data());
   SINTER_CHECK_T(IOError, fd_ >= 0, "[", path_, "] cannot create a temporary file beside it: ", std::strerror(errno));
 }
@@ -55,6 +57,27 @@ void atomic_write(const std::string& path, const std::string& bytes) {
   AtomicWriter w(path);
   w.write(bytes);
   w.commit();
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || !entry.is_regular_file(ec)) continue;
+    // <target>.tmp.<pid>.XXXXXX; a name without a pid comes from an older writer: stale too.
+    const std::string rest = name.substr(at + 5);
+    const size_t dot = rest.find('.');
+    bool live = false;
+    if (dot != std::string::npos && dot > 0 && rest.find_first_not_of("0123456789") == dot) {
+      const long pid = std::stol(rest.substr(0, dot));
+      live = pid == long(::getpid()) || ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+    }
+    if (!live && fs::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace sinter::io

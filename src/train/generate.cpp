@@ -26,8 +26,13 @@ namespace sinter::train {
 namespace {
 int64_t sample(const Tensor& logits_row, const Sampling& s) {
   Tensor l = logits_row.to(DType::f32).reshape({-1});
+  const double top = max(l).item<double>();
+  SINTER_CHECK(std::isfinite(top), "[generate] the model's logits are not finite (", top,
+               "): its weights hold NaN or infinity");
   if (s.temperature <= 0) return argmax(l, 0).item<int64_t>();
-  l = l / s.temperature;
+  // Shifted by the largest logit before dividing: any temperature > 0 gives finite exponents (a
+  // tiny one puts all the mass on the top token, as greedy decoding does).
+  l = (l - top) / s.temperature;
   const int64_t V = l.size(0);
   if ((s.top_k > 0 && s.top_k < V) || s.top_p < 1.0) {
     auto sorted = topk(l, V, 0, true);

@@ -20,6 +20,7 @@
 #include "sinter/optim.h"
 #include "sinter/random.h"
 #include "sinter/sparse.h"
+#include "io/atomic_file.h"
 #include "train/internal.h"
 
 namespace sinter::train {
@@ -171,7 +172,11 @@ Result run(const Options& o) {
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(load_optimizer_state(o.out_dir, *model));
 
-  if (main_rank) make_dirs(o.out_dir);
+  if (main_rank) {
+    make_dirs(o.out_dir);
+    if (const int n = io::remove_stale_temporaries(o.out_dir); n > 0 && !quiet)
+      std::printf("train: removed %d temporary file%s left in %s by an interrupted save\n", n, n == 1 ? "" : "s", o.out_dir.c_str());
+  }
   if (!quiet && parallel)
     std::printf("train: %lld ranks as %s: tensor parallel over tp%s, FSDP over dp, %lld sequences per dp rank\n",
                 (long long)(o.tp * o.dp), mesh->to_string().c_str(), o.sequence_parallel ? " (sequence parallel)" : "",
@@ -189,7 +194,17 @@ Result run(const Options& o) {
   auto t_window = t0;
   int64_t window_tokens = 0;
   double tok_s = 0;
+  int64_t last_saved = resuming ? start : 0;
   auto checkpoint = [&](int64_t step) {
+    // Never a checkpoint of non-finite weights (a finite loss can precede NaN gradients).
+    for (auto& [name, p] : model->named_parameters()) {
+      NoGradGuard no_grad;
+      const double total = sum(abs(p->detach())).item_double();
+      SINTER_CHECK(std::isfinite(total), "[train] after step ", step, " parameter ", name, " holds NaN or infinity; stopping without saving (",
+                   o.out_dir, " keeps its last checkpoint", last_saved > 0 ? ", from step " + std::to_string(last_saved) : std::string(),
+                   "); a lower --lr or --grad-clip usually helps");
+    }
+    last_saved = step;
     json st{{"step", step}, {"options", json::parse(o.to_json())}, {"data_fingerprint", data.fingerprint()}};
     if (parallel) {  // every rank writes its pieces; rank 0 the indexes, config and state (last)
       save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank);
@@ -225,6 +240,11 @@ Result run(const Options& o) {
     }
     res.train_loss = loss.item_double();
     if (o.dp > 1) res.train_loss = dist::all_reduce(full({1}, res.train_loss, DType::f64), mesh->group(0), dist::ReduceOp::avg).item<double>();
+    // A non-finite loss stops the run before anything is saved: the folder keeps its last good
+    // checkpoint (a NaN step has already written NaN into the weights in memory).
+    SINTER_CHECK(std::isfinite(res.train_loss), "[train] step ", step + 1, ": the loss is ", res.train_loss,
+                 "; stopping without saving (", o.out_dir, " keeps its last checkpoint", last_saved > 0 ? ", from step " + std::to_string(last_saved) : std::string(),
+                 "); a lower --lr or --grad-clip usually helps");
     res.losses.push_back(res.train_loss);
     if (parallel) res.step_bytes.push_back(dist::total_traffic().bytes - bytes0);
     window_tokens += o.batch * o.seq_len;
