@@ -562,3 +562,16 @@ TEST(SparseWorkflow, PruneFineTuneSaveAndGenerate) {
 
 }  // namespace
 }  // namespace sinter
+
+TEST(Data, AFileThatShrinksWhileItIsReadIsAnErrorNamingIt) {
+  // The data is memory-mapped: a file truncated under a running job must not kill it with SIGBUS.
+  const std::string path = temp_dir("shrink") + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "bytes to be truncated " + std::to_string(i) + "\n";
+  write_file(path, text);
+  const auto data = data::ByteDataset::from_file(path);
+  (void)data.batch(true, 4, 64, 1, 0);
+  fs::resize_file(path, 0);
+  EXPECT_TRUE(test::throws_naming(path, [&] { (void)data.batch(true, 4, 64, 1, 1); }));
+  EXPECT_TRUE(test::throws_naming(path, [&] { (void)data.batch(false, 4, 64, 1, 2); }));  // and again: the handler stays armed
+}

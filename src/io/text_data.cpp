@@ -1,3 +1,5 @@
+#include <csetjmp>
+#include <csignal>
 #include <cstdio>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "sinter/data.h"
@@ -31,7 +34,31 @@ std::string decode(const Tensor& ids) {
 
 namespace {
 ByteDataset make(std::shared_ptr<const void> owner, std::string_view text, const std::string& name, double val_fraction);
+
+// A mapped data file that shrinks under the reader (truncated or rewritten while training runs)
+// raises SIGBUS on the first read past its new end. While batch() copies windows, SIGBUS jumps
+// back to it and becomes an error naming the file; elsewhere the previous disposition applies.
+thread_local sigjmp_buf* g_bus_jump = nullptr;
+struct sigaction g_prev_bus;
+void on_sigbus(int sig, siginfo_t* info, void* ctx) {
+  if (g_bus_jump) siglongjmp(*g_bus_jump, 1);
+  if ((g_prev_bus.sa_flags & SA_SIGINFO) && g_prev_bus.sa_sigaction) return g_prev_bus.sa_sigaction(sig, info, ctx);
+  if (!(g_prev_bus.sa_flags & SA_SIGINFO) && g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN)
+    return g_prev_bus.sa_handler(sig);
+  std::signal(SIGBUS, SIG_DFL);
+  std::raise(SIGBUS);
 }
+void install_sigbus_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_prev_bus);
+  });
+}
+}  // namespace
 
 ByteDataset ByteDataset::from_text(std::string text, const std::string& name, double val_fraction) {
   auto owned = std::make_shared<const std::string>(std::move(text));
@@ -50,6 +77,7 @@ ByteDataset ByteDataset::from_file(const std::string& path, double val_fraction)
   const int err = errno;
   ::close(fd);
   SINTER_CHECK_T(IOError, ok && p != MAP_FAILED, "[", path, "] cannot map the data file: ", std::strerror(err));
+  install_sigbus_handler();
   std::shared_ptr<const void> owner(p, [size](const void* q) {
     if (q) ::munmap(const_cast<void*>(q), size);
   });
@@ -106,6 +134,14 @@ std::pair<Tensor, Tensor> ByteDataset::batch(bool train, int64_t B, int64_t T, u
   int64_t *px = x.data<int64_t>(), *py = y.data<int64_t>();
   // One Philox block per batch row; the validation stream is a different key.
   const uint64_t key = seed * 2 + (train ? 0 : 1);
+  sigjmp_buf jump;
+  struct Armed {
+    explicit Armed(sigjmp_buf* j) { g_bus_jump = j; }
+    ~Armed() { g_bus_jump = nullptr; }
+  } armed(&jump);
+  if (sigsetjmp(jump, 1))
+    SINTER_THROW(IOError, "[", name_, "] the data file shrank while it was being read (truncated or rewritten during training); ",
+                 "it held ", text_.size(), " bytes when it was opened");
   for (int64_t b = 0; b < B; ++b) {
     uint32_t r[4];
     philox(key, index * uint64_t(B) + uint64_t(b), r);
