@@ -1,4 +1,8 @@
 // Models and training: PyTorch parity, exact resume, KV-cache generation, clear errors.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -222,11 +226,12 @@ TEST(Training, NonFiniteWeightsStopTrainingAndGenerationWithAnError) {
   o.out_dir = temp_dir("nan_out");
   train::run(o);
   // Poison the checkpoint's weights: resuming stops at the first step and saves nothing.
-  io::SafeTensors st = io::load_safetensors(o.out_dir + "/model.safetensors");
+  const std::string committed = o.out_dir + "/model.step-00000002.safetensors";  // what train_state.json names
+  io::SafeTensors st = io::load_safetensors(committed);
   std::map<std::string, Tensor> poisoned;
   for (auto& [name, t] : st.tensors) poisoned[name] = t.clone();
   for (auto& [name, t] : poisoned) t.data<float>()[0] = NAN;
-  io::save_safetensors(o.out_dir + "/model.safetensors", poisoned, {{"format", "sinter"}});
+  io::save_safetensors(committed, poisoned, {{"format", "sinter"}});
   const std::string state = read_file(o.out_dir + "/train_state.json");
   o.resume = true, o.steps = 4, o.save_every = 1;
   try {
@@ -378,12 +383,17 @@ TEST(Errors, BadInputGetsAClearError) {
   train::save_checkpoint(ck, model, {}, "{}");
   nn::ModelConfig other = micro_config("gpt2");
   other.num_hidden_layers = 3;
-  write_file(ck + "/config.json", other.to_json());
-  EXPECT_TRUE(test::throws_naming(ck + "/model.safetensors", [&] { train::load_model(ck); }));
-  write_file(ck + "/model.safetensors", "garbage");
-  EXPECT_TRUE(test::throws_naming(ck + "/model.safetensors", [&] { train::load_model(ck); }));
-  write_file(ck + "/config.json", "{\"n_embd\": 32, \"colour\": 1}");
-  EXPECT_TRUE(test::throws_naming(ck + "/config.json", [&] { train::load_model(ck); }));
+  // (The committed step's files, which train_state.json names and the plain names link to.)
+  const std::string weights = ck + "/model.step-00000000.safetensors", config = ck + "/config.step-00000000.json";
+  write_file(config, other.to_json());
+  EXPECT_TRUE(test::throws_naming(weights, [&] { train::load_model(ck); }));
+  write_file(weights, "garbage");
+  EXPECT_TRUE(test::throws_naming(weights, [&] { train::load_model(ck); }));
+  write_file(config, "{\"n_embd\": 32, \"colour\": 1}");
+  EXPECT_TRUE(test::throws_naming(config, [&] { train::load_model(ck); }));
+  write_file(config, micro_config("gpt2").to_json());
+  fs::remove(weights);
+  EXPECT_TRUE(test::throws_naming(ck + "/train_state.json", [&] { train::load_model(ck); }));  // names what is missing
   nn::GPT m2(micro_config("gpt2"));
   EXPECT_TRUE(test::throws_naming("generate", [&] { train::generate(m2, Tensor(zeros({0}, DType::i64)), 10, {}); }));
 }
@@ -574,4 +584,60 @@ TEST(Data, AFileThatShrinksWhileItIsReadIsAnErrorNamingIt) {
   fs::resize_file(path, 0);
   EXPECT_TRUE(test::throws_naming(path, [&] { (void)data.batch(true, 4, 64, 1, 1); }));
   EXPECT_TRUE(test::throws_naming(path, [&] { (void)data.batch(false, 4, 64, 1, 2); }));  // and again: the handler stays armed
+}
+
+TEST(Training, ASaveKilledAtAnyMomentLeavesAWholeStepAndResumeEndsBitForBitWithAStraightRun) {
+  // `sinter train --save-every 1` killed with SIGKILL at spread-out moments (during saves, too),
+  // then resumed each time: every resume must find a whole committed step, and the run must end
+  // with the same weights and optimizer state as one that was never interrupted.
+  const std::string dir = temp_dir("kill");
+  write_file(dir + "/config.json", micro_config("gpt2").to_json());
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "killed mid save " + std::to_string(i * 31 % 97) + "\n";
+  write_file(dir + "/data.txt", text);
+  const std::string common = " --config " + dir + "/config.json --data " + dir + "/data.txt --steps 600 --batch 4 --seq-len 32" +
+                             " --warmup 2 --val-every 600 --save-every 1 --threads 1";
+  ASSERT_EQ(std::system((std::string(SINTER_CLI) + " train" + common + " --out " + dir + "/straight > /dev/null 2>&1").c_str()), 0);
+  const std::string out = dir + "/killed";
+  int kills = 0;
+  bool finished = false;
+  for (int attempt = 0; attempt < 20 && !finished; ++attempt) {
+    const bool resume = std::filesystem::exists(out + "/train_state.json");
+    const std::string cmd = std::string(SINTER_CLI) + " train" + common + " --out " + out + (resume ? " --resume" : " --overwrite");
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + dir + "/attempt.txt 2>&1").c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    int status = 0;
+    if (attempt < 10) {  // killed 60..330 ms in (saves take a good share of each step)
+      usleep(useconds_t(60000 + 30000 * attempt));
+      if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        ++kills;
+        continue;
+      }
+    } else {
+      waitpid(pid, &status, 0);
+    }
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "attempt " << attempt << ": " << read_file(dir + "/attempt.txt");
+    finished = true;
+  }
+  ASSERT_TRUE(finished);
+  EXPECT_GE(kills, 5);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    auto a = io::load_safetensors(dir + "/straight/" + f), b = io::load_safetensors(out + "/" + f);
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << f;
+    for (auto& [name, t] : a.tensors) EXPECT_TRUE(test::all_close(b.tensors.at(name), t, 0, 0)) << f << ": " << name;
+  }
+  // Only the last two steps' files are kept, and no temporary file is left.
+  int step_files = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string n = e.path().filename().string();
+    EXPECT_EQ(n.find(".tmp."), std::string::npos) << n;
+    step_files += n.find(".step-") != std::string::npos;
+  }
+  EXPECT_EQ(step_files, 6);  // model, optimizer and config of steps 599 and 600
 }

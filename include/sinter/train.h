@@ -30,6 +30,7 @@ struct Options {
   // Resume checks that the data, batch, sequence length and model match the checkpoint's
   // (allow_changes: continue on other data or shapes, as fine-tuning does).
   bool resume = false, overwrite = false, allow_changes = false;
+  int keep = 2;              // checkpoint steps kept in out_dir (the last committed and those before it)
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
   bool quiet = false;
   std::string dtype = "f32";  // "bf16": linear layers compute in bf16 (autocast), master weights stay f32
@@ -81,8 +82,11 @@ struct SparsifyResult {
 SparsifyResult sparsify(const SparsifyOptions& opts);
 
 // Checkpoints
+// A whole-step commit: the step's files (named with train_state_json's "step"), then
+// train_state.json naming them; the plain names (model.safetensors, config.json, ...) are then
+// linked to them, and the last `keep` steps stay.
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
-                     const std::string& train_state_json);
+                     const std::string& train_state_json, int keep = 2);
 std::unique_ptr<nn::GPT> load_model(const std::string& dir);  // clear errors for missing/corrupt/mismatched files
 
 struct Sampling {

@@ -1,6 +1,6 @@
-// Checkpoints: one file each for the model and the optimizer state (or their sharded pieces), then
-// config.json and train_state.json (last: it marks the checkpoint complete), each written
-// atomically; log.csv and loss.svg beside them.
+// Checkpoints: one file each for the model and the optimizer state (or their sharded pieces) and
+// config.json, under names carrying the step, then train_state.json naming them: a whole-step
+// commit (commit.cpp). log.csv and loss.svg beside them.
 #include <unistd.h>
 
 #include <array>
@@ -69,14 +69,15 @@ void split_state(const std::map<std::string, dist::DTensor>& params, const std::
 
 bool sharded_checkpoint(const std::string& dir) {
   std::error_code ec;
-  return dist::has_sharded(dir, "model") && !fs::exists(dir + "/model.safetensors", ec);
+  return dist::has_sharded(dir, sharded_stem(dir, "model")) && !fs::exists(committed_path(dir, "model.safetensors"), ec);
 }
 
 // The optimizer state of a checkpoint in either format, as this run's pieces.
 std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::GPT& model) {
   const std::map<std::string, dist::DTensor> params = parameter_pieces(model);
   std::error_code ec;
-  if (!fs::exists(dir + "/optimizer.safetensors", ec) && dist::has_sharded(dir, "optimizer")) {
+  const std::string single = committed_path(dir, "optimizer.safetensors"), stem = sharded_stem(dir, "optimizer");
+  if (!fs::exists(single, ec) && dist::has_sharded(dir, stem)) {
     // Targets shaped like this run's pieces: exp_avg / exp_avg_sq of every parameter, and the step.
     std::map<std::string, Tensor> state;
     for (auto& [name, p] : model.named_parameters())
@@ -85,10 +86,10 @@ std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::G
     std::map<std::string, dist::DTensor> pieces;
     std::map<std::string, Tensor> plain;
     split_state(params, state, pieces, plain);
-    dist::load_sharded_into(dir, "optimizer", pieces, plain);
+    dist::load_sharded_into(dir, stem, pieces, plain);
     return state;
   }
-  std::map<std::string, Tensor> full = io::load_safetensors(dir + "/optimizer.safetensors").tensors;
+  std::map<std::string, Tensor> full = io::load_safetensors(single).tensors;
   for (auto& [key, t] : full)  // whole tensors: keep this run's piece of each
     if (const dist::DTensor* l = state_layout(params, key)) t = dist::distribute_tensor(t, l->mesh(), l->placements()).to_local();
   return full;
@@ -124,30 +125,28 @@ LogRows read_log(const std::string& dir, int64_t up_to_step) {
   return rows;
 }
 
-namespace {
-// After the weights and optimizer state (either format): the other format's entry points, now
-// stale, go; then config.json, and train_state.json last, which marks the checkpoint complete.
-void finish_checkpoint(const std::string& dir, const nn::ModelConfig& cfg, const std::string& train_state_json,
-                       const std::vector<std::string>& stale) {
-  std::error_code ec;
-  for (const std::string& f : stale) fs::remove(dir + "/" + f, ec);
-  io::atomic_write(dir + "/config.json", cfg.to_json());
-  io::atomic_write(dir + "/train_state.json", train_state_json + "\n");
-}
-
-}  // namespace
-
 void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim::Optimizer& opt,
-                             const std::string& train_state_json, bool main_rank) {
+                             const std::string& train_state_json, bool main_rank, int keep) {
+  json state = json::parse(train_state_json);
+  const int64_t step = state.value("step", int64_t(0));
+  state["step"] = step;
+  const std::string model_stem = step_name("model", step), opt_stem = step_name("optimizer", step);
   std::map<std::string, dist::DTensor> params = parameter_pieces(model), states;
   std::map<std::string, Tensor> plain_params, plain_states;
   for (auto& [name, p] : model.named_parameters())
     if (!params.count(name)) plain_params[name] = *p;
   for (auto& [name, b] : model.named_buffers()) plain_params[name] = *b;
   split_state(params, opt.state_dict(), states, plain_states);
-  dist::save_sharded(dir, "model", params, plain_params);
-  dist::save_sharded(dir, "optimizer", states, plain_states);
-  if (main_rank) finish_checkpoint(dir, model.config(), train_state_json, {"model.safetensors", "optimizer.safetensors"});
+  dist::save_sharded(dir, model_stem, params, plain_params);  // (each returns when every rank has written)
+  dist::save_sharded(dir, opt_stem, states, plain_states);
+  if (main_rank) {
+    const std::string config = step_name("config", step) + ".json";
+    io::atomic_write(dir + "/" + config, model.config().to_json());
+    commit_step(dir, state,
+                {{"model.index.json", model_stem + ".index.json"}, {"optimizer.index.json", opt_stem + ".index.json"}, {"config.json", config}},
+                keep, {"model.safetensors", "optimizer.safetensors"});
+  }
+  dist::world()->barrier().wait();  // every rank returns with the step committed
 }
 
 }  // namespace detail
@@ -155,22 +154,29 @@ void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim
 using namespace detail;
 
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
-                     const std::string& train_state_json) {
+                     const std::string& train_state_json, int keep) {
   make_dirs(dir);
-  io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "sinter"}});
-  io::save_safetensors(dir + "/optimizer.safetensors", optimizer_state);
-  finish_checkpoint(dir, model.config(), train_state_json, {"model.index.json", "optimizer.index.json"});
+  json state = json::parse(train_state_json);
+  const int64_t step = state.value("step", int64_t(0));
+  state["step"] = step;
+  const std::string weights = step_name("model", step) + ".safetensors", opt = step_name("optimizer", step) + ".safetensors",
+                    config = step_name("config", step) + ".json";
+  io::save_safetensors(dir + "/" + weights, model.state_dict(), {{"format", "sinter"}});
+  io::save_safetensors(dir + "/" + opt, optimizer_state);
+  io::atomic_write(dir + "/" + config, model.config().to_json());
+  commit_step(dir, state, {{"model.safetensors", weights}, {"optimizer.safetensors", opt}, {"config.json", config}}, keep,
+              {"model.index.json", "optimizer.index.json"});
 }
 
 std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
   std::error_code ec;
   SINTER_CHECK_T(IOError, fs::is_directory(dir, ec), "[", dir, "] checkpoint folder not found");
-  const std::string cfg_path = dir + "/config.json";
+  const std::string cfg_path = committed_path(dir, "config.json");
   auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
   auto model = std::make_unique<nn::GPT>(cfg);
   const bool sharded = sharded_checkpoint(dir);
-  const std::string weights = dir + (sharded ? "/model.index.json" : "/model.safetensors");
-  std::map<std::string, Tensor> sd = sharded ? dist::load_sharded(dir, "model") : io::load_safetensors(weights).tensors;
+  const std::string weights = sharded ? committed_path(dir, "model.index.json") : committed_path(dir, "model.safetensors");
+  std::map<std::string, Tensor> sd = sharded ? dist::load_sharded(dir, sharded_stem(dir, "model")) : io::load_safetensors(weights).tensors;
   try {
     model->load_state_dict(sd);
   } catch (const Error& e) {

@@ -2,6 +2,7 @@
 // What the training-loop files (train.cpp, checkpoint.cpp, sparsify.cpp, generate.cpp) share.
 #include <array>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,23 @@ bool sharded_checkpoint(const std::string& dir);
 // The optimizer state of a checkpoint in either format, as this run's pieces.
 std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::GPT& model);
 void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim::Optimizer& opt,
-                             const std::string& train_state_json, bool main_rank);
+                             const std::string& train_state_json, bool main_rank, int keep);
+
+// Whole-step commits (commit.cpp): a step's files carry the step in their names; train_state.json,
+// written last, names them (the commit); the plain names are then linked to them.
+std::string step_name(const std::string& stem, int64_t step);  // "model" -> "model.step-00000500"
+// The file the committed checkpoint holds under a plain name ("model.safetensors", "config.json",
+// "model.index.json"): the step's file train_state.json names, or the plain one (older checkpoints).
+std::string committed_path(const std::string& dir, const std::string& plain);
+// The committed sharded stem of "model" or "optimizer" ("model.step-00000500", or "model").
+std::string sharded_stem(const std::string& dir, const std::string& stem);
+// Commits `state` (with "files": plain name -> the step's file) as train_state.json, removes the
+// other format's plain names (`stale`), links the plain names, and keeps the last `keep` steps.
+void commit_step(const std::string& dir, nlohmann::json state, const std::map<std::string, std::string>& files, int keep,
+                 const std::vector<std::string>& stale);
+// Removes the files of steps other than the committed one and the (keep - 1) before it: what a
+// save killed before its commit left.
+void remove_uncommitted_steps(const std::string& dir, int keep);
 
 // log.csv rows: step, train_loss, val_loss (NaN when not measured), tokens/s.
 using LogRows = std::vector<std::array<double, 4>>;

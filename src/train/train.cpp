@@ -126,7 +126,7 @@ Result run(const Options& o) {
   // A sharded checkpoint resumed in parallel is read piece by piece after the model is split (below).
   const bool sharded_resume = resuming && parallel && sharded_checkpoint(o.out_dir);
   if (sharded_resume) {
-    const std::string cfg_path = o.out_dir + "/config.json";
+    const std::string cfg_path = committed_path(o.out_dir, "config.json");
     model = std::make_unique<nn::GPT>(nn::ModelConfig::from_json(read_file(cfg_path), cfg_path));
   } else if (resuming) {
     model = load_model(o.out_dir);
@@ -168,12 +168,13 @@ Result run(const Options& o) {
     if (o.tp > 1) dist::parallelize_gpt(*model, (*mesh)["tp"], o.sequence_parallel);
     if (o.dp > 1) dist::fully_shard_gpt(*model, (*mesh)["dp"]);
   }
-  if (sharded_resume) dist::load_sharded_into(o.out_dir, "model", parameter_pieces(*model));
+  if (sharded_resume) dist::load_sharded_into(o.out_dir, sharded_stem(o.out_dir, "model"), parameter_pieces(*model));
   optim::AdamW opt(model->named_parameters(), o.lr, 0.9, 0.95, 1e-8, o.weight_decay);
   if (resuming) opt.load_state_dict(load_optimizer_state(o.out_dir, *model));
 
   if (main_rank) {
     make_dirs(o.out_dir);
+    remove_uncommitted_steps(o.out_dir, o.keep);  // a killed save's files
     if (const int n = io::remove_stale_temporaries(o.out_dir); n > 0 && !quiet)
       std::printf("train: removed %d temporary file%s left in %s by an interrupted save\n", n, n == 1 ? "" : "s", o.out_dir.c_str());
   }
@@ -207,9 +208,9 @@ Result run(const Options& o) {
     last_saved = step;
     json st{{"step", step}, {"options", json::parse(o.to_json())}, {"data_fingerprint", data.fingerprint()}};
     if (parallel) {  // every rank writes its pieces; rank 0 the indexes, config and state (last)
-      save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank);
+      save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank, o.keep);
     } else {
-      save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump());
+      save_checkpoint(o.out_dir, *model, opt.state_dict(), st.dump(), o.keep);
     }
     if (main_rank) write_log(o.out_dir, rows);
   };

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out (the data, batch, seq-len and model must match)");
   tr->add_flag("--overwrite", to.overwrite, "replace the checkpoint in --out (without it, train refuses a folder that holds one)");
   tr->add_flag("--allow-changes", to.allow_changes, "with --resume: continue on other data, batch or seq-len (fine-tuning)");
+  tr->add_option("--keep", to.keep, "checkpoint steps kept in --out (each save is committed whole)")->check(CLI::Range(1, 1 << 20));
   tr->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
   int64_t tp = 1, dp = 0;
   tr->add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
