@@ -216,6 +216,10 @@ TEST(Training, AFolderWithACheckpointIsContinuedReplacedOrRefusedNeverOverwritte
   o.steps = 4;
   train::run(o);
   EXPECT_FALSE(fs::exists(o.out_dir + "/model.safetensors.tmp.999999999.AbC123"));
+  // A damaged log: resume names the file and the line.
+  write_file(o.out_dir + "/log.csv", read_file(o.out_dir + "/log.csv") + "3,abc,,1\n");
+  o.resume = true, o.overwrite = false, o.steps = 6;
+  EXPECT_TRUE(test::throws_naming(o.out_dir + "/log.csv", [&] { train::run(o); }));
 }
 
 TEST(Training, NonFiniteWeightsStopTrainingAndGenerationWithAnError) {

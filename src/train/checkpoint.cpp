@@ -115,11 +115,20 @@ LogRows read_log(const std::string& dir, int64_t up_to_step) {
   std::ifstream f(dir + "/log.csv");
   std::string line;
   std::getline(f, line);
-  while (std::getline(f, line)) {
+  for (int lineno = 2; std::getline(f, line); ++lineno) {
     std::array<double, 4> r{};
     std::stringstream ss(line);
     std::string cell;
-    for (int i = 0; i < 4 && std::getline(ss, cell, ','); ++i) r[size_t(i)] = cell.empty() ? NAN : std::stod(cell);
+    for (int i = 0; i < 4 && std::getline(ss, cell, ','); ++i) {
+      size_t used = 0;
+      try {
+        r[size_t(i)] = cell.empty() ? NAN : std::stod(cell, &used);
+      } catch (const std::exception&) {
+        used = std::string::npos;
+      }
+      SINTER_CHECK_T(IOError, cell.empty() || used == cell.size(), "[", dir, "/log.csv] line ", lineno, ": '", cell,
+                     "' is not a number (the log is written by train; remove the line or the file to resume)");
+    }
     if (r[0] <= double(up_to_step)) rows.push_back(r);
   }
   return rows;

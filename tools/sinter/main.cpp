@@ -209,6 +209,9 @@ int main(int argc, char** argv) {
     if (*tr) {
       to.tp = tp;
       to.dp = dp > 0 ? dp : std::max<int64_t>(1, dist::world_size() / tp);
+      SINTER_CHECK_T(DistError, to.tp * to.dp > 1 || dist::world_size() == 1, "[train] the job has ", dist::world_size(),
+                     " ranks, but --tp 1 x --dp 1 would train the same model on every rank into one --out; choose --tp and --dp",
+                     " whose product is ", dist::world_size());
       auto r = train::run(to);
       if (dist::rank() != 0) return 0;
       std::printf("done: step %lld, train loss %.4f, validation loss %.4f nats/byte; checkpoint in %s\n",
