@@ -390,11 +390,31 @@ TEST(Errors, BadInputGetsAClearError) {
   // (The committed step's files, which train_state.json names and the plain names link to.)
   const std::string weights = ck + "/model.step-00000000.safetensors", config = ck + "/config.step-00000000.json";
   write_file(config, other.to_json());
-  EXPECT_TRUE(test::throws_naming(weights, [&] { train::load_model(ck); }));
+  EXPECT_TRUE(test::throws_naming(config, [&] { train::load_model(ck); }));  // "... does not fit the weights in <weights>"
+  // A config of a huge model is refused before anything that size is allocated.
+  nn::ModelConfig huge = micro_config("gpt2");
+  huge.hidden_size = int64_t(1) << 22, huge.intermediate_size = int64_t(1) << 24;
+  write_file(config, huge.to_json());
+  try {
+    train::load_model(ck);
+    ADD_FAILURE() << "loaded";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit the weights in " + weights), std::string::npos) << e.what();
+  }
   write_file(weights, "garbage");
   EXPECT_TRUE(test::throws_naming(weights, [&] { train::load_model(ck); }));
   write_file(config, "{\"n_embd\": 32, \"colour\": 1}");
   EXPECT_TRUE(test::throws_naming(config, [&] { train::load_model(ck); }));
+  for (const char* bad : {"{\"n_embd\": \"wide\"}", "{\"model_type\": 2}", "{\"tie_word_embeddings\": \"yes\"}"}) {
+    write_file(config, bad);
+    try {
+      train::load_model(ck);
+      ADD_FAILURE() << bad;
+    } catch (const IOError& e) {  // the file, the key and the value
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("[" + config + "] config key ", 0), 0u) << m;
+    }
+  }
   write_file(config, micro_config("gpt2").to_json());
   fs::remove(weights);
   EXPECT_TRUE(test::throws_naming(ck + "/train_state.json", [&] { train::load_model(ck); }));  // names what is missing

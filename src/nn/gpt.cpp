@@ -34,7 +34,17 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   }
   SINTER_CHECK_T(IOError, j.is_object(), "[", source, "] config must be a JSON object");
   ModelConfig c;
-  c.model_type = j.value("model_type", std::string("gpt2"));
+  auto get_str = [&](const char* key, const std::string& def) {
+    if (!j.contains(key)) return def;
+    SINTER_CHECK_T(IOError, j[key].is_string(), "[", source, "] config key ", key, " must be a string, got ", j[key].dump());
+    return j[key].get<std::string>();
+  };
+  auto get_bool = [&](const char* key, bool def) {
+    if (!j.contains(key)) return def;
+    SINTER_CHECK_T(IOError, j[key].is_boolean(), "[", source, "] config key ", key, " must be true or false, got ", j[key].dump());
+    return j[key].get<bool>();
+  };
+  c.model_type = get_str("model_type", "gpt2");
   SINTER_CHECK_T(IOError, c.model_type == "gpt2" || c.model_type == "llama", "[", source, "] unknown model_type '",
                  c.model_type, "' (gpt2 or llama)");
   const auto& known = c.llama() ? kLlamaKeys : kGptKeys;
@@ -44,12 +54,12 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   SINTER_CHECK_T(IOError, unknown.empty(), "[", source, "] unknown config keys for ", c.model_type, ": ", unknown);
   auto get_int = [&](const char* key, int64_t def) {
     if (!j.contains(key)) return def;
-    SINTER_CHECK_T(IOError, j[key].is_number_integer(), "[", source, "] config key ", key, " must be an integer");
+    SINTER_CHECK_T(IOError, j[key].is_number_integer(), "[", source, "] config key ", key, " must be an integer, got ", j[key].dump());
     return j[key].get<int64_t>();
   };
   auto get_num = [&](const char* key, double def) {
     if (!j.contains(key)) return def;
-    SINTER_CHECK_T(IOError, j[key].is_number(), "[", source, "] config key ", key, " must be a number");
+    SINTER_CHECK_T(IOError, j[key].is_number(), "[", source, "] config key ", key, " must be a number, got ", j[key].dump());
     return j[key].get<double>();
   };
   c.vocab_size = get_int("vocab_size", c.vocab_size);
@@ -64,7 +74,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.rope_theta = get_num("rope_theta", c.rope_theta);
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? get_int("sliding_window", 0) : 0;
     c.dropout = get_num("attention_dropout", 0.0);
-    c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+    c.tie_word_embeddings = get_bool("tie_word_embeddings", false);
   } else {
     c.max_position_embeddings = get_int("n_positions", c.max_position_embeddings);
     c.hidden_size = get_int("n_embd", c.hidden_size);
@@ -74,12 +84,12 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.intermediate_size = j.contains("n_inner") && !j["n_inner"].is_null() ? get_int("n_inner", 0) : 4 * c.hidden_size;
     c.norm_eps = get_num("layer_norm_epsilon", 1e-5);
     c.dropout = get_num("resid_pdrop", 0.0);
-    c.tie_word_embeddings = j.value("tie_word_embeddings", true);
+    c.tie_word_embeddings = get_bool("tie_word_embeddings", true);
   }
   if (j.contains("sparsity")) {  // Sinter's own keys: a 2:4 checkpoint (sinter sparsify)
     SINTER_CHECK_T(IOError, j["sparsity"].is_string() && j["sparsity"] == "2:4", "[", source, "] sparsity must be \"2:4\"");
     c.sparsity = "2:4";
-    c.sparse_values = j.value("sparse_values", std::string("f32"));
+    c.sparse_values = get_str("sparse_values", "f32");
     SINTER_CHECK_T(IOError, c.sparse_values == "f32" || c.sparse_values == "bf16" || c.sparse_values == "i8", "[", source,
                    "] sparse_values must be f32, bf16 or i8, got '", c.sparse_values, "'");
   }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/format.h"
@@ -182,10 +183,26 @@ std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
   SINTER_CHECK_T(IOError, fs::is_directory(dir, ec), "[", dir, "] checkpoint folder not found");
   const std::string cfg_path = committed_path(dir, "config.json");
   auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
-  auto model = std::make_unique<nn::GPT>(cfg);
   const bool sharded = sharded_checkpoint(dir);
   const std::string weights = sharded ? committed_path(dir, "model.index.json") : committed_path(dir, "model.safetensors");
   std::map<std::string, Tensor> sd = sharded ? dist::load_sharded(dir, sharded_stem(dir, "model")) : io::load_safetensors(weights).tensors;
+  // The weights must fit the config before the model is allocated (a config naming a far larger
+  // model would otherwise allocate all of it first).
+  std::set<std::string> blocks;
+  for (auto& [name, t] : sd)
+    if (name.rfind("blocks.", 0) == 0) blocks.insert(name.substr(0, name.find('.', 7)));
+  auto emb = sd.find("tok_emb.weight");
+  const bool fits = emb != sd.end() && emb->second.shape() == Shape{cfg.vocab_size, cfg.hidden_size} &&
+                    int64_t(blocks.size()) == cfg.num_hidden_layers;
+  if (!fits) {
+    std::ostringstream os;
+    os << "[" << cfg_path << "] the config (vocab_size " << cfg.vocab_size << ", hidden_size " << cfg.hidden_size << ", "
+       << cfg.num_hidden_layers << " layers) does not fit the weights in " << weights << ": ";
+    if (emb == sd.end()) os << "they have no tok_emb.weight";
+    else os << "tok_emb.weight is " << emb->second.shape() << ", " << blocks.size() << " blocks";
+    SINTER_THROW(IOError, os.str());
+  }
+  auto model = std::make_unique<nn::GPT>(cfg);
   try {
     model->load_state_dict(sd);
   } catch (const Error& e) {
