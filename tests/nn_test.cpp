@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include <sinter/train.h>
 
@@ -610,58 +611,130 @@ TEST(Data, AFileThatShrinksWhileItIsReadIsAnErrorNamingIt) {
   EXPECT_TRUE(test::throws_naming(path, [&] { (void)data.batch(false, 4, 64, 1, 2); }));  // and again: the handler stays armed
 }
 
-TEST(Training, ASaveKilledAtAnyMomentLeavesAWholeStepAndResumeEndsBitForBitWithAStraightRun) {
-  // `sinter train --save-every 1` killed with SIGKILL at spread-out moments (during saves, too),
-  // then resumed each time: every resume must find a whole committed step, and the run must end
-  // with the same weights and optimizer state as one that was never interrupted.
-  const std::string dir = temp_dir("kill");
-  write_file(dir + "/config.json", micro_config("gpt2").to_json());
-  std::string text;
-  for (int i = 0; i < 300; ++i) text += "killed mid save " + std::to_string(i * 31 % 97) + "\n";
-  write_file(dir + "/data.txt", text);
-  const std::string common = " --config " + dir + "/config.json --data " + dir + "/data.txt --steps 600 --batch 4 --seq-len 32" +
-                             " --warmup 2 --val-every 600 --save-every 1 --threads 1";
-  ASSERT_EQ(std::system((std::string(SINTER_CLI) + " train" + common + " --out " + dir + "/straight > /dev/null 2>&1").c_str()), 0);
-  const std::string out = dir + "/killed";
+namespace {
+
+// `sinter train` on a small model and corpus in `dir`, as a shell command.
+struct CrashRun {
+  std::string dir;
+  explicit CrashRun(const std::string& name) : dir(temp_dir(name)) {
+    write_file(dir + "/config.json", micro_config("gpt2").to_json());
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "killed mid save " + std::to_string(i * 31 % 97) + "\n";
+    write_file(dir + "/data.txt", text);
+  }
+  std::string cmd(const std::string& out, int64_t steps, const std::string& extra) const {
+    return std::string(SINTER_CLI) + " train --config " + dir + "/config.json --data " + dir + "/data.txt --steps " +
+           std::to_string(steps) + " --batch 4 --seq-len 32 --warmup 2 --val-every 100000 --save-every 1 --threads 1 --out " + out + " " +
+           extra;
+  }
+};
+
+// Every tensor of the committed model and optimizer state of `a` equals `b`'s, bit for bit.
+void expect_same_checkpoint(const std::string& a, const std::string& b) {
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    auto x = io::load_safetensors(a + "/" + f), y = io::load_safetensors(b + "/" + f);
+    ASSERT_EQ(x.tensors.size(), y.tensors.size()) << f;
+    for (auto& [name, t] : x.tensors) EXPECT_TRUE(test::all_close(y.tensors.at(name), t, 0, 0)) << f << ": " << name;
+  }
+}
+
+// The folder holds one whole step: train_state.json names files that exist and the plain names
+// are those files; no temporary file is left.
+void expect_whole_step(const std::string& out, int64_t step) {
+  const std::string state = read_file(out + "/train_state.json");
+  EXPECT_NE(state.find("\"step\":" + std::to_string(step) + "}"), std::string::npos) << state;
+  char tag[32];
+  std::snprintf(tag, sizeof tag, ".step-%08lld", (long long)step);
+  for (const char* stem : {"model", "optimizer"}) {
+    const std::string committed = out + "/" + stem + tag + ".safetensors";
+    EXPECT_NE(state.find(std::string(stem) + tag), std::string::npos) << state;
+    EXPECT_TRUE(read_file(committed) == read_file(out + "/" + stem + ".safetensors")) << stem << ": the plain name is not the committed file";
+  }
+  EXPECT_NO_THROW(train::load_model(out));
+}
+
+}  // namespace
+
+TEST(Training, FiftyKillsDuringSavesLeaveWholeStepsAndResumeEndsBitForBitWithAStraightRun) {
+  // `sinter train --save-every 1` killed with SIGKILL at 50 random moments (many during saves),
+  // resumed after each: every resume finds a whole committed step, and the run ends with the same
+  // weights and optimizer state as one never interrupted.
+  const CrashRun run("kill");
+  const int64_t steps = 1500;
+  ASSERT_EQ(std::system((run.cmd(run.dir + "/straight", steps, "") + " > /dev/null 2>&1").c_str()), 0);
+  const std::string out = run.dir + "/killed";
+  std::mt19937 rng(2026);
   int kills = 0;
   bool finished = false;
-  for (int attempt = 0; attempt < 20 && !finished; ++attempt) {
-    const bool resume = std::filesystem::exists(out + "/train_state.json");
-    const std::string cmd = std::string(SINTER_CLI) + " train" + common + " --out " + out + (resume ? " --resume" : " --overwrite");
+  for (int attempt = 0; attempt < 80 && !finished; ++attempt) {
+    const bool resume = fs::exists(out + "/train_state.json");
+    const std::string cmd = run.cmd(out, steps, resume ? "--resume" : "--overwrite") + " > " + run.dir + "/attempt.txt 2>&1";
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + dir + "/attempt.txt 2>&1").c_str(), (char*)nullptr);
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
       _exit(127);
     }
     int status = 0;
-    if (attempt < 10) {  // killed 60..330 ms in (saves take a good share of each step)
-      usleep(useconds_t(60000 + 30000 * attempt));
+    if (kills < 50) {
+      usleep(useconds_t(15000 + rng() % 135000));  // 15-150 ms in
       if (waitpid(pid, &status, WNOHANG) == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         ++kills;
+        if (fs::exists(out + "/train_state.json")) {  // what the kill left: a whole step, loadable
+          EXPECT_NO_THROW(train::load_model(out)) << "after kill " << kills;
+        }
         continue;
       }
     } else {
       waitpid(pid, &status, 0);
     }
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "attempt " << attempt << ": " << read_file(dir + "/attempt.txt");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "attempt " << attempt << ": " << read_file(run.dir + "/attempt.txt");
     finished = true;
   }
   ASSERT_TRUE(finished);
-  EXPECT_GE(kills, 5);
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    auto a = io::load_safetensors(dir + "/straight/" + f), b = io::load_safetensors(out + "/" + f);
-    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << f;
-    for (auto& [name, t] : a.tensors) EXPECT_TRUE(test::all_close(b.tensors.at(name), t, 0, 0)) << f << ": " << name;
-  }
-  // Only the last two steps' files are kept, and no temporary file is left.
+  EXPECT_EQ(kills, 50);
+  expect_same_checkpoint(run.dir + "/straight", out);
+  expect_whole_step(out, steps);
   int step_files = 0;
   for (const auto& e : fs::directory_iterator(out)) {
     const std::string n = e.path().filename().string();
     EXPECT_EQ(n.find(".tmp."), std::string::npos) << n;
     step_files += n.find(".step-") != std::string::npos;
   }
-  EXPECT_EQ(step_files, 6);  // model, optimizer and config of steps 599 and 600
+  EXPECT_EQ(step_files, 6);  // model, optimizer and config of the last two steps (--keep 2)
+}
+
+TEST(Training, AFailedWriteOrRenameAtAnyPointOfASaveLeavesThePreviousStepAndNamesTheFile) {
+  // A full disk, injected at each file operation of a save in turn (SINTER_FAIL_FILE_OP=N fails
+  // the Nth write or rename with ENOSPC): the run fails naming the file, the folder still holds
+  // step 2 whole and loadable, and resuming without the failure ends as a straight run does.
+  const CrashRun run("inject");
+  ASSERT_EQ(std::system((run.cmd(run.dir + "/straight", 3, "") + " > /dev/null 2>&1").c_str()), 0);
+  const std::string base = run.dir + "/base";
+  ASSERT_EQ(std::system((run.cmd(base, 2, "") + " > /dev/null 2>&1").c_str()), 0);
+  int failures = 0, after_commit = 0;
+  for (int n = 1; n < 400; ++n) {
+    const std::string out = run.dir + "/n";
+    fs::remove_all(out);
+    fs::copy(base, out, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    const std::string log = run.dir + "/inject.txt";
+    const int rc = std::system(("SINTER_FAIL_FILE_OP=" + std::to_string(n) + " " + run.cmd(out, 3, "--resume") + " > " + log + " 2>&1").c_str());
+    if (rc == 0) break;  // past the save's last operation
+    ++failures;
+    const std::string msg = read_file(log);
+    EXPECT_NE(msg.find("No space left on device"), std::string::npos) << "operation " << n << ": " << msg;
+    EXPECT_NE(msg.find("[" + out + "/"), std::string::npos) << "the error names the file (operation " << n << "): " << msg;
+    // Step 2 whole, or step 3 whole when the failure came after its commit (writing the log).
+    const bool committed3 = read_file(out + "/train_state.json").find("\"step\":3}") != std::string::npos;
+    expect_whole_step(out, committed3 ? 3 : 2);
+    after_commit += committed3;
+    // The next start clears the failed save's files and finishes the run.
+    if (!committed3) ASSERT_EQ(std::system((run.cmd(out, 3, "--resume") + " > " + log + " 2>&1").c_str()), 0) << read_file(log);
+    expect_same_checkpoint(run.dir + "/straight", out);
+    for (const auto& e : fs::directory_iterator(out)) EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos);
+  }
+  EXPECT_GT(failures - after_commit, 20);  // every write and rename of the step's files and the state
+  EXPECT_GT(after_commit, 0);                // and of the log after the commit
 }

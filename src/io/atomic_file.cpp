@@ -6,7 +6,9 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -14,6 +16,22 @@
 #include "sinter/io.h"
 
 namespace sinter::io {
+
+namespace {
+// Fault injection for the crash tests: SINTER_FAIL_FILE_OP=N makes the Nth file operation of an
+// atomic write in this process (each write() and each final rename count) fail as a full disk
+// would (ENOSPC). Unset or 0: never.
+bool injected_failure() {
+  static const long at = [] {
+    const char* e = std::getenv("SINTER_FAIL_FILE_OP");
+    return e ? std::atol(e) : 0L;
+  }();
+  static std::atomic<long> count{0};
+  if (at <= 0 || ++count != at) return false;
+  errno = ENOSPC;
+  return true;
+}
+}  // namespace
 
 AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
   tmp_ = path_ + ".tmp." + std::to_string(::getpid()) + ".XXXXXX";
@@ -29,7 +47,7 @@ AtomicWriter::~AtomicWriter() {
 void AtomicWriter::write(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
+    const ssize_t w = injected_failure() ? -1 : ::write(fd_, p, n);
     if (w < 0 && errno == EINTR) continue;
     SINTER_CHECK_T(IOError, w > 0, "[", path_, "] write failed: ", std::strerror(errno));
     p += w;
@@ -42,7 +60,8 @@ void AtomicWriter::commit() {
   SINTER_CHECK_T(IOError, ::fsync(fd_) == 0, "[", path_, "] fsync failed: ", std::strerror(errno));
   ::close(fd_);
   fd_ = -1;
-  SINTER_CHECK_T(IOError, ::rename(tmp_.c_str(), path_.c_str()) == 0, "[", path_, "] rename failed: ", std::strerror(errno));
+  SINTER_CHECK_T(IOError, !injected_failure() && ::rename(tmp_.c_str(), path_.c_str()) == 0, "[", path_, "] rename failed: ",
+                 std::strerror(errno));
   done_ = true;
   const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   const std::string dir = parent.empty() ? std::string(".") : parent.string();
