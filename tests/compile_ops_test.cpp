@@ -21,12 +21,6 @@ using namespace sinter::test;
 
 namespace {
 
-std::vector<std::string> op_names() {
-  std::vector<std::string> n;
-  for (const OpDef* op : all_ops()) n.push_back(op->name);
-  return n;
-}
-
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   Tensor x = a.contiguous(), y = b.contiguous();

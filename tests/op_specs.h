@@ -35,6 +35,13 @@ struct Spec {
 
 const std::map<std::string, Spec>& op_specs();
 
+// Every registered op's name: what the op-table sweeps are parameterized over.
+inline std::vector<std::string> op_names() {
+  std::vector<std::string> n;
+  for (const OpDef* op : all_ops()) n.push_back(op->name);
+  return n;
+}
+
 // Helpers shared by the spec files.
 namespace spec {
 inline std::vector<int64_t> unravel(int64_t i, const Shape& s) {

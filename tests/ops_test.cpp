@@ -10,12 +10,6 @@ using namespace sinter::test;
 
 namespace {
 
-std::vector<std::string> op_names() {
-  std::vector<std::string> n;
-  for (const OpDef* op : all_ops()) n.push_back(op->name);
-  return n;
-}
-
 ::testing::AssertionResult matches(const std::vector<Tensor>& out, const std::vector<R>& ref, const Spec& spec) {
   if (out.size() != ref.size()) return ::testing::AssertionFailure() << out.size() << " outputs, reference has " << ref.size();
   for (size_t k = 0; k < out.size(); ++k) {

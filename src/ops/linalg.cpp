@@ -33,6 +33,21 @@ std::vector<Tensor> matmul_backward(const Tensor& g, const Tensor& a, const Tens
           want_b ? sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape()) : Tensor()};
 }
 
+// x(..., K), w(N, K)[, b(N)] (and more inputs of x's dtype): the checks linear and linear_fused
+// share; the output's shape.
+Shape linear_shape(const char* op, std::span<const TensorMeta> in, bool has_bias) {
+  const Shape &x = in[0].shape, &w = in[1].shape;
+  SINTER_CHECK_SHAPE(!x.empty() && w.size() == 2 && x.back() == w[1], "[", op, "] x", x, " does not match weight", w,
+                     " (want x(..., K), w(N, K))");
+  for (size_t i = 1; i < in.size(); ++i)
+    SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[", op, "] dtypes differ: x ", in[0].dtype, ", input ", i, " ", in[i].dtype);
+  SINTER_CHECK_DTYPE(is_floating(in[0].dtype), "[", op, "] needs floating tensors, got ", in[0].dtype);
+  if (has_bias) SINTER_CHECK_SHAPE(in[2].shape == Shape{w[0]}, "[", op, "] bias", in[2].shape, " does not match weight", w);
+  Shape out = x;
+  out.back() = w[0];
+  return out;
+}
+
 }  // namespace
 
 void register_linalg_ops() {
@@ -52,17 +67,7 @@ void register_linalg_ops() {
   li.num_inputs = -1;
   li.infer = [](std::span<const TensorMeta> in, const Attrs&) {
     SINTER_CHECK(in.size() == 2 || in.size() == 3, "[linear] expects x, w and optionally b, got ", in.size(), " inputs");
-    const Shape &x = in[0].shape, &w = in[1].shape;
-    SINTER_CHECK_SHAPE(!x.empty() && w.size() == 2 && x.back() == w[1], "[linear] x", x, " does not match weight", w,
-                       " (want x(..., K), w(N, K))");
-    for (size_t i = 1; i < in.size(); ++i)
-      SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[linear] dtypes differ: x ", in[0].dtype, ", input ", i, " ", in[i].dtype);
-    SINTER_CHECK_DTYPE(is_floating(in[0].dtype), "[linear] needs floating tensors, got ", in[0].dtype);
-    if (in.size() == 3)
-      SINTER_CHECK_SHAPE(in[2].shape == Shape{w[0]}, "[linear] bias", in[2].shape, " does not match weight", w);
-    Shape out = x;
-    out.back() = w[0];
-    return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+    return std::vector<TensorMeta>{{linear_shape("linear", in, in.size() == 3), in[0].dtype, in[0].device}};
   };
   li.backward = [](BackwardCtx& c) {
     const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
@@ -90,15 +95,7 @@ void register_linalg_ops() {
                  has_res ? ", residual" : "", ": ", 2 + int(has_bias) + int(has_res), " inputs, got ", in.size());
     SINTER_CHECK(fused_linear_activation(act), "[linear_fused] activation '", act,
                  "' is not one of none, relu, gelu, gelu_tanh, silu, sigmoid, tanh");
-    const Shape &x = in[0].shape, &w = in[1].shape;
-    SINTER_CHECK_SHAPE(!x.empty() && w.size() == 2 && x.back() == w[1], "[linear_fused] x", x, " does not match weight", w,
-                       " (want x(..., K), w(N, K))");
-    for (size_t i = 1; i < in.size(); ++i)
-      SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[linear_fused] dtypes differ: x ", in[0].dtype, ", input ", i, " ", in[i].dtype);
-    SINTER_CHECK_DTYPE(is_floating(in[0].dtype), "[linear_fused] needs floating tensors, got ", in[0].dtype);
-    if (has_bias) SINTER_CHECK_SHAPE(in[2].shape == Shape{w[0]}, "[linear_fused] bias", in[2].shape, " does not match weight", w);
-    Shape out = x;
-    out.back() = w[0];
+    const Shape out = linear_shape("linear_fused", in, has_bias);
     if (has_res) SINTER_CHECK_SHAPE(in.back().shape == out, "[linear_fused] residual", in.back().shape, " is not the output's shape ", out);
     return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
   };
