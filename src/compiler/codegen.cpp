@@ -379,8 +379,7 @@ Generated generate_cpp(const Graph& g, const Plan& p, const Slots& slots, const 
     base[gi] = out.params.size();
     out.params.insert(out.params.end(), q.values.begin(), q.values.end());
   }
-  Params wrapper;  // byte offsets of the values the kernels read and write, after the kernels' parameters
-  wrapper.values = out.params;
+  Params wrapper{std::move(out.params)};  // then the byte offsets of the values the kernels read and write
   auto address = [&](int v) {
     const Value& x = g.values[size_t(v)];
     const int64_t bytes = (p.arena_offset[size_t(g.buffer_of(v))] >= 0 ? p.arena_offset[size_t(g.buffer_of(v))] : 0) +

@@ -162,7 +162,7 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
     set(slot, fresh[size_t(slot)].storage()->data, fresh[size_t(slot)].storage()->nbytes);
   }
   // Random draws take this call's seed and counters, as eager calls would.
-  if (!e.random_nodes.empty() || g.random_blocks) {
+  if (g.random_blocks > 0) {
     Generator& gen = default_generator();
     const uint64_t at = gen.reserve(g.random_blocks);
     for (int n : e.random_nodes) {
@@ -243,8 +243,9 @@ struct CompiledFunction::State {
         e->eager = true, e->break_reason = "the compiler failed";
       }
     }
-    if (e->eager || std::find(programs.begin(), programs.end(), e->module.get()) == programs.end()) ++specializations;
-    if (!e->eager && std::find(programs.begin(), programs.end(), e->module.get()) == programs.end()) programs.push_back(e->module.get());
+    const bool new_program = !e->eager && std::find(programs.begin(), programs.end(), e->module.get()) == programs.end();
+    if (new_program) programs.push_back(e->module.get());
+    if (new_program || e->eager) ++specializations;
     entries.push_back(std::move(e));
     return last_hit = entries.back().get();
   }

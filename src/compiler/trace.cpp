@@ -22,7 +22,7 @@ struct Break {
 
 class Tracer : public OpObserver {
  public:
-  explicit Tracer(const CompileOptions& o) : opts_(o), start_(default_generator()) {}
+  explicit Tracer(const CompileOptions& o) : start_(default_generator()), opts_(o) {}
   bool tracing() const override { return true; }
 
   Tensor add_input(const Tensor& t, int index) {
@@ -99,6 +99,7 @@ class Tracer : public OpObserver {
   }
 
   Graph g;
+  const Generator start_;  // the generator's state when the trace began
 
  private:
   int new_value(ValueKind kind, const Tensor& t) {
@@ -117,9 +118,6 @@ class Tracer : public OpObserver {
   }
 
   const CompileOptions& opts_;
- public:
-  const Generator start_;  // the generator's state when the trace began
- private:
   std::unordered_map<const TensorImpl*, int> by_impl_;
   std::unordered_map<const Storage*, std::vector<int>> by_storage_;
   std::vector<Tensor> keep_;

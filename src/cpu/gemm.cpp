@@ -312,10 +312,6 @@ template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor
   });
 }
 
-}  // namespace
-
-namespace {
-
 // The GEMM on the path its shapes and dtypes choose; true when that path applied the epilogue too.
 bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias, const GemmEpilogue& ep) {
   if (c.numel() == 0) return false;

@@ -48,26 +48,25 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   gemm(a3, b3, raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
 }
 
-void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor& x = in[0];
-  const Tensor& w = in[1];
-  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-  Tensor x2 = contiguous_as(x, x.dtype());
-  Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
-  Tensor bt = raw_view(w, {1, K, N}, {0, w.stride(1), w.stride(0)}, w.offset());  // w^T as a view
-  Tensor bias = in.size() == 3 ? contiguous_as(in[2], in[2].dtype()) : Tensor();
-  gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias);
-}
-
-// y = act(x w^T + b) + r in one GEMM call: the activation and the add run on its output tiles.
-void linear_fused_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const Tensor& x = in[0];
-  const Tensor& w = in[1];
-  const bool has_bias = attrs.b("bias"), has_res = attrs.b("residual");
+// y = x w^T (+ bias) through the GEMM, w^T as a view; `ep` runs on the GEMM's output.
+void linear_into(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, GemmEpilogue ep = {}) {
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
   Tensor x2 = contiguous_as(x, x.dtype());
   Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
   Tensor bt = raw_view(w, {1, K, N}, {0, w.stride(1), w.stride(0)}, w.offset());
+  if (ep.residual.defined()) {
+    Tensor r = contiguous_as(ep.residual, x.dtype());
+    ep.residual = raw_view(r, {1, M, N}, {M * N, N, 1}, r.offset());
+  }
+  gemm(a, bt, raw_view(y, {1, M, N}, {M * N, N, 1}, y.offset()), bias.defined() ? contiguous_as(bias, bias.dtype()) : Tensor(), ep);
+}
+
+void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  linear_into(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), out[0]);
+}
+
+// y = act(x w^T + b) + r in one GEMM call: the activation and the add run on its output tiles.
+void linear_fused_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   GemmEpilogue ep;
   const std::string& act = attrs.str("act");
   static const std::pair<const char*, UnaryOp> acts[] = {{"relu", UnaryOp::Relu},       {"gelu", UnaryOp::Gelu},
@@ -75,12 +74,8 @@ void linear_fused_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
                                                          {"sigmoid", UnaryOp::Sigmoid}, {"tanh", UnaryOp::Tanh}};
   for (auto& [name, op] : acts)
     if (act == name) ep.act = op;
-  if (has_res) {
-    Tensor r = contiguous_as(in.back(), x.dtype());
-    ep.residual = raw_view(r, {1, M, N}, {M * N, N, 1}, r.offset());
-  }
-  Tensor bias = has_bias ? contiguous_as(in[2], in[2].dtype()) : Tensor();
-  gemm(a, bt, raw_view(out[0], {1, M, N}, {M * N, N, 1}, out[0].offset()), bias, ep);
+  if (attrs.b("residual")) ep.residual = in.back();
+  linear_into(in[0], in[1], attrs.b("bias") ? in[2] : Tensor(), out[0], ep);
 }
 
 }  // namespace

@@ -196,17 +196,20 @@ Result run(const Options& o) {
   int64_t window_tokens = 0;
   double tok_s = 0;
   int64_t last_saved = resuming ? start : 0;
+  const std::string fingerprint = data.fingerprint();
+  auto kept = [&] {  // what a run that stops on non-finite numbers leaves behind
+    return "stopping without saving (" + o.out_dir + " keeps its last checkpoint" +
+           (last_saved > 0 ? ", from step " + std::to_string(last_saved) : std::string()) + "); a lower --lr or --grad-clip usually helps";
+  };
   auto checkpoint = [&](int64_t step) {
     // Never a checkpoint of non-finite weights (a finite loss can precede NaN gradients).
     for (auto& [name, p] : model->named_parameters()) {
       NoGradGuard no_grad;
       const double total = sum(abs(p->detach())).item_double();
-      SINTER_CHECK(std::isfinite(total), "[train] after step ", step, " parameter ", name, " holds NaN or infinity; stopping without saving (",
-                   o.out_dir, " keeps its last checkpoint", last_saved > 0 ? ", from step " + std::to_string(last_saved) : std::string(),
-                   "); a lower --lr or --grad-clip usually helps");
+      SINTER_CHECK(std::isfinite(total), "[train] after step ", step, " parameter ", name, " holds NaN or infinity; ", kept());
     }
     last_saved = step;
-    json st{{"step", step}, {"options", json::parse(o.to_json())}, {"data_fingerprint", data.fingerprint()}};
+    json st{{"step", step}, {"options", json::parse(o.to_json())}, {"data_fingerprint", fingerprint}};
     if (parallel) {  // every rank writes its pieces; rank 0 the indexes, config and state (last)
       save_sharded_checkpoint(o.out_dir, *model, opt, st.dump(), main_rank, o.keep);
     } else {
@@ -243,9 +246,7 @@ Result run(const Options& o) {
     if (o.dp > 1) res.train_loss = dist::all_reduce(full({1}, res.train_loss, DType::f64), mesh->group(0), dist::ReduceOp::avg).item<double>();
     // A non-finite loss stops the run before anything is saved: the folder keeps its last good
     // checkpoint (a NaN step has already written NaN into the weights in memory).
-    SINTER_CHECK(std::isfinite(res.train_loss), "[train] step ", step + 1, ": the loss is ", res.train_loss,
-                 "; stopping without saving (", o.out_dir, " keeps its last checkpoint", last_saved > 0 ? ", from step " + std::to_string(last_saved) : std::string(),
-                 "); a lower --lr or --grad-clip usually helps");
+    SINTER_CHECK(std::isfinite(res.train_loss), "[train] step ", step + 1, ": the loss is ", res.train_loss, "; ", kept());
     res.losses.push_back(res.train_loss);
     if (parallel) res.step_bytes.push_back(dist::total_traffic().bytes - bytes0);
     window_tokens += o.batch * o.seq_len;
