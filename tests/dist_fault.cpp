@@ -1,6 +1,6 @@
 // A job that loses a rank on purpose, for the fault tests (DistFaults in dist_fault_test.cpp):
 //   mpirun -np 2 sinter_dist_fault kill    rank 1 dies by SIGKILL before its third all_reduce
-//   mpirun -np 2 sinter_dist_fault stall   rank 1 sleeps for an hour before its third all_reduce
+//   mpirun -np N sinter_dist_fault stall   rank 1 sleeps for an hour before its third all_reduce
 // The job must end on its own, non-zero, with messages naming the ranks and the collective.
 #include <chrono>
 #include <csignal>

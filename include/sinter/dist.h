@@ -29,13 +29,14 @@ struct Traffic {
 };
 
 // A pending collective. wait() returns when it is done, or ends the job when its deadline passes:
-// the message names the rank, the collective, the group and how long it waited, then MPI_Abort
-// takes every rank down (a rank that stalls or dies cannot hang the others).
+// the message names the rank, the collective, the group, how long it waited and, from `blame`, which
+// peers had not arrived; then MPI_Abort takes every rank down (a rank that stalls or dies cannot hang
+// the others).
 class Work {
  public:
   Work() = default;  // already complete
   Work(std::function<bool()> test, std::function<void()> finish, std::string what, int rank,
-       std::chrono::steady_clock::time_point deadline);
+       std::chrono::steady_clock::time_point deadline, std::function<std::string()> blame = {});
   void wait();
   bool done() const { return !test_; }
 
@@ -45,6 +46,7 @@ class Work {
   std::string what_;
   int rank_ = 0;
   std::chrono::steady_clock::time_point deadline_;
+  std::function<std::string()> blame_;
 };
 
 // Collectives on contiguous CPU tensors, flattened; the result is valid after wait(). An NCCL

@@ -2,9 +2,14 @@
 // polls against its deadline. Only the calling thread talks to MPI (MPI_THREAD_FUNNELED).
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
+#include <thread>
 
 #include "distributed/backend.h"
 
@@ -59,19 +64,86 @@ void divide(Tensor& t, int n) {
   else SINTER_THROW(DTypeError, "[all_reduce] avg needs a floating tensor, got ", dtype_name(t.dtype()));
 }
 
+// Where-are-you questions between ranks, on a communicator of their own so they never match a
+// collective's messages. A rank answers while it polls a collective (Work::wait), with the
+// collective it waits in; a rank busy elsewhere, stalled or dead does not answer.
+MPI_Comm g_diag = MPI_COMM_NULL;
+constexpr int kQueryTag = 1, kReplyTag = 2;
+
+void serve_queries(const char* waiting) {
+  static std::deque<std::string> replies;  // send buffers must outlive their requests
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, g_diag, &flag, &st) != MPI_SUCCESS || !flag) return;
+    char q = 0;
+    MPI_Recv(&q, 1, MPI_CHAR, st.MPI_SOURCE, kQueryTag, g_diag, MPI_STATUS_IGNORE);
+    replies.emplace_back(waiting);
+    MPI_Request req;
+    if (MPI_Isend(replies.back().data(), int(replies.back().size()), MPI_CHAR, st.MPI_SOURCE, kReplyTag, g_diag, &req) ==
+        MPI_SUCCESS)
+      MPI_Request_free(&req);
+  }
+}
+
+// Asks every other member of a group (world ranks) where it is, for up to two seconds, and says
+// which ones had not arrived at `what`.
+std::string ask_peers(const std::vector<int>& members, const std::string& what) {
+  int self = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &self);
+  static const char q = '?';
+  for (int m : members) {
+    MPI_Request req;
+    if (m != self && MPI_Isend(&q, 1, MPI_CHAR, m, kQueryTag, g_diag, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+  }
+  std::map<int, std::string> answers;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (answers.size() + 1 < members.size() && std::chrono::steady_clock::now() < until) {
+    serve_queries(what.c_str());  // the other waiting ranks ask too
+    int flag = 0, n = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kReplyTag, g_diag, &flag, &st) == MPI_SUCCESS && flag) {
+      MPI_Get_count(&st, MPI_CHAR, &n);
+      std::string text(size_t(std::max(n, 0)), '\0');
+      MPI_Recv(text.data(), n, MPI_CHAR, st.MPI_SOURCE, kReplyTag, g_diag, MPI_STATUS_IGNORE);
+      answers[st.MPI_SOURCE] = std::move(text);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  std::string missing, elsewhere, arrived;
+  for (int m : members) {
+    if (m == self) continue;
+    const auto it = answers.find(m);
+    if (it == answers.end()) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+    else if (it->second == what) arrived += (arrived.empty() ? "" : ", ") + std::to_string(m);
+    else elsewhere += " Rank " + std::to_string(m) + " waits in a different collective: " + it->second + ".";
+  }
+  std::string out;
+  if (!missing.empty())
+    out += "Not arrived: rank " + missing + " (no answer within 2 s: busy or stalled outside any collective, or gone).";
+  out += elsewhere;
+  if (!arrived.empty()) out += " Waiting with this rank: rank " + arrived + ".";
+  return out;
+}
+
 struct Finalizer {
   ~Finalizer() {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (init && !fin) MPI_Finalize();
+    if (init && !fin) {
+      if (g_diag != MPI_COMM_NULL) MPI_Comm_free(&g_diag);
+      MPI_Finalize();
+    }
   }
 };
 
 class MPIGroup final : public ProcessGroup {
  public:
-  MPIGroup(MPI_Comm comm, std::string name, bool owned) : ProcessGroup(comm_rank(comm), comm_size(comm), std::move(name)),
-                                                           comm_(comm), owned_(owned) {}
+  MPIGroup(MPI_Comm comm, std::string name, bool owned)
+      : ProcessGroup(comm_rank(comm), comm_size(comm), std::move(name)), comm_(comm), owned_(owned),
+        members_(world_ranks(comm)) {}
   ~MPIGroup() override {
     int fin = 0;
     MPI_Finalized(&fin);
@@ -182,17 +254,30 @@ class MPIGroup final : public ProcessGroup {
       SINTER_MPI_CHECK(MPI_Test(req.get(), &flag, MPI_STATUS_IGNORE));
       return flag != 0;
     };
-    return Work(std::move(test), std::move(finish),
-                std::string(op) + " on group '" + name_ + "' (" + std::to_string(size_) + " ranks, " +
-                    std::to_string(bytes) + " bytes)",
-                rank_, deadline());
+    std::string what = std::string(op) + " on group '" + name_ + "' (" + std::to_string(size_) + " ranks, " +
+                       std::to_string(bytes) + " bytes, call " + std::to_string(++calls_) + ")";
+    auto blame = [members = members_, what] { return ask_peers(members, what); };
+    return Work(std::move(test), std::move(finish), std::move(what), rank_, deadline(), std::move(blame));
   }
 
   static int comm_rank(MPI_Comm c) { int r = 0; MPI_Comm_rank(c, &r); return r; }
   static int comm_size(MPI_Comm c) { int s = 0; MPI_Comm_size(c, &s); return s; }
+  static std::vector<int> world_ranks(MPI_Comm c) {
+    MPI_Group g, w;
+    MPI_Comm_group(c, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &w);
+    std::vector<int> mine(size_t(comm_size(c))), world(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = int(i);
+    MPI_Group_translate_ranks(g, int(mine.size()), mine.data(), w, world.data());
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+    return world;
+  }
 
   MPI_Comm comm_;
   bool owned_;
+  std::vector<int> members_;  // world rank of each group rank
+  int64_t calls_ = 0;         // collectives issued, in the same order on every member
 };
 
 }  // namespace
@@ -209,6 +294,8 @@ std::shared_ptr<ProcessGroup> make_mpi_world() {
   }
   // Errors come back as codes (and become exceptions), not as MPI's own abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  SINTER_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_diag));
+  serve_peer_queries = serve_queries;
   return std::make_shared<MPIGroup>(MPI_COMM_WORLD, "world", false);
 }
 

@@ -20,7 +20,6 @@ std::vector<ProcessGroup*> g_groups;  // by id; null once destroyed
 std::shared_ptr<ProcessGroup> g_world;
 bool g_mpi = false;
 
-// What this rank is waiting on, for the message when the launcher terminates it (a peer died).
 // What this rank is waiting on, or last finished, for the message when the launcher ends it:
 // a rank killed while waiting names the collective; one killed outside any says how long it had
 // been away (the stalled rank, when a peer's deadline ended the job).
@@ -76,9 +75,14 @@ class SingleGroup final : public ProcessGroup {
 };
 }  // namespace
 
+namespace detail {
+void (*serve_peer_queries)(const char* waiting) = nullptr;
+}
+
 Work::Work(std::function<bool()> test, std::function<void()> finish, std::string what, int rank,
-           std::chrono::steady_clock::time_point deadline)
-    : test_(std::move(test)), finish_(std::move(finish)), what_(std::move(what)), rank_(rank), deadline_(deadline) {}
+           std::chrono::steady_clock::time_point deadline, std::function<std::string()> blame)
+    : test_(std::move(test)), finish_(std::move(finish)), what_(std::move(what)), rank_(rank), deadline_(deadline),
+      blame_(std::move(blame)) {}
 
 void Work::wait() {
   if (!test_) return;
@@ -91,12 +95,16 @@ void Work::wait() {
     if (now > deadline_) {
       const double waited = std::chrono::duration<double>(now - start).count();
       char msg[512];
-      std::snprintf(msg, sizeof msg, "[dist] rank %d: %s missed its deadline (waited %.1f s; a peer rank is stalled or gone). Ending the job.",
-                    rank_, what_.c_str(), waited);
-      abort_job(msg, 2);
+      std::snprintf(msg, sizeof msg, "[dist] rank %d: %s missed its deadline (waited %.1f s). ", rank_, what_.c_str(), waited);
+      const std::string blame = blame_ ? blame_() : std::string();
+      abort_job(msg + (blame.empty() ? std::string("A peer rank is stalled or gone.") : blame) + " Ending the job.", 2);
     }
-    if (polls < 2000) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (polls < 2000) {
+      std::this_thread::yield();
+    } else {
+      if (detail::serve_peer_queries) detail::serve_peer_queries(g_waiting);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
   std::memcpy(g_last, g_waiting, sizeof g_last);
   clock_gettime(CLOCK_MONOTONIC, &g_last_time);
