@@ -12,26 +12,15 @@
 #include <sinter/train.h>
 
 #include "test_util.h"
+#include "train_util.h"
 
 using namespace sinter;
+using test::micro_config, test::read_file, test::temp_dir, test::write_file;
 namespace fs = std::filesystem;
 
 namespace {
 
 std::string data_path(const std::string& f) { return std::string(SINTER_TEST_DATA) + "/" + f; }
-
-std::string temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("sinter_nn_test_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
-
-void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 // Checks every value of `got` against `want` with a relative error bound scaled by the tensor's size.
 ::testing::AssertionResult rel_close(const Tensor& got, const Tensor& want, double tol) {
@@ -65,16 +54,6 @@ Parity load_parity(const std::string& name) {
     if (k.rfind("batch.", 0) != 0) sd[k] = t;
   p.model->load_state_dict(sd);
   return p;
-}
-
-nn::ModelConfig micro_config(const std::string& type) {  // "gpt2", "llama", "llama-window"
-  const bool llama = type.rfind("llama", 0) == 0;
-  nn::ModelConfig c = nn::ModelConfig::preset(llama ? "llama-tiny" : "tiny");
-  c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4;
-  c.num_key_value_heads = llama ? 2 : 4;
-  c.max_position_embeddings = 128;
-  if (type == "llama-window") c.sliding_window = 8;
-  return c;
 }
 
 }  // namespace

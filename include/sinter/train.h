@@ -41,6 +41,11 @@ struct Options {
   // One process: each step (forward, backward, clipping, AdamW) runs as one compiled graph
   // (sinter::compile), traced at the first step.
   bool compile = false;
+  // A step whose loss or gradient norm is NaN or infinite: "stop" ends the run with an error (the
+  // folder keeps its last checkpoint); "skip" drops that step's update (weights and optimizer state
+  // stay as they were), logs it and goes on, stopping after max_skips such steps in a row.
+  std::string on_nan = "stop";
+  int64_t max_skips = 10;
   std::string to_json() const;
 };
 
@@ -49,6 +54,7 @@ struct Result {
   double train_loss = 0, val_loss = 0, tokens_per_s = 0;
   std::vector<double> losses;       // the training loss of every step this run took
   std::vector<int64_t> step_bytes;  // parallel runs: bytes this rank sent in each step (validation excluded)
+  std::vector<int64_t> skipped;     // on_nan "skip": the steps whose update was dropped
 };
 
 // One training step, as `sinter train` takes it: the next-token loss of x against y (linear layers
@@ -57,6 +63,10 @@ struct Result {
 // (dist::clip_grad_norm). In one process it traces and compiles as one graph (sinter::compile).
 Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip = 1.0,
             DType compute = DType::f32);
+// step() without the update: {loss, the gradients' global norm before clipping}, the clipped
+// gradients left on the parameters. `--on-nan skip` checks both before calling opt.step().
+std::array<Tensor, 2> loss_and_gradients(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y,
+                                         double grad_clip = 1.0, DType compute = DType::f32);
 
 // Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.
 Result run(const Options& opts);

@@ -101,8 +101,12 @@ void write_log(const std::string& dir, const LogRows& rows) {
   os << "step,train_loss,val_loss,tokens_per_s\n";
   for (auto& r : rows) {
     char line[160];
-    if (std::isnan(r[2])) std::snprintf(line, sizeof line, "%lld,%.6f,,%.1f\n", (long long)r[0], r[1], r[3]);
-    else std::snprintf(line, sizeof line, "%lld,%.6f,%.6f,%.1f\n", (long long)r[0], r[1], r[2], r[3]);
+    auto cell = [](double v) {  // a step without a value (no validation, a skipped update): empty
+      char c[32] = "";
+      if (!std::isnan(v)) std::snprintf(c, sizeof c, "%.6f", v);
+      return std::string(c);
+    };
+    std::snprintf(line, sizeof line, "%lld,%s,%s,%.1f\n", (long long)r[0], cell(r[1]).c_str(), cell(r[2]).c_str(), r[3]);
     os << line;
   }
   io::atomic_write(dir + "/log.csv", os.str());

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/format.h"
@@ -33,7 +35,7 @@ std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
          {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel},
-         {"compile", compile}};
+         {"compile", compile}, {"on_nan", on_nan}};
   return j.dump();
 }
 
@@ -58,7 +60,8 @@ double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, in
   return total / double(batches);
 }
 
-Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip, DType compute) {
+std::array<Tensor, 2> loss_and_gradients(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y,
+                                         double grad_clip, DType compute) {
   Tensor loss;
   {
     AutocastGuard autocast(compute);
@@ -68,13 +71,33 @@ Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor
   loss.backward();
   const std::vector<Tensor> params = model.parameters();
   const bool parallel = std::any_of(params.begin(), params.end(), [](const Tensor& p) { return dist::parameter_layout(p).has_value(); });
-  if (parallel) dist::clip_grad_norm(params, grad_clip);
-  else optim::clip_grad_norm(params, grad_clip);
+  Tensor norm = parallel ? dist::clip_grad_norm(params, grad_clip) : optim::clip_grad_norm(params, grad_clip);
+  return {loss, norm};
+}
+
+Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip, DType compute) {
+  Tensor loss = loss_and_gradients(model, opt, x, y, grad_clip, compute)[0];
   opt.step();
   return loss;
 }
 
 namespace {
+// Fault injection for the tests of --on-nan: SINTER_FAULT_NAN_STEPS="3,7-9" makes those steps'
+// loss and gradient norm read as NaN, as a step that overflowed would.
+std::set<int64_t> fault_nan_steps() {
+  std::set<int64_t> steps;
+  const char* e = std::getenv("SINTER_FAULT_NAN_STEPS");
+  for (std::stringstream ss(e ? e : ""); ss.good();) {
+    std::string item;
+    std::getline(ss, item, ',');
+    if (item.empty()) continue;
+    const size_t dash = item.find('-');
+    const int64_t a = std::stoll(item.substr(0, dash)), b = dash == std::string::npos ? a : std::stoll(item.substr(dash + 1));
+    for (int64_t i = a; i <= b; ++i) steps.insert(i);
+  }
+  return steps;
+}
+
 // What a resumed run must share with its checkpoint: the data (by fingerprint), the batch, the
 // sequence length and the model it was started with. Refused with every difference named.
 void check_resume_matches(const json& st, const Options& o, const data::ByteDataset& data, const std::string& state_path) {
@@ -197,6 +220,7 @@ Result run(const Options& o) {
   double tok_s = 0;
   int64_t last_saved = resuming ? start : 0;
   const std::string fingerprint = data.fingerprint();
+  SINTER_CHECK(o.on_nan == "stop" || o.on_nan == "skip", "[train] on_nan must be stop or skip, got '", o.on_nan, "'");
   auto kept = [&] {  // what a run that stops on non-finite numbers leaves behind
     return "stopping without saving (" + o.out_dir + " keeps its last checkpoint" +
            (last_saved > 0 ? ", from step " + std::to_string(last_saved) : std::string()) + "); a lower --lr or --grad-clip usually helps";
@@ -219,13 +243,24 @@ Result run(const Options& o) {
   };
   // One step: forward (bf16 autocast: linear layers in bf16, weights and optimizer in f32),
   // backward, clipping, AdamW. The learning rate is set outside it (a tensor the update reads).
-  auto train_step = [&](const Tensor& x, const Tensor& y) { return step(*model, opt, x, y, o.grad_clip, compute); };
+  // With --on-nan skip the update is taken apart from the rest, after the loss and the gradient
+  // norm are seen to be finite.
+  const bool skip_mode = o.on_nan == "skip";
+  std::vector<Tensor> params = model->parameters();
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    if (!skip_mode) return std::vector<Tensor>{step(*model, opt, x, y, o.grad_clip, compute)};
+    auto [loss, norm] = loss_and_gradients(*model, opt, x, y, o.grad_clip, compute);
+    std::vector<Tensor> out{loss, norm};
+    for (const Tensor& p : params) out.push_back(p.grad());  // a compiled call hands them back as outputs
+    return out;
+  };
   std::optional<CompiledFunction> compiled;
   if (o.compile) {
     SINTER_CHECK(!parallel, "[train] a compiled step runs in one process (tensor parallel and FSDP steps run eagerly)");
-    compiled.emplace(compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train_step(in[0], in[1])}; },
-                             {.name = "train_step"}));
+    compiled.emplace(compile([&](const std::vector<Tensor>& in) { return train_step(in[0], in[1]); }, {.name = "train_step"}));
   }
+  const std::set<int64_t> poisoned = fault_nan_steps();
+  int64_t skips_in_a_row = 0;
   for (int64_t step = start; step < o.steps; ++step) {
     opt.set_lr(optim::warmup_cosine(step, o.warmup, o.steps, o.lr, o.min_lr));
     const int64_t bytes0 = parallel ? dist::total_traffic().bytes : 0;
@@ -235,19 +270,34 @@ Result run(const Options& o) {
       x = x.narrow(0, mesh->coordinate(0) * b, b).contiguous(), y = y.narrow(0, mesh->coordinate(0) * b, b).contiguous();
     }
     manual_seed(o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(step + 1)));  // dropout masks: a function of the step
-    const Tensor loss = compiled ? (*compiled)({x, y})[0] : train_step(x, y);
+    const std::vector<Tensor> out = compiled ? (*compiled)({x, y}) : train_step(x, y);
     if (compiled && step == start && !quiet) {
       const Explanation e = compiled->explain({x, y});
       std::printf("compile: the step is %d fused kernels + %d library calls%s (first step %.2f s)\n", e.fused_kernels, e.library_calls,
                   e.breaks ? (", graph break: " + e.break_reasons[0] + "; running eagerly").c_str() : "",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t_window).count());
     }
-    res.train_loss = loss.item_double();
+    if (compiled && skip_mode)
+      for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(out[2 + i]);
+    res.train_loss = out[0].item_double();
     if (o.dp > 1) res.train_loss = dist::all_reduce(full({1}, res.train_loss, DType::f64), mesh->group(0), dist::ReduceOp::avg).item<double>();
-    // A non-finite loss stops the run before anything is saved: the folder keeps its last good
-    // checkpoint (a NaN step has already written NaN into the weights in memory).
-    SINTER_CHECK(std::isfinite(res.train_loss), "[train] step ", step + 1, ": the loss is ", res.train_loss, "; ", kept());
-    res.losses.push_back(res.train_loss);
+    double norm = skip_mode ? out[1].item_double() : 0.0;  // global across ranks: every rank decides alike
+    if (poisoned.count(step + 1)) res.train_loss = norm = NAN;
+    if (skip_mode && !(std::isfinite(res.train_loss) && std::isfinite(norm))) {
+      res.skipped.push_back(step + 1);
+      SINTER_CHECK(++skips_in_a_row <= o.max_skips, "[train] step ", step + 1, ": ", skips_in_a_row,
+                   " steps in a row had a non-finite loss or gradient norm; ", kept());
+      if (!quiet)
+        std::printf("%sstep %5lld/%lld  loss %g  gradient norm %g: update skipped (--on-nan skip; %lld in a row)\n",
+                    tty ? "\r" : "", (long long)(step + 1), (long long)o.steps, res.train_loss, norm, (long long)skips_in_a_row);
+      res.train_loss = NAN;  // logged as an empty cell
+    } else {
+      if (skip_mode) opt.step(), skips_in_a_row = 0;
+      // A non-finite loss stops the run before anything is saved: the folder keeps its last good
+      // checkpoint (a NaN step has already written NaN into the weights in memory).
+      SINTER_CHECK(std::isfinite(res.train_loss), "[train] step ", step + 1, ": the loss is ", res.train_loss, "; ", kept());
+      res.losses.push_back(res.train_loss);
+    }
     if (parallel) res.step_bytes.push_back(dist::total_traffic().bytes - bytes0);
     window_tokens += o.batch * o.seq_len;
     const int64_t done = step + 1;

@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
   tr->add_option("--dp", dp, "FSDP ranks (under mpirun; default: the ranks left after --tp)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   tr->add_flag("--sp", to.sequence_parallel, "sequence parallelism with --tp: norms and activations between blocks split along the sequence");
   tr->add_flag("--compile", to.compile, "run each step as one compiled graph (sinter::compile; one process)");
+  tr->add_option("--on-nan", to.on_nan, "a step with a NaN or infinite loss or gradient: stop (keep the last checkpoint) or skip its update")
+      ->check(CLI::IsMember({"stop", "skip"}));
+  tr->add_option("--max-skips", to.max_skips, "with --on-nan skip: stop after this many skipped steps in a row")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
 
   std::string dir = "out/tiny", prompt = "The ";
   int64_t max_new = 200;
