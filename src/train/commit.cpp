@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "io/atomic_file.h"
@@ -35,17 +37,16 @@ int64_t step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
-// train_state.json as committed, or null when there is none (or it cannot be read: the
-// training loop reports that itself, naming the file).
-json committed_state(const std::string& dir) {
+// train_state.json as committed, or nothing when there is none. A corrupt one is an error naming it.
+std::optional<TrainState> committed_state(const std::string& dir) {
   std::error_code ec;
   const std::string path = dir + "/train_state.json";
-  if (!fs::exists(path, ec)) return nullptr;
-  try {
-    return json::parse(read_file(path));
-  } catch (const std::exception&) {
-    return nullptr;
-  }
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return parse_train_state(read_file(path), path);
+}
+
+bool bare_file_name(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\0') == std::string::npos;
 }
 
 // Points `plain` at `target` (both in dir): a hard link renamed into place, a copy where the
@@ -63,6 +64,38 @@ void point_at(const std::string& dir, const std::string& plain, const std::strin
 
 }  // namespace
 
+TrainState parse_train_state(const std::string& text, const std::string& path) {
+  json st;
+  try {
+    st = json::parse(text);
+  } catch (const json::exception& e) {
+    SINTER_THROW(IOError, "[", path, "] corrupt training state: ", e.what());
+  }
+  auto bad = [&](const std::string& what) { SINTER_THROW(IOError, "[", path, "] corrupt training state: ", what); };
+  if (!st.is_object()) bad("not a JSON object");
+  TrainState s;
+  if (!st.contains("step") || !st["step"].is_number_integer()) bad("\"step\" must be an integer");
+  s.step = st["step"].is_number_unsigned() && st["step"].get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : st["step"].get<int64_t>();
+  if (s.step < 0) bad("\"step\" is " + st["step"].dump() + ", not a step count");
+  if (st.contains("options")) {
+    if (!st["options"].is_object()) bad("\"options\" must be an object");
+    s.options = st["options"];
+  }
+  if (st.contains("data_fingerprint")) {
+    if (!st["data_fingerprint"].is_string()) bad("\"data_fingerprint\" must be a string");
+    s.data_fingerprint = st["data_fingerprint"].get<std::string>();
+  }
+  if (st.contains("files")) {
+    if (!st["files"].is_object()) bad("\"files\" must be an object of file names");
+    for (const auto& [plain, target] : st["files"].items()) {
+      if (!bare_file_name(plain) || !target.is_string() || !bare_file_name(target.get<std::string>()))
+        bad("\"files\": " + json(plain).dump() + " -> " + target.dump() + " is not a file name in the checkpoint's folder");
+      s.files[plain] = target.get<std::string>();
+    }
+  }
+  return s;
+}
+
 std::string step_name(const std::string& stem, int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, ".step-%08lld", (long long)step);
@@ -70,9 +103,9 @@ std::string step_name(const std::string& stem, int64_t step) {
 }
 
 std::string committed_path(const std::string& dir, const std::string& plain) {
-  const json st = committed_state(dir);
-  if (st.is_object() && st.contains("files") && st["files"].is_object() && st["files"].contains(plain) && st["files"][plain].is_string()) {
-    const std::string path = dir + "/" + st["files"][plain].get<std::string>();
+  const std::optional<TrainState> st = committed_state(dir);
+  if (st && st->files.count(plain)) {
+    const std::string path = dir + "/" + st->files.at(plain);
     std::error_code ec;
     SINTER_CHECK_T(IOError, fs::exists(path, ec), "[", dir, "/train_state.json] names ", path, " for ", plain, ", which is missing");
     return path;
@@ -86,8 +119,11 @@ std::string sharded_stem(const std::string& dir, const std::string& stem) {
 }
 
 void remove_uncommitted_steps(const std::string& dir, int keep) {
-  const json st = committed_state(dir);
-  const int64_t committed = st.is_object() && st.contains("step") && st["step"].is_number_integer() ? st["step"].get<int64_t>() : -1;
+  int64_t committed = -1;  // none, or unreadable (a run that replaces the checkpoint): no step is kept
+  try {
+    if (const std::optional<TrainState> st = committed_state(dir)) committed = st->step;
+  } catch (const IOError&) {
+  }
   std::error_code ec;
   std::set<int64_t> steps;
   for (const auto& e : fs::directory_iterator(dir, ec))

@@ -25,6 +25,18 @@ std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::G
 void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim::Optimizer& opt,
                              const std::string& train_state_json, bool main_rank, int keep);
 
+// train_state.json, validated: the step, the options and data fingerprint a resume checks, and the
+// committed files (plain name -> the step's file, both bare file names in the checkpoint folder).
+// Anything else (wrong types, a negative step, a file name with a folder in it) is an IOError
+// naming `path` and the key.
+struct TrainState {
+  int64_t step = 0;
+  nlohmann::json options;  // object, or null in checkpoints from before options were recorded
+  std::string data_fingerprint;
+  std::map<std::string, std::string> files;
+};
+TrainState parse_train_state(const std::string& text, const std::string& path);
+
 // Whole-step commits (commit.cpp): a step's files carry the step in their names; train_state.json,
 // written last, names them (the commit); the plain names are then linked to them.
 std::string step_name(const std::string& stem, int64_t step);  // "model" -> "model.step-00000500"

@@ -100,15 +100,15 @@ std::set<int64_t> fault_nan_steps() {
 
 // What a resumed run must share with its checkpoint: the data (by fingerprint), the batch, the
 // sequence length and the model it was started with. Refused with every difference named.
-void check_resume_matches(const json& st, const Options& o, const data::ByteDataset& data, const std::string& state_path) {
-  if (!st.contains("options") || !st["options"].is_object()) return;  // a checkpoint from before these were recorded
-  const json& was = st["options"];
+void check_resume_matches(const TrainState& st, const Options& o, const data::ByteDataset& data, const std::string& state_path) {
+  if (!st.options.is_object()) return;  // a checkpoint from before these were recorded
+  const json& was = st.options;
   const json now = json::parse(o.to_json());
   std::string diff;
   for (const char* key : {"data", "batch", "seq_len", "preset", "config", "dtype"})
     if (was.contains(key) && was[key] != now[key]) diff += std::string("\n  ") + key + ": checkpoint " + was[key].dump() + ", now " + now[key].dump();
-  if (st.contains("data_fingerprint") && st["data_fingerprint"] != data.fingerprint())
-    diff += "\n  data contents: checkpoint " + st["data_fingerprint"].dump() + ", now \"" + data.fingerprint() + "\" (size:hash of the first 64 KiB)";
+  if (!st.data_fingerprint.empty() && st.data_fingerprint != data.fingerprint())
+    diff += "\n  data contents: checkpoint \"" + st.data_fingerprint + "\", now \"" + data.fingerprint() + "\" (size:hash of the first 64 KiB)";
   SINTER_CHECK(diff.empty(), "[train] --resume: this run differs from the checkpoint in ", state_path, ":", diff,
                "\n(--allow-changes continues anyway, as fine-tuning on new data does)");
 }
@@ -155,16 +155,8 @@ Result run(const Options& o) {
     model = load_model(o.out_dir);
   }
   if (resuming) {
-    json st;
-    try {
-      st = json::parse(read_file(state_path));
-      SINTER_CHECK_T(IOError, st.is_object() && st.contains("step") && st["step"].is_number_integer(), "[", state_path,
-                     "] corrupt training state: \"step\" must be an integer");
-      start = st.at("step").get<int64_t>();
-    } catch (const json::exception& e) {
-      SINTER_THROW(IOError, "[", state_path, "] corrupt training state: ", e.what());
-    }
-    SINTER_CHECK_T(IOError, start >= 0, "[", state_path, "] corrupt training state: step ", start, " is negative");
+    const TrainState st = parse_train_state(read_file(state_path), state_path);
+    start = st.step;
     SINTER_CHECK(start < o.steps, "[train] the checkpoint in ", o.out_dir, " is at step ", start, "; --steps ", o.steps,
                  " leaves nothing to train (raise --steps to continue it)");
     if (!o.allow_changes) check_resume_matches(st, o, data, state_path);

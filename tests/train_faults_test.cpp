@@ -1,4 +1,5 @@
-// A step whose loss or gradients are not finite: `--on-nan stop` ends the run keeping the last
+// Training faults. A corrupt train_state.json (the commit record) is refused naming the file and
+// the key. A step whose loss or gradients are not finite: `--on-nan stop` ends the run keeping the last
 // checkpoint; `--on-nan skip` drops exactly that step's update and goes on. The NaN comes from the
 // fault hook SINTER_FAULT_NAN_STEPS (the listed steps read as non-finite, as an overflow would).
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <sinter/train.h>
 
 #include "test_util.h"
+#include "train/internal.h"
 #include "train_util.h"
 
 using namespace sinter;
@@ -104,4 +106,38 @@ TEST(OnNan, TooManySkipsInARowStopAndStopModeStopsAtTheStep) {
   }
   s.on_nan = "sometimes";
   EXPECT_TRUE(test::throws_naming("train", [&] { train::run(s); }));
+}
+
+TEST(TrainState, EveryCorruptKeyIsRefusedNamingTheFileAndTheKey) {
+  const std::string path = "ckpt/train_state.json";
+  const auto st = train::detail::parse_train_state(
+      R"({"step": 7, "files": {"model.safetensors": "model.step-00000007.safetensors"}, "options": {"batch": 2},
+          "data_fingerprint": "12:ab"})", path);
+  EXPECT_EQ(st.step, 7);
+  EXPECT_EQ(st.files.at("model.safetensors"), "model.step-00000007.safetensors");
+  EXPECT_EQ(st.options["batch"], 2);
+  EXPECT_EQ(st.data_fingerprint, "12:ab");
+  const std::pair<const char*, const char*> bad[] = {
+      {"[1, 2]", "not a JSON object"},
+      {R"({"step": "7"})", "\"step\" must be an integer"},
+      {R"({"step": -50})", "\"step\" is -50"},
+      {R"({"step": 18446744073709551615})", "\"step\" is 18446744073709551615"},
+      {R"({"step": 1, "options": 3})", "\"options\" must be an object"},
+      {R"({"step": 1, "data_fingerprint": 3})", "\"data_fingerprint\" must be a string"},
+      {R"({"step": 1, "files": []})", "\"files\" must be an object"},
+      {R"({"step": 1, "files": {"model.safetensors": "../../etc/passwd"}})", "\"../../etc/passwd\" is not a file name"},
+      {R"({"step": 1, "files": {"model.safetensors": 5}})", "-> 5 is not a file name"},
+      {R"({"step": 1, "files": {"..": "model.safetensors"}})", "\"..\" -> \"model.safetensors\" is not"},
+      {R"({"step": 1,)", "corrupt training state: [json.exception.parse_error"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      train::detail::parse_train_state(text, path);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const IOError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind("[" + path + "] corrupt training state: ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(want), std::string::npos) << text << " -> " << msg;
+    }
+  }
 }
