@@ -9,7 +9,7 @@ packages=(
   libgtest-dev           # tests
   nlohmann-json3-dev     # JSON for safetensors headers and configs
   libcli11-dev           # the sinter command line
-  clang libclang-rt-14-dev libfuzzer-14-dev   # libFuzzer target for the safetensors parser
+  clang libclang-rt-14-dev libfuzzer-14-dev   # libFuzzer targets for the parsers (scripts/fuzz.sh, CI)
   libomp-dev
   libopenmpi-dev openmpi-bin   # the distributed backend (process groups) and mpirun for multi-rank tests
   fortunes               # the default training corpus
