@@ -482,3 +482,72 @@ TEST(Compile, OneCompiledDecodeStepServesEveryPosition) {
     EXPECT_GT(fused, 0);
   }
 }
+
+TEST(Compile, AGraphBreakSplitsTheFunctionIntoCompiledPieces) {
+  // The host reads a value in the middle and branches on it: the work before the read is one
+  // compiled piece, the work after it another (one per branch taken), each fused.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("pieces"));
+  auto fn = [](const std::vector<Tensor>& in) {
+    Tensor h = gelu(in[0] * 1.5 + in[1]) * sigmoid(in[0]);
+    const double s = sum(h).item<double>();
+    Tensor y = s > 0 ? tanh(h) * 2.0 + h : sigmoid(h) - h * 0.5;
+    return std::vector<Tensor>{y, h};
+  };
+  CompiledFunction f = compile(fn, {.name = "pieces"});
+  Tensor b = randn({64});
+  for (int call = 0; call < 6; ++call) {
+    SCOPED_TRACE(call);
+    Tensor x = randn({32, 64}) + (call % 2 ? -4.0 : 4.0);  // both branches, each twice or more
+    const std::vector<Tensor> got = f({x, b}), want = fn({x, b});
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_TRUE(bitwise_equal(got[0], want[0]));
+    EXPECT_TRUE(bitwise_equal(got[1], want[1]));
+  }
+  EXPECT_EQ(f.compiles(), 3);  // the piece before the read, and one after it per branch
+  const Explanation e = f.explain({randn({32, 64}), b});
+  EXPECT_EQ(e.graphs, 2) << e.text;
+  ASSERT_EQ(e.breaks, 1) << e.text;
+  EXPECT_NE(e.break_reasons[0].find("item"), std::string::npos) << e.text;
+  // Piece 1: the chain as one kernel, the sum and the item the host reads; piece 2: one kernel.
+  EXPECT_EQ(e.library, (std::vector<std::string>{"sum", "item"})) << e.text;
+  ASSERT_GE(e.kernels.size(), 2u) << e.text;
+  EXPECT_EQ(e.kernels[0], "sigmoid -> mul -> add -> gelu -> mul") << e.text;
+  EXPECT_EQ(e.kernels.back(), "mul -> sigmoid -> sub") << e.text;
+  // fullgraph: the same function is refused, naming the op.
+  EXPECT_THROW(compile(fn, {.fullgraph = true, .name = "strict_pieces"})({randn({4, 64}), b}), CompileError);
+}
+
+TEST(Compile, ATrainingStepThatChecksItsLossBeforeTheUpdateMatchesEager) {
+  // Forward and backward, a host check of the loss and gradient norm (item), then AdamW: two
+  // compiled pieces, with autograd's saved tensors and the gradients carried between them.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("checked_step"));
+  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
+  auto make = [] {
+    auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset("tiny"));
+    m->init_weights(5);
+    return m;
+  };
+  auto eager = make(), compiled = make();
+  optim::AdamW eager_opt(eager->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
+  optim::AdamW compiled_opt(compiled->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
+  auto checked_step = [](nn::GPT& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
+    auto [loss, norm] = train::loss_and_gradients(m, opt, x, y);
+    if (std::isfinite(loss.item<double>()) && std::isfinite(norm.item<double>())) opt.step();
+    return std::vector<Tensor>{loss};
+  };
+  CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return checked_step(*compiled, compiled_opt, in[0], in[1]); },
+                               {.name = "checked_step"});
+  for (int s = 0; s < 4; ++s) {
+    auto [x, y] = data.batch(true, 4, 32, 1, uint64_t(s));
+    const double le = checked_step(*eager, eager_opt, x, y)[0].item<double>();
+    const double lc = f({x, y})[0].item<double>();
+    EXPECT_NEAR(lc, le, 1e-5 * std::fabs(le)) << "step " << s;
+  }
+  const Explanation e = f.explain({data.batch(true, 4, 32, 1, 0).first, data.batch(true, 4, 32, 1, 0).second});
+  EXPECT_EQ(e.graphs, 2) << e.text;  // forward + backward + clipping, then AdamW
+  EXPECT_EQ(e.breaks, 1) << e.text;  // the two reads sit together: one break (the second read is of a scalar)
+  EXPECT_EQ(f.compiles(), 2) << e.text;
+  auto pc = compiled->named_parameters(), pe = eager->named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_TRUE(test::all_close(*pc[i].second, *pe[i].second, 1e-4, 1e-5)) << pc[i].first;
+  EXPECT_EQ(compiled_opt.steps(), 4);
+}

@@ -21,8 +21,11 @@
 // autocast are checked on every call; a miss traces again. Traces that need a new program count
 // toward a recompile limit past which the function runs eagerly (with one warning naming the
 // guard that kept failing). An op whose output
-// needs data (`item`) cannot be traced past: with `fullgraph` it is a CompileError naming the op,
-// without it the function runs eagerly and explain() reports the break.
+// needs data (`item`) cannot be traced past: with `fullgraph` it is a CompileError naming the op.
+// Without it the graph splits there: the function runs lazily from then on, every call recording
+// its op calls into pieces that end where the host reads a value; each piece (its outputs: the
+// tensors still referenced) is compiled once per structure, and C++ branches on the value simply
+// lead to other pieces. explain() then reports the last call's pieces and breaks.
 #include <cstdint>
 #include <climits>
 #include <functional>
@@ -53,7 +56,7 @@ using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // What explain() reports about a compiled function's current state.
 struct Explanation {
-  int graphs = 0;                  // traces made (one per guard set)
+  int graphs = 0;                  // traces made (one per guard set); lazily, the last call's pieces
   int compiles = 0;                // programs compiled (or loaded): traces at new sizes reuse one
   int breaks = 0;
   std::vector<std::string> break_reasons;  // "item: the output needs the input's data"

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_map>
 
 #include "compiler/codegen.h"
 #include "compiler/jit.h"
@@ -34,8 +35,9 @@ struct Entry {
   std::vector<InputGuard> guards;
   bool grad_mode;
   DType autocast;
-  // Eager when the trace broke (or the compiler failed and fullgraph is off).
-  bool eager = false;
+  // Eager when the compiler failed (and fullgraph is off); lazy when the trace broke: each call
+  // then traces lazily and runs the pieces between data reads compiled (State::pieces).
+  bool eager = false, lazy = false;
   std::string break_op, break_reason;
   Graph graph;
   Plan plan;
@@ -136,7 +138,11 @@ void call_extern(void* ctx, int step) {
 }
 
 // `arena` is the function's, shared by its entries (one call at a time) and grown to the largest.
-std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& arena) {
+// A lazily traced piece passes its captured tensors (by captured number) and the generator offset
+// its draws were reserved at.
+std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& arena, const std::vector<Tensor>* captured = nullptr,
+                        const uint64_t* random_base = nullptr) {
+  auto captured_tensor = [&](const Value& x) -> const Tensor& { return captured ? (*captured)[size_t(x.index)] : x.captured; };
   const Graph& g = e.graph;
   std::vector<char*> slots(size_t(e.slots.count), nullptr);
   std::vector<Tensor> fresh(size_t(e.slots.count));
@@ -150,7 +156,7 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
     set(e.slots.of_value[size_t(v)], t.storage()->data, t.storage()->nbytes);
   }
   for (int v : g.captured) {
-    const Tensor& t = g.values[size_t(v)].captured;
+    const Tensor& t = captured_tensor(g.values[size_t(v)]);
     set(e.slots.of_value[size_t(v)], t.storage()->data, t.storage()->nbytes);
   }
   for (size_t v = 0; v < g.values.size(); ++v) {
@@ -164,7 +170,7 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
   // Random draws take this call's seed and counters, as eager calls would.
   if (g.random_blocks > 0) {
     Generator& gen = default_generator();
-    const uint64_t at = gen.reserve(g.random_blocks);
+    const uint64_t at = random_base ? *random_base : gen.reserve(g.random_blocks);
     for (int n : e.random_nodes) {
       Attrs& a = e.graph.nodes[size_t(n)].attrs;
       a.set("seed", int64_t(gen.seed));
@@ -181,11 +187,55 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
     const int b = g.buffer_of(v);
     const Value& base = g.values[size_t(b)];
     std::shared_ptr<Storage> storage = base.kind == ValueKind::input      ? inputs[size_t(base.index)].storage()
-                                       : base.kind == ValueKind::captured ? base.captured.storage()
+                                       : base.kind == ValueKind::captured ? captured_tensor(base).storage()
                                                                           : fresh[size_t(e.slots.of_value[size_t(b)])].storage();
     out.push_back(Tensor::from_storage(storage, x.meta.shape, x.strides, x.offset, x.meta.dtype));
   }
   return out;
+}
+
+// A piece run op by op through the op table (its compile failed, or the function is past its
+// recompile limit): what eager execution does, on the piece's recorded calls.
+std::vector<Tensor> interpret(const Graph& g) {
+  ObserveScope plain(nullptr);
+  NoGradGuard no_grad;  // autograd was recorded as nodes of the trace
+  std::vector<Tensor> val(g.values.size());
+  for (int v : g.captured) val[size_t(v)] = g.values[size_t(v)].captured;
+  for (const Node& n : g.nodes) {
+    std::vector<Tensor> in;
+    for (int v : n.inputs) in.push_back(val[size_t(v)]);
+    std::vector<Tensor> out = call(*n.op, std::move(in), n.attrs);
+    for (size_t k = 0; k < out.size(); ++k) val[size_t(n.outputs[k])] = out[k];
+  }
+  std::vector<Tensor> out;
+  for (int v : g.outputs) out.push_back(val[size_t(v)]);
+  return out;
+}
+
+// What makes two lazily traced pieces the same program: ops, attributes (a draw's seed and
+// counter aside: each call sets them), wiring, and every value's dtype and layout.
+std::string piece_key(const Graph& g) {
+  std::string k;
+  auto put = [&k](const auto& x) { k.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  auto layout = [&](const Value& x) {
+    put(x.meta.dtype), put(x.offset), put(x.meta.shape.size());
+    for (size_t i = 0; i < x.meta.shape.size(); ++i) put(x.meta.shape[i]), put(x.strides[i]);
+  };
+  for (int v : g.captured) put(v), layout(g.values[size_t(v)]);
+  for (const Node& n : g.nodes) {
+    put(n.op), put(n.random_offset);
+    if (n.random_offset >= 0) {
+      Attrs a = n.attrs;
+      a.set("seed", int64_t(0)), a.set("counter", int64_t(0));
+      put(a.hash());
+    } else {
+      put(n.attrs.hash());
+    }
+    for (int v : n.inputs) put(v);
+    for (int v : n.outputs) put(v), layout(g.values[size_t(v)]);
+  }
+  for (int v : g.outputs) put(v);
+  return k;
 }
 
 }  // namespace
@@ -206,6 +256,71 @@ struct CompiledFunction::State {
   Tensor arena;  // the entries' intermediate buffers (one call at a time)
   bool warned = false;
   std::string last_miss;
+  // A function whose trace broke runs lazily: its pieces, by structure, and what the last call ran.
+  std::unordered_map<std::string, std::unique_ptr<compiler::Entry>> pieces;
+  std::vector<const compiler::Entry*> last_pieces;  // null: run op by op
+  std::vector<std::string> last_breaks;
+
+  // Compiles a new program where the recompile limit allows, warning once when it does not.
+  bool may_compile() {
+    if (specializations < opts.recompile_limit && entries.size() + pieces.size() < kMaxEntries) return true;
+    if (!warned)
+      std::fprintf(stderr, "sinter::compile: '%s' reached its recompile limit (%d); running %s eagerly from now on%s%s\n",
+                   opts.name.c_str(), opts.recompile_limit, pieces.empty() ? "it" : "its new pieces",
+                   last_miss.empty() ? "" : " (guard that kept failing: ", last_miss.empty() ? "" : (last_miss + ")").c_str());
+    warned = true;
+    return false;
+  }
+  void count_program(const compiler::Entry& e) {
+    const bool new_program = !e.eager && std::find(programs.begin(), programs.end(), e.module.get()) == programs.end();
+    if (new_program) programs.push_back(e.module.get());
+    if (new_program || e.eager) ++specializations;
+  }
+  // Builds an entry's program; a failing compiler makes it eager (or, with fullgraph, throws).
+  void build(compiler::Entry& e) {
+    try {
+      compiler::build(e, opts);
+    } catch (const CompileError& err) {
+      if (opts.fullgraph) throw;
+      std::fprintf(stderr, "sinter::compile: %s: %s\nsinter::compile: running '%s' eagerly\n", opts.name.c_str(), err.what(),
+                   opts.name.c_str());
+      e.eager = true, e.break_reason = "the compiler failed";
+    }
+  }
+
+  std::vector<Tensor> run_piece(compiler::Graph& g, uint64_t random_base, const std::string& reason) {
+    // A piece of scalars only (the host reading a second value the previous piece computed) runs
+    // op by op: no program, and no break between the pieces that do the work.
+    bool scalars = true;
+    for (const compiler::Node& n : g.nodes)
+      for (int v : n.outputs) scalars = scalars && g.values[size_t(v)].meta.shape.numel() <= 1;
+    if (scalars) return compiler::interpret(g);
+    if (!reason.empty()) last_breaks.push_back(reason);
+    const std::string key = compiler::piece_key(g);
+    compiler::Entry* e = nullptr;
+    if (auto it = pieces.find(key); it != pieces.end()) {
+      e = it->second.get();
+    } else if (may_compile()) {
+      auto en = std::make_unique<compiler::Entry>();
+      en->graph = g;
+      build(*en);
+      for (int v : en->graph.captured) en->graph.values[size_t(v)].captured = Tensor();  // this call's, not every call's
+      count_program(*en);
+      e = pieces.emplace(key, std::move(en)).first->second.get();
+    }
+    last_pieces.push_back(e);
+    if (!e || e->eager) return compiler::interpret(g);
+    std::vector<Tensor> captured(g.captured.size());
+    for (int v : g.captured) captured[size_t(g.values[size_t(v)].index)] = g.values[size_t(v)].captured;
+    return compiler::run(*e, {}, arena, &captured, &random_base);
+  }
+
+  std::vector<Tensor> run_lazily(const std::vector<Tensor>& in) {
+    last_pieces.clear(), last_breaks.clear();
+    return compiler::trace_lazily(fn, in, opts, [this](compiler::Graph& g, uint64_t base, const std::string& reason) {
+      return run_piece(g, base, reason);
+    });
+  }
 
   compiler::Entry* find(const std::vector<Tensor>& in) {
     if (last_hit && compiler::guards_hold(*last_hit, in)) return last_hit;
@@ -231,21 +346,12 @@ struct CompiledFunction::State {
     ++traces;
     compiler::TraceResult r = compiler::trace(fn, in, opts);
     if (r.broke) {
-      e->eager = true, e->break_op = r.break_op, e->break_reason = r.break_reason;
+      e->lazy = true, e->break_op = r.break_op, e->break_reason = r.break_reason;
     } else {
       e->graph = std::move(r.graph);
-      try {
-        compiler::build(*e, opts);
-      } catch (const CompileError& err) {
-        if (opts.fullgraph) throw;
-        std::fprintf(stderr, "sinter::compile: %s: %s\nsinter::compile: running '%s' eagerly\n", opts.name.c_str(), err.what(),
-                     opts.name.c_str());
-        e->eager = true, e->break_reason = "the compiler failed";
-      }
+      build(*e);
+      count_program(*e);
     }
-    const bool new_program = !e->eager && std::find(programs.begin(), programs.end(), e->module.get()) == programs.end();
-    if (new_program) programs.push_back(e->module.get());
-    if (new_program || e->eager) ++specializations;
     entries.push_back(std::move(e));
     return last_hit = entries.back().get();
   }
@@ -280,15 +386,10 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   check_dynamic(s_->opts, inputs);
   compiler::Entry* e = s_->find(inputs);
   if (!e) {
-    if (s_->specializations >= s_->opts.recompile_limit || s_->entries.size() >= State::kMaxEntries) {
-      if (!s_->warned)
-        std::fprintf(stderr, "sinter::compile: '%s' reached its recompile limit (%d); running it eagerly from now on (guard that kept failing: %s)\n",
-                     s_->opts.name.c_str(), s_->opts.recompile_limit, s_->last_miss.c_str());
-      s_->warned = true;
-      return s_->fn(inputs);
-    }
+    if (!s_->may_compile()) return s_->fn(inputs);
     e = s_->make(inputs);
   }
+  if (e->lazy) return s_->run_lazily(inputs);
   if (e->eager) return s_->fn(inputs);
   return compiler::run(*e, inputs, s_->arena);
 }
@@ -307,44 +408,59 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
     x.guard_check_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
   }
   for (auto& en : s_->entries)
-    if (en->eager && !en->break_op.empty()) ++x.breaks, x.break_reasons.push_back(en->break_op + ": " + en->break_reason);
+    if (en->lazy) ++x.breaks, x.break_reasons.push_back(en->break_op + ": " + en->break_reason);
   x.guards = e->guard_text;
   for (const DynamicDim& d : s_->opts.dynamic)
     x.guards.push_back("input " + std::to_string(d.input) + " dim " + std::to_string(d.dim) + " dynamic in [" + std::to_string(d.min) + ", " +
                        (d.max == INT64_MAX ? std::string("inf") : std::to_string(d.max)) + "]");
+  // A lazily run function: the pieces of its last call, each with its kernels.
+  std::vector<const compiler::Entry*> shown{e};
+  if (e->lazy && !s_->last_pieces.empty()) {
+    shown = s_->last_pieces;
+    x.graphs = int(shown.size());
+    if (!s_->last_breaks.empty()) x.breaks = int(s_->last_breaks.size()), x.break_reasons = s_->last_breaks;
+  }
   std::ostringstream os;
-  os << "compiled function '" << s_->opts.name << "': " << x.graphs << " graph(s) traced, " << x.compiles << " program(s) compiled, "
-     << x.breaks << " graph break(s)\n";
+  os << "compiled function '" << s_->opts.name << "': " << x.graphs << (e->lazy ? " piece(s) in its last call" : " graph(s) traced")
+     << ", " << x.compiles << " program(s) compiled, " << x.breaks << " graph break(s)\n";
   for (const std::string& b : x.break_reasons) os << "  break at " << b << "\n";
-  if (!e->eager) {
-    const compiler::Graph& g = e->graph;
-    x.fused_kernels = int(e->plan.groups.size());
-    for (const compiler::Step& st : e->plan.steps) {
+  if (e->lazy && s_->last_pieces.empty()) {
+    os << "  runs lazily, in pieces between data reads: call it to see them\n";
+    shown.clear();
+  }
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const compiler::Entry* p = shown[i];
+    if (e->lazy) os << "  piece " << i + 1 << ":";
+    if (!p || p->eager) {
+      os << (e->lazy ? " " : "  ") << "runs eagerly" << (p && !p->break_reason.empty() ? ": " + p->break_reason : std::string()) << "\n";
+      continue;
+    }
+    if (e->lazy) os << "\n";
+    const compiler::Graph& g = p->graph;
+    int fused = int(p->plan.groups.size()), library = 0;
+    for (const compiler::Step& st : p->plan.steps) {
       if (st.group >= 0) continue;
-      ++x.library_calls;
+      ++library;
       const compiler::Node& n = g.nodes[size_t(st.node)];
       std::string what = n.op->name;
       if (n.op->name == "linear_fused") {
         std::string parts;
-        auto add = [&](const std::string& p) { parts += (parts.empty() ? "" : " + ") + p; };
+        auto add = [&](const std::string& q) { parts += (parts.empty() ? "" : " + ") + q; };
         if (n.attrs.b("bias")) add("bias");
         if (n.attrs.str("act") != "none") add(n.attrs.str("act"));
         if (n.attrs.b("residual")) add("residual");
         what += ": " + parts;
       }
       x.library.push_back(what);
+      if (what.starts_with("linear_fused")) os << "    GEMM epilogue: " << what << "\n";
     }
-    for (const compiler::Group& gr : e->plan.groups) x.kernels.push_back(gr.ops);
-    x.planned_bytes = e->plan.arena_bytes;
-    x.unplanned_bytes = e->plan.unplanned_bytes;
-    os << "  " << g.nodes.size() << " nodes -> " << x.fused_kernels << " fused kernels + " << x.library_calls << " library calls\n";
-    for (const std::string& k : x.kernels) os << "    fused: " << k << "\n";
-    for (const std::string& k : x.library)
-      if (k.starts_with("linear_fused")) os << "    GEMM epilogue: " << k << "\n";
-    os << "  buffers: " << x.planned_bytes << " bytes planned (" << x.unplanned_bytes << " without reuse)\n";
-    os << "  code: " << e->module->path << (e->module->from_cache ? " (from the cache)" : "") << "\n";
-  } else {
-    os << "  runs eagerly" << (e->break_reason.empty() ? "" : ": " + e->break_reason) << "\n";
+    for (const compiler::Group& gr : p->plan.groups) x.kernels.push_back(gr.ops), os << "    fused: " << gr.ops << "\n";
+    x.fused_kernels += fused, x.library_calls += library;
+    x.planned_bytes += p->plan.arena_bytes;
+    x.unplanned_bytes += p->plan.unplanned_bytes;
+    os << "  " << g.nodes.size() << " nodes -> " << fused << " fused kernels + " << library << " library calls\n";
+    os << "  buffers: " << p->plan.arena_bytes << " bytes planned (" << p->plan.unplanned_bytes << " without reuse)\n";
+    os << "  code: " << p->module->path << (p->module->from_cache ? " (from the cache)" : "") << "\n";
   }
   os << "  guards (checked in " << x.guard_check_us << " us per call):\n";
   for (const std::string& g : x.guards) os << "    " << g << "\n";

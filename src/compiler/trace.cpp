@@ -1,6 +1,7 @@
 // The tracer: an OpObserver that turns every top-level op call into a graph node.
 #include "compiler/trace.h"
 
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 
@@ -22,7 +23,8 @@ struct Break {
 
 class Tracer : public OpObserver {
  public:
-  explicit Tracer(const CompileOptions& o) : start_(default_generator()), opts_(o) {}
+  explicit Tracer(const CompileOptions& o, const RunPiece* run_piece = nullptr)
+      : start_(default_generator()), opts_(o), run_piece_(run_piece) {}
   bool tracing() const override { return true; }
 
   Tensor add_input(const Tensor& t, int index) {
@@ -41,7 +43,8 @@ class Tracer : public OpObserver {
   }
 
   void before(const OpDef& op, std::span<const Tensor>, const Attrs&) override {
-    if (op.data_dependent) stop(op.name, "its output needs the input's data");
+    if (op.data_dependent && !run_piece_) stop(op.name, "its output needs the input's data");
+    if (op.data_dependent) pending_read_ = op.name;  // lazily: the read that follows is this op's
   }
 
   void after(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<const Tensor> outputs) override {
@@ -49,9 +52,9 @@ class Tracer : public OpObserver {
     n.op = &op;
     n.attrs = attrs;
     if (attrs.has("seed") && attrs.has("counter")) {  // a random draw: its counter becomes relative
-      if (uint64_t(attrs.i("seed")) != start_.seed)
-        stop(op.name, "the function reseeds the generator (manual_seed) before this draw");
-      n.random_offset = attrs.i("counter") - int64_t(start_.offset);
+      if (uint64_t(attrs.i("seed")) == start_.seed) n.random_offset = attrs.i("counter") - int64_t(start_.offset);
+      else if (!run_piece_) stop(op.name, "the function reseeds the generator (manual_seed) before this draw");
+      // (lazily, a reseeded draw keeps its seed and counter as constants of its piece)
     }
     for (const Tensor& t : inputs) n.inputs.push_back(value_of(t));
     const int node = int(g.nodes.size());
@@ -83,7 +86,7 @@ class Tracer : public OpObserver {
         const Value& x = g.values[size_t(v)];
         if (x.meta.shape == t.shape() && x.strides == t.strides() && x.offset == t.offset() && x.meta.dtype == t.dtype()) {
           by_impl_[t.impl_ptr().get()] = v;
-          keep_.push_back(t);  // as remember(): its address must not come back as another tensor's
+          keep_.emplace(t.impl_ptr().get(), t);  // as remember(): its address must not come back as another tensor's
           return v;
         }
       }
@@ -98,8 +101,41 @@ class Tracer : public OpObserver {
     return v;
   }
 
+  // Lazy tracing: computes the values of the piece recorded so far that are still referenced
+  // outside the tracer (by the function's variables, autograd's saved tensors, gradients), makes
+  // those tensors real, and starts the next piece. `reason` names what needed the data.
+  void flush(const std::string& reason) {
+    std::vector<std::pair<int, Tensor>> held;  // in value order, so equal pieces look equal
+    for (auto& [impl, t] : keep_)
+      if (t.impl_ptr().use_count() > 1 && t.is_symbolic() && g.values[size_t(by_impl_.at(impl))].kind == ValueKind::node)
+        held.emplace_back(by_impl_.at(impl), t);
+    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Tensor> live;
+    for (auto& [v, t] : held) g.outputs.push_back(v), live.push_back(t);
+    if (!g.nodes.empty()) {
+      g.random_blocks = default_generator().offset - start_.offset;
+      verify(g);
+      const std::vector<Tensor> computed = (*run_piece_)(g, start_.offset, reason);
+      for (size_t i = 0; i < live.size(); ++i) {
+        Storage& s = *live[i].storage();
+        if (!s.symbolic) continue;  // a view of a buffer made real through another output
+        SINTER_ASSERT(computed[i].offset() == live[i].offset() && computed[i].strides() == live[i].strides(), "lazy piece layout");
+        s.data = computed[i].storage()->data;
+        s.nbytes = computed[i].storage()->nbytes;
+        s.symbolic = false;
+        s.deleter = [keep = computed[i].storage()](void*) {};  // the computed buffer lives as long as this storage
+      }
+    }
+    g = Graph{};
+    pending_read_.clear();
+    by_impl_.clear(), by_storage_.clear(), keep_.clear();
+    start_ = default_generator();
+  }
+  bool lazy() const { return run_piece_ != nullptr; }
+
   Graph g;
-  const Generator start_;  // the generator's state when the trace began
+  Generator start_;  // the generator's state when the trace (or lazily, the piece) began
+  std::string pending_read_;  // lazily: a data-dependent op of this piece (item), for the break's reason
 
  private:
   int new_value(ValueKind kind, const Tensor& t) {
@@ -113,20 +149,26 @@ class Tracer : public OpObserver {
   }
   void remember(const Tensor& t, int v) {
     by_impl_[t.impl_ptr().get()] = v;
-    keep_.push_back(t);  // keeps the impl alive, so its address is not reused during the trace
+    keep_.emplace(t.impl_ptr().get(), t);  // keeps the impl alive, so its address is not reused during the trace
     by_storage_[t.storage().get()].push_back(v);
   }
 
   const CompileOptions& opts_;
+  const RunPiece* run_piece_;  // lazy tracing: computes a piece (null: one whole trace)
   std::unordered_map<const TensorImpl*, int> by_impl_;
   std::unordered_map<const Storage*, std::vector<int>> by_storage_;
-  std::vector<Tensor> keep_;
+  std::unordered_map<const TensorImpl*, Tensor> keep_;  // one reference per tensor the trace saw
 };
 
-// While tracing, reading a traced tensor's data stops the trace.
+// While tracing, reading a traced tensor's data stops the trace; lazily, it computes the piece
+// recorded so far.
 struct DataReadsBreak {
   explicit DataReadsBreak(Tracer& t) : prev(detail::g_materialize) {
-    detail::g_materialize = [&t](const Tensor& x) { t.stop("data read", "the function reads a traced tensor's values (shape " + shape_text(x) + ")"); };
+    detail::g_materialize = [&t](const Tensor& x) {
+      if (!t.lazy()) t.stop("data read", "the function reads a traced tensor's values (shape " + shape_text(x) + ")");
+      t.flush(!t.pending_read_.empty() ? t.pending_read_ + ": the function reads its output's value"
+                                       : "data read: the function reads a tensor's values (shape " + shape_text(x) + ")");
+    };
   }
   ~DataReadsBreak() { detail::g_materialize = prev; }
   static std::string shape_text(const Tensor& x) {
@@ -169,6 +211,19 @@ TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const C
   r.graph = std::move(t.g);
   if (!r.broke) verify(r.graph);
   return r;
+}
+
+std::vector<Tensor> trace_lazily(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts,
+                                 const RunPiece& run_piece) {
+  Tracer t(opts, &run_piece);
+  std::vector<Tensor> outs;
+  {
+    ObserveScope scope(&t);
+    DataReadsBreak reads(t);
+    outs = fn(inputs);
+    t.flush("");
+  }
+  return outs;
 }
 
 }  // namespace compiler

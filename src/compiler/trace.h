@@ -5,6 +5,8 @@
 // the trace: with fullgraph that is a CompileError naming the op. Random draws are nodes whose
 // counters are kept relative to the generator's state at the start (Node::random_offset); the
 // trace leaves the generator as it found it.
+#include <functional>
+
 #include "compiler/graph.h"
 #include "sinter/compile.h"
 
@@ -17,5 +19,16 @@ struct TraceResult {
 };
 
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts);
+
+// Lazy tracing, for a function whose trace breaks: each call runs `fn` on its real inputs under a
+// tracer that records op calls into a piece; a read of a traced tensor's data (item, printing, a
+// branch on a value) and the function's return hand the piece to `run_piece`, with its outputs
+// set to the values still referenced outside the tracer. run_piece computes them (the generator's
+// offset when the piece began is `random_base`; the piece's draws are already reserved) and
+// returns them in the order of graph.outputs; the tracer makes those tensors real and records
+// the next piece. Returns fn's outputs, real.
+using RunPiece = std::function<std::vector<Tensor>(Graph& piece, uint64_t random_base, const std::string& reason)>;
+std::vector<Tensor> trace_lazily(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts,
+                                 const RunPiece& run_piece);
 
 }  // namespace sinter::compiler
