@@ -14,7 +14,7 @@ libdir=$(dirname "$(find "$prefix" -name 'libsinter.so.*.*.*' | head -1)")
 # The CLI and the library carry the version.
 "$prefix/bin/sinter" --version | tee "$work/version.txt"
 grep -qx "sinter 0.1.0" "$work/version.txt"
-objdump -p "$libdir"/libsinter.so | grep -q "SONAME *libsinter.so.0.1"
+objdump -p "$libdir"/libsinter.so | grep "SONAME *libsinter.so.0.1" > /dev/null  # not -q: an early exit would SIGPIPE objdump under pipefail
 test -f "$libdir/cmake/sinter/sinterConfig.cmake" && test -f "$libdir/cmake/sinter/sinterConfigVersion.cmake"
 
 # find_package(sinter 0.1 REQUIRED) and sinter::sinter.

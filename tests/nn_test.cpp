@@ -385,7 +385,8 @@ TEST(Errors, BadInputGetsAClearError) {
   EXPECT_TRUE(test::throws_naming(weights, [&] { train::load_model(ck); }));
   write_file(config, "{\"n_embd\": 32, \"colour\": 1}");
   EXPECT_TRUE(test::throws_naming(config, [&] { train::load_model(ck); }));
-  for (const char* bad : {"{\"n_embd\": \"wide\"}", "{\"model_type\": 2}", "{\"tie_word_embeddings\": \"yes\"}"}) {
+  for (const char* bad : {"{\"n_embd\": \"wide\"}", "{\"model_type\": 2}", "{\"tie_word_embeddings\": \"yes\"}",
+                          "{\"n_embd\": 12000000000000000056}", "{\"n_layer\": -9223372036854775808}"}) {
     write_file(config, bad);
     try {
       train::load_model(ck);

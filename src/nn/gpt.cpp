@@ -1,6 +1,7 @@
 // GPT-2-style (learned positions, LayerNorm, GELU MLP, tied embeddings) and LLaMA-style (RoPE,
 // RMSNorm, SwiGLU, grouped-query attention) language models from one config.
 #include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -55,6 +56,10 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   auto get_int = [&](const char* key, int64_t def) {
     if (!j.contains(key)) return def;
     SINTER_CHECK_T(IOError, j[key].is_number_integer(), "[", source, "] config key ", key, " must be an integer, got ", j[key].dump());
+    // Sizes past 2^31 describe no model that fits a machine, and would overflow what is computed from them.
+    const bool fits = j[key].is_number_unsigned() ? j[key].get<uint64_t>() <= uint64_t(INT32_MAX)
+                                                  : j[key].get<int64_t>() >= -int64_t(INT32_MAX) && j[key].get<int64_t>() <= int64_t(INT32_MAX);
+    SINTER_CHECK_T(IOError, fits, "[", source, "] config key ", key, " is ", j[key].dump(), ", beyond any model size (at most 2^31 - 1)");
     return j[key].get<int64_t>();
   };
   auto get_num = [&](const char* key, double def) {
