@@ -551,3 +551,49 @@ TEST(Compile, ATrainingStepThatChecksItsLossBeforeTheUpdateMatchesEager) {
   for (size_t i = 0; i < pc.size(); ++i) EXPECT_TRUE(test::all_close(*pc[i].second, *pe[i].second, 1e-4, 1e-5)) << pc[i].first;
   EXPECT_EQ(compiled_opt.steps(), 4);
 }
+
+TEST(Compile, GradientsFlowThroughACompiledForward) {
+  // compile_forward(model) in grad mode: the logits come back with an autograd node whose backward
+  // is a second compiled program (forward and backward traced together, split at the gradients).
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("compiled_backward"));
+  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
+  for (const char* preset : {"tiny", "llama-tiny"}) {
+    SCOPED_TRACE(preset);
+    auto make = [&] {
+      auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset(preset));
+      m->init_weights(7);
+      return m;
+    };
+    auto eager = make(), compiled = make();
+    CompiledFunction f = compile_forward(*compiled);
+    for (int s = 0; s < 2; ++s) {  // the second call reuses both programs; gradients accumulate
+      auto [x, y] = data.batch(true, 4, 32, 1, uint64_t(s));
+      Tensor le = cross_entropy(eager->forward(x).reshape({-1, 256}), y.reshape({-1}));
+      le.backward();
+      Tensor logits = f({x})[0];
+      ASSERT_TRUE(logits.requires_grad());
+      Tensor lc = cross_entropy(logits.reshape({-1, 256}), y.reshape({-1}));
+      lc.backward();
+      EXPECT_NEAR(lc.item<double>(), le.item<double>(), 1e-5 * std::fabs(le.item<double>()));
+    }
+    EXPECT_EQ(f.compiles(), 2);  // the forward and the backward
+    auto pc = compiled->named_parameters(), pe = eager->named_parameters();
+    for (size_t i = 0; i < pc.size(); ++i) {
+      ASSERT_TRUE(pc[i].second->grad().defined()) << pc[i].first;
+      EXPECT_TRUE(test::all_close(pc[i].second->grad(), pe[i].second->grad(), 1e-5, 1e-6)) << pc[i].first;
+    }
+  }
+  // An input that requires grad gets its gradient too, and a call without grad mode is plain.
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0] * in[1] + 0.5) * sigmoid(in[0])}; };
+  CompiledFunction g = compile(fn, {.name = "input_grads"});
+  Tensor x = randn({16, 32}), a = randn({32});
+  Tensor xe = x.clone().requires_grad_(), ae = a.clone().requires_grad_(), xc = x.clone().requires_grad_(), ac = a.clone().requires_grad_();
+  { Tensor o = fn({xe, ae})[0]; sum(o * o).backward(); }
+  { Tensor o = g({xc, ac})[0]; sum(o * o).backward(); }
+  EXPECT_TRUE(test::all_close(xc.grad(), xe.grad(), 1e-6, 1e-7));
+  EXPECT_TRUE(test::all_close(ac.grad(), ae.grad(), 1e-6, 1e-7));
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(g({xc, ac})[0].requires_grad());
+  }
+}

@@ -28,6 +28,7 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<TensorMeta> input_meta, output_meta;
   std::vector<Edge> next;                            // one per input
   bool released = false;
+  std::shared_ptr<const void> owner;  // an op made for this call alone (a compiled backward), kept alive with the node
 };
 
 // Records the op call on its outputs (called by sinter::call when grad mode is on).

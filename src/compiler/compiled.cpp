@@ -12,6 +12,7 @@
 #include "compiler/jit.h"
 #include "compiler/passes.h"
 #include "compiler/trace.h"
+#include "autograd/node.h"
 #include "sinter/autograd.h"
 #include "sinter/compile.h"
 #include "sinter/ops.h"
@@ -30,6 +31,8 @@ struct InputGuard {
   Device device;
   bool requires_grad;
 };
+
+struct BackwardPart;
 
 struct Entry {
   std::vector<InputGuard> guards;
@@ -54,7 +57,67 @@ struct Entry {
   std::vector<ExternCall> externs;  // by step (empty for fused steps)
   std::vector<int> random_nodes;    // nodes whose seed and counter each call sets
   std::vector<std::string> guard_text;
+  // Outputs that require grad: `graph` is the forward, returning the function's outputs and then
+  // what the backward reads; each call attaches an autograd node that runs the backward program.
+  std::shared_ptr<BackwardPart> backward;
 };
+
+struct BackwardPart {
+  std::shared_ptr<Entry> entry;             // the backward program: (saved..., output grads...) -> leaf grads
+  size_t outputs = 0;                       // the function's outputs (the forward returns more: the saved)
+  std::vector<int> differentiated;          // which of them the backward takes gradients of
+  std::vector<TracedBackward::Leaf> leaves;
+  std::vector<Tensor> captured_leaves;      // by leaf: the captured tensor (undefined for an input)
+  std::vector<int> grad_of_leaf;            // by leaf: its gradient among the backward's outputs, or -1
+  std::shared_ptr<Tensor> arena = std::make_shared<Tensor>();
+};
+
+// Splits a trace with a traced backward into the forward program's graph (in e.graph) and the
+// backward's: the backward reads the forward values and inputs its nodes use (saved, returned by
+// the forward after the function's outputs) and the output gradients.
+void split_backward(Entry& e, TraceResult& r, size_t num_inputs) {
+  const Graph& g = r.graph;
+  const TracedBackward& b = r.backward;
+  const size_t nf = size_t(b.forward_nodes);
+  std::vector<int> saved;
+  std::vector<bool> is_saved(g.values.size(), false);
+  auto need = [&](int v) {
+    const Value& x = g.values[size_t(v)];
+    const bool forward = (x.kind == ValueKind::node && size_t(x.node) < nf) || (x.kind == ValueKind::input && size_t(x.index) < num_inputs);
+    if (forward && !is_saved[size_t(v)]) is_saved[size_t(v)] = true, saved.push_back(v);
+  };
+  for (size_t n = nf; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].inputs) need(v);
+  for (int v : b.grads)
+    if (v >= 0) need(v);
+  const std::vector<int> fn_inputs(g.inputs.begin(), g.inputs.begin() + long(num_inputs));
+  std::vector<int> forward_out = g.outputs;
+  forward_out.insert(forward_out.end(), saved.begin(), saved.end());
+  std::vector<int> backward_in = saved, backward_out;
+  backward_in.insert(backward_in.end(), g.inputs.begin() + long(num_inputs), g.inputs.end());
+  auto part = std::make_shared<BackwardPart>();
+  for (int v : b.grads) {
+    part->grad_of_leaf.push_back(v < 0 ? -1 : int(backward_out.size()));
+    if (v >= 0) backward_out.push_back(v);
+  }
+  part->entry = std::make_shared<Entry>();
+  part->entry->graph = extract(g, nf, g.nodes.size(), backward_in, backward_out);
+  part->outputs = g.outputs.size();
+  part->differentiated = b.outputs;
+  part->leaves = b.leaves;
+  for (const TracedBackward::Leaf& l : b.leaves) {
+    Tensor t;
+    if (!l.input)
+      for (int v : g.captured)
+        if (g.values[size_t(v)].index == l.index) t = g.values[size_t(v)].captured;
+    part->captured_leaves.push_back(t);
+  }
+  Graph forward = extract(g, 0, nf, fn_inputs, forward_out);
+  forward.random_blocks = g.random_blocks;
+  e.graph = std::move(forward);
+  e.backward = std::move(part);
+}
+
 
 std::string guard_mismatch(const Entry& e, const std::vector<Tensor>& in) {
   if (in.size() != e.guards.size()) return std::to_string(in.size()) + " inputs, traced with " + std::to_string(e.guards.size());
@@ -192,6 +255,40 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
     out.push_back(Tensor::from_storage(storage, x.meta.shape, x.strides, x.offset, x.meta.dtype));
   }
   return out;
+}
+
+// Runs the forward and attaches the backward: one autograd node per call, owning the op that runs
+// the backward program on this call's saved tensors.
+std::vector<Tensor> run_with_backward(Entry& e, const std::vector<Tensor>& inputs, Tensor& arena, const std::string& name) {
+  std::vector<Tensor> all = run(e, inputs, arena);
+  const std::shared_ptr<BackwardPart> part = e.backward;
+  std::vector<Tensor> outs(all.begin(), all.begin() + long(part->outputs));
+  auto saved = std::make_shared<std::vector<Tensor>>(all.begin() + long(part->outputs), all.end());
+  std::vector<Tensor> leaves;
+  std::vector<TensorMeta> meta;
+  for (size_t i = 0; i < part->leaves.size(); ++i) {
+    leaves.push_back(part->leaves[i].input ? inputs[size_t(part->leaves[i].index)] : part->captured_leaves[i]);
+    meta.push_back({leaves.back().shape(), leaves.back().dtype(), leaves.back().device()});
+  }
+  auto op = std::make_shared<OpDef>();
+  op->name = "compiled backward of " + name;
+  op->num_inputs = int(leaves.size());
+  op->num_outputs = int(part->differentiated.size());
+  op->save_inputs = 0;
+  op->backward = [part, saved](BackwardCtx& ctx) {
+    std::vector<Tensor> in = *saved;
+    for (const Tensor& g : ctx.grads) in.push_back(g.contiguous());
+    const std::vector<Tensor> grads = run(*part->entry, in, *part->arena);
+    std::vector<Tensor> out;
+    for (int k : part->grad_of_leaf) out.push_back(k < 0 ? Tensor() : grads[size_t(k)]);
+    return out;
+  };
+  std::vector<Tensor> diff;
+  for (int k : part->differentiated) diff.push_back(outs[size_t(k)]);
+  autograd::attach(*op, {}, leaves, meta, diff);
+  for (const Tensor& d : diff)
+    if (d.grad_fn()) d.grad_fn()->owner = op;  // the node keeps its op (and the saved tensors) alive
+  return outs;
 }
 
 // A piece run op by op through the op table (its compile failed, or the function is past its
@@ -348,9 +445,15 @@ struct CompiledFunction::State {
     if (r.broke) {
       e->lazy = true, e->break_op = r.break_op, e->break_reason = r.break_reason;
     } else {
-      e->graph = std::move(r.graph);
+      if (r.backward.forward_nodes >= 0) compiler::split_backward(*e, r, in.size());
+      else e->graph = std::move(r.graph);
       build(*e);
       count_program(*e);
+      if (e->backward && !e->eager) {
+        build(*e->backward->entry);
+        count_program(*e->backward->entry);
+        if (e->backward->entry->eager) e->eager = true;  // the function runs eagerly, autograd and all
+      }
     }
     entries.push_back(std::move(e));
     return last_hit = entries.back().get();
@@ -391,6 +494,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   }
   if (e->lazy) return s_->run_lazily(inputs);
   if (e->eager) return s_->fn(inputs);
+  if (e->backward) return compiler::run_with_backward(*e, inputs, s_->arena, s_->opts.name);
   return compiler::run(*e, inputs, s_->arena);
 }
 

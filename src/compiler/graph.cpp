@@ -67,4 +67,52 @@ std::string dump(const Graph& g) {
   return os.str() + "\n";
 }
 
+Graph extract(const Graph& g, size_t begin, size_t end, const std::vector<int>& inputs, const std::vector<int>& outputs) {
+  Graph x;
+  std::vector<int> map(g.values.size(), -1);
+  auto add = [&](int v, Value val) {
+    map[size_t(v)] = int(x.values.size());
+    x.values.push_back(std::move(val));
+    return map[size_t(v)];
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Value val = g.values[size_t(inputs[i])];
+    val.kind = ValueKind::input, val.index = int(i), val.base = -1, val.node = -1, val.captured = Tensor();
+    x.inputs.push_back(add(inputs[i], std::move(val)));
+  }
+  auto use = [&](int v) {
+    if (map[size_t(v)] >= 0) return map[size_t(v)];
+    const Value& y = g.values[size_t(v)];
+    SINTER_CHECK_T(CompileError, y.kind == ValueKind::captured, "[compile] splitting the graph: ", g.describe(v),
+                   " is read by a node but made outside the part taken");
+    Value val = y;
+    val.index = int(x.captured.size()), val.base = -1;
+    x.captured.push_back(add(v, std::move(val)));
+    return map[size_t(v)];
+  };
+  for (size_t n = begin; n < end; ++n) {
+    Node m = g.nodes[n];
+    for (int& v : m.inputs) v = use(v);
+    for (int& o : m.outputs) {
+      Value val = g.values[size_t(o)];
+      val.node = int(x.nodes.size());
+      if (val.base >= 0) {  // a view or an in-place write: the buffer of the input it aliases
+        int base = -1;
+        for (size_t i = 0; i < g.nodes[n].inputs.size() && base < 0; ++i)
+          if (g.buffer_of(g.nodes[n].inputs[i]) == val.base) base = x.buffer_of(m.inputs[i]);
+        SINTER_CHECK_T(CompileError, base >= 0, "[compile] splitting the graph: ", g.describe(o), " aliases a buffer none of its inputs has");
+        val.base = base;
+      }
+      o = add(o, std::move(val));
+    }
+    x.nodes.push_back(std::move(m));
+  }
+  for (int v : outputs) {
+    SINTER_CHECK_T(CompileError, map[size_t(v)] >= 0, "[compile] splitting the graph: output ", g.describe(v), " is not made by the part taken");
+    x.outputs.push_back(map[size_t(v)]);
+  }
+  verify(x);
+  return x;
+}
+
 }  // namespace sinter::compiler

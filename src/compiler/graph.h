@@ -63,4 +63,10 @@ void verify(const Graph& g);
 // One line per node: "%5 = gelu(%4)   f32(16, 1024)".
 std::string dump(const Graph& g);
 
+// The graph of nodes [begin, end) of g (a traced forward, or its backward): `inputs` (values of
+// g, in order) become its inputs 0..n-1, owning their buffers; tensors g captured that the nodes
+// read stay captured; `outputs` are values of g the new graph returns. A node reading a value of g
+// that is none of these is an error.
+Graph extract(const Graph& g, size_t begin, size_t end, const std::vector<int>& inputs, const std::vector<int>& outputs);
+
 }  // namespace sinter::compiler

@@ -29,6 +29,7 @@ class Tracer : public OpObserver {
 
   Tensor add_input(const Tensor& t, int index) {
     Tensor s = Tensor::symbolic(t.shape(), t.dtype(), t.device(), &t.strides(), t.offset());
+    if (t.requires_grad()) s.requires_grad_(true);  // its gradient is traced too (TraceResult::backward)
     const int v = new_value(ValueKind::input, s);
     g.values[size_t(v)].index = index;
     g.inputs.push_back(v);
@@ -179,6 +180,40 @@ struct DataReadsBreak {
   std::function<void(const Tensor&)> prev;
 };
 
+// Outputs that require grad: their backward is traced too, from symbolic output gradients (graph
+// inputs after the function's own) to the gradients of every input and captured tensor that
+// requires grad. A function that already ran its backward (a training step) has released that
+// graph: then nothing is added and its outputs stay detached.
+void trace_backward(Tracer& t, const std::vector<Tensor>& stand_ins, const std::vector<Tensor>& outs, TraceResult& r) {
+  std::vector<Tensor> diff;
+  for (size_t k = 0; k < outs.size(); ++k)
+    if (outs[k].requires_grad() && outs[k].grad_fn()) diff.push_back(outs[k]), r.backward.outputs.push_back(int(k));
+  if (diff.empty()) return;
+  std::vector<Tensor> leaves;
+  for (size_t i = 0; i < stand_ins.size(); ++i)
+    if (stand_ins[i].requires_grad()) leaves.push_back(stand_ins[i]), r.backward.leaves.push_back({true, int(i)});
+  for (int v : t.g.captured)
+    if (t.g.values[size_t(v)].captured.requires_grad())
+      leaves.push_back(t.g.values[size_t(v)].captured), r.backward.leaves.push_back({false, t.g.values[size_t(v)].index});
+  if (leaves.empty()) return r.backward.outputs.clear();
+  const size_t nodes = t.g.nodes.size(), values = t.g.values.size();
+  std::vector<Tensor> grad_outs;
+  for (size_t k = 0; k < diff.size(); ++k) {
+    const Tensor go = Tensor::symbolic(diff[k].shape(), diff[k].dtype(), diff[k].device());
+    grad_outs.push_back(t.add_input(go, int(stand_ins.size() + k)));
+  }
+  std::vector<Tensor> grads;
+  try {
+    grads = autograd::grad(diff, leaves, grad_outs, false, false, /*allow_unused=*/true);
+  } catch (const AutogradError&) {  // released by the function's own backward
+    t.g.nodes.resize(nodes), t.g.values.resize(values), t.g.inputs.resize(stand_ins.size());
+    r.backward = {};
+    return;
+  }
+  r.backward.forward_nodes = int(nodes);
+  for (const Tensor& gr : grads) r.backward.grads.push_back(gr.defined() ? t.value_of(gr) : -1);
+}
+
 }  // namespace
 
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts) {
@@ -196,6 +231,7 @@ TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const C
     try {
       outs = fn(stand_ins);
       for (const Tensor& o : outs) t.g.outputs.push_back(t.value_of(o));
+      if (grad_enabled()) trace_backward(t, stand_ins, outs, r);
     } catch (const Break& b) {
       r.broke = true, r.break_op = b.op, r.break_reason = b.reason;
     }

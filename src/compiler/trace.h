@@ -12,8 +12,23 @@
 
 namespace sinter::compiler {
 
+// The traced backward of outputs that require grad (when grad mode is on): graph.nodes[0,
+// forward_nodes) are the forward, the rest the backward, which reads the output gradients (graph
+// inputs numbered after the function's) and makes `grads`, one value per leaf (-1: none flowed).
+struct TracedBackward {
+  int forward_nodes = -1;         // -1: no backward traced
+  std::vector<int> outputs;       // which of the function's outputs are differentiated
+  struct Leaf {
+    bool input;                   // a function input (else a captured tensor)
+    int index;                    // its input or captured number
+  };
+  std::vector<Leaf> leaves;
+  std::vector<int> grads;
+};
+
 struct TraceResult {
   Graph graph;
+  TracedBackward backward;
   bool broke = false;
   std::string break_op, break_reason;  // where and why the trace stopped
 };
