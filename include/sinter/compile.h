@@ -14,6 +14,12 @@
 // again (milliseconds) and runs the program already compiled; only a new structure (another dtype,
 // layout or branch taken) compiles another. compiles() counts programs, traces() traces.
 //
+// Outputs that require grad (grad mode on, an input or captured parameter requiring grad) come
+// back with an autograd node: the function's backward is traced with its forward, the two are split
+// where the output gradients enter, and the backward runs as a second compiled program on the
+// forward values it reads (returned by the forward beside the outputs). `compile_forward(model)`
+// then trains: loss.backward() reaches the parameters through compiled code.
+//
 // The trace is specialised to what the function read besides its inputs, as torch.jit.trace is:
 // C++ values (ints, doubles, branches) become constants of the graph; tensors the function
 // captures (parameters, buffers, caches) are read by reference at every call, so updates to them
