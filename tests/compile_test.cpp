@@ -515,6 +515,29 @@ TEST(Compile, AGraphBreakSplitsTheFunctionIntoCompiledPieces) {
   EXPECT_EQ(e.kernels.back(), "mul -> sigmoid -> sub") << e.text;
   // fullgraph: the same function is refused, naming the op.
   EXPECT_THROW(compile(fn, {.fullgraph = true, .name = "strict_pieces"})({randn({4, 64}), b}), CompileError);
+
+  // Random draws on both sides of a break take what eager takes, and new numbers every call.
+  auto noisy = [](const std::vector<Tensor>& in) {
+    Tensor h = dropout(in[0], 0.5) * 2.0;
+    const double m = max(h).item<double>();
+    // (a branch on the value; scaling by it would make m a constant of the next piece, one program per value)
+    return std::vector<Tensor>{dropout(m > 0 ? h : -h, 0.25) + rand({in[0].size(0), 1})};
+  };
+  CompiledFunction g = compile(noisy, {.name = "noisy_pieces"});
+  Tensor x = randn({64, 32});
+  Tensor previous;
+  for (int call = 0; call < 3; ++call) {
+    manual_seed(uint64_t(40 + call % 2));
+    const Tensor want = noisy({x})[0];
+    const uint64_t offset = default_generator().offset;
+    manual_seed(uint64_t(40 + call % 2));
+    const Tensor got = g({x})[0];
+    EXPECT_EQ(default_generator().offset, offset) << "call " << call;
+    EXPECT_TRUE(bitwise_equal(got, want)) << "call " << call;
+    if (previous.defined()) EXPECT_FALSE(bitwise_equal(got, previous)) << "call " << call;
+    previous = got;
+  }
+  EXPECT_EQ(g.compiles(), 2);
 }
 
 TEST(Compile, ATrainingStepThatChecksItsLossBeforeTheUpdateMatchesEager) {

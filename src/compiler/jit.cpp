@@ -26,7 +26,7 @@ extern const char* const kJitPrelude;  // generated/jit_prelude.cpp
 namespace {
 namespace fs = std::filesystem;
 
-constexpr const char* kFlags = "-std=c++20 -O3 -march=native -mprefer-vector-width=512 -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
+constexpr const char* kFlags = "-std=c++20 -O3 -march=native -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
 constexpr const char* kSinterVersion = SINTER_VERSION;
 
 uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
