@@ -144,19 +144,24 @@ class Dropout : public Module {
 };
 
 // fc -> GELU(tanh) -> proj (GPT-2)
+// An activation by name: "gelu_tanh", "gelu" (erf), "relu" or "silu".
+Tensor activation(const Tensor& x, const std::string& name);
+
 class GeluMLP : public Module {
  public:
-  GeluMLP(int64_t dim, int64_t hidden);
-  Tensor forward(const Tensor& x) const { return proj->forward(gelu(fc->forward(x), true)); }
+  GeluMLP(int64_t dim, int64_t hidden, std::string act = "gelu_tanh");
+  Tensor forward(const Tensor& x) const { return proj->forward(activation(fc->forward(x), act)); }
   std::shared_ptr<Linear> fc, proj;
+  std::string act;
 };
 
 // down(silu(gate x) * up x) (LLaMA)
 class SwiGLU : public Module {
  public:
-  SwiGLU(int64_t dim, int64_t hidden);
-  Tensor forward(const Tensor& x) const { return down->forward(silu(gate->forward(x)) * up->forward(x)); }
+  SwiGLU(int64_t dim, int64_t hidden, std::string act = "silu");
+  Tensor forward(const Tensor& x) const { return down->forward(activation(gate->forward(x), act) * up->forward(x)); }
   std::shared_ptr<Linear> gate, up, down;
+  std::string act;
 };
 
 // Per-layer key/value cache for generation: (B, Hkv, max_len, D), the first `pos` positions
@@ -181,14 +186,20 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   int64_t sliding_window = 0;  // LLaMA/Mistral "sliding_window": each token attends to its last N (0: all)
   bool tie_word_embeddings = true;
+  // The MLP's activation: "gelu_tanh" (GPT-2's gelu_new), "gelu", "relu" or "silu" (LLaMA's).
+  // Empty: the model type's own.
+  std::string activation;
   double dropout = 0.0;
   std::string sparsity;             // "" (dense) or "2:4": the blocks' Linear layers are 2:4 sparse
   std::string sparse_values = "f32";  // their values: f32, bf16 or i8
 
   bool llama() const { return model_type == "llama"; }
+  std::string act() const { return !activation.empty() ? activation : llama() ? "silu" : "gelu_tanh"; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  // Hugging Face key names (GPT-2: n_embd, n_layer, ...; LLaMA: hidden_size, ...). Unknown keys
-  // are an error that lists them; `source` names the file in messages.
+  // Hugging Face key names (GPT-2: n_embd, n_layer, ...; LLaMA: hidden_size, ...), as
+  // save_pretrained writes them. Every key is honored, known to change nothing Sinter computes
+  // (ignored; the table is in docs/huggingface.md), or refused naming the key and its value when
+  // it asks for math Sinter does not do; unknown keys are refused too. `source` names the file.
   static ModelConfig from_json(const std::string& json, const std::string& source);
   static ModelConfig preset(const std::string& name);  // "tiny", "small", "llama-tiny"
   std::string to_json() const;
@@ -218,6 +229,9 @@ class TransformerBlock : public Module {
   Tensor norm(const std::shared_ptr<Module>& n, const Tensor& x) const;
 };
 
+// Whether dir is a Hugging Face checkpoint (config.json naming its architecture, no train_state.json).
+bool is_pretrained_dir(const std::string& dir);
+
 class GPT : public Module {
  public:
   explicit GPT(const ModelConfig& c);
@@ -228,6 +242,11 @@ class GPT : public Module {
   const ModelConfig& config() const { return cfg_; }
   // Initializes weights as GPT-2 does: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
   void init_weights(uint64_t seed);
+  // A Hugging Face save_pretrained directory of GPT2LMHeadModel or LlamaForCausalLM (src/nn/hf.cpp):
+  // HF names and layouts, one file or shards, f32 / bf16 / f16 tensors (converted to f32).
+  static std::unique_ptr<GPT> from_pretrained(const std::string& dir);
+  // Writes dir/config.json and dir/model.safetensors (f32) as transformers' save_pretrained does.
+  void save_pretrained(const std::string& dir);
   // Prunes every Linear of the transformer blocks to 2:4 (embeddings and the head stay dense).
   void sparsify(DType values_dtype = DType::f32);
   std::vector<std::shared_ptr<Linear>> block_linears() const;

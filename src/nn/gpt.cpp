@@ -14,16 +14,36 @@ namespace sinter::nn {
 namespace {
 using json = nlohmann::json;
 
-const std::set<std::string> kGptKeys{"model_type", "vocab_size", "n_positions", "n_embd", "n_inner", "n_layer", "n_head",
-                                     "layer_norm_epsilon", "tie_word_embeddings", "resid_pdrop", "architectures",
-                                     "activation_function", "torch_dtype", "bos_token_id", "eos_token_id",
-                                     "sparsity", "sparse_values"};
-const std::set<std::string> kLlamaKeys{"model_type", "vocab_size", "max_position_embeddings", "hidden_size",
-                                       "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                       "num_key_value_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
-                                       "sliding_window",
-                                       "attention_dropout", "architectures", "hidden_act", "torch_dtype",
-                                       "bos_token_id", "eos_token_id", "sparsity", "sparse_values"};
+// Hugging Face config keys (docs/huggingface.md has the table). Honored: read into the config.
+// Checked: accepted only with the value that means what Sinter computes, else refused naming the
+// key and the value. Ignored: change nothing Sinter computes (metadata, generation defaults,
+// dropout Sinter does not apply, a tensor-parallel split that computes the same numbers).
+const std::set<std::string> kGptHonored{"model_type", "vocab_size", "n_positions", "n_embd", "n_inner", "n_layer", "n_head",
+                                        "layer_norm_epsilon", "tie_word_embeddings", "resid_pdrop", "activation_function",
+                                        "sparsity", "sparse_values"};
+const std::set<std::string> kLlamaHonored{"model_type", "vocab_size", "max_position_embeddings", "hidden_size",
+                                          "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                          "num_key_value_heads", "rms_norm_eps", "rope_theta", "rope_parameters",
+                                          "tie_word_embeddings", "sliding_window", "attention_dropout", "hidden_act",
+                                          "sparsity", "sparse_values"};
+const std::set<std::string> kGptChecked{"architectures", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                                        "add_cross_attention", "n_ctx"};
+const std::set<std::string> kLlamaChecked{"architectures", "attention_bias", "mlp_bias", "head_dim", "rope_scaling"};
+const std::set<std::string> kIgnored{"transformers_version", "torch_dtype", "dtype", "use_cache", "bos_token_id",
+                                     "eos_token_id", "pad_token_id", "initializer_range", "_name_or_path",
+                                     "summary_activation", "summary_first_dropout", "summary_proj_to_labels",
+                                     "summary_type", "summary_use_proj", "reorder_and_upcast_attn", "attn_pdrop",
+                                     "embd_pdrop", "pretraining_tp", "output_attentions", "output_hidden_states",
+                                     "return_dict", "task_specific_params", "tokenizer_class"};
+
+// Hugging Face activation names -> the op Sinter runs.
+std::string activation_from_hf(const std::string& name) {
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return "gelu_tanh";
+  if (name == "gelu") return "gelu";
+  if (name == "relu") return "relu";
+  if (name == "silu" || name == "swish") return "silu";
+  return "";
+}
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
@@ -48,11 +68,16 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   c.model_type = get_str("model_type", "gpt2");
   SINTER_CHECK_T(IOError, c.model_type == "gpt2" || c.model_type == "llama", "[", source, "] unknown model_type '",
                  c.model_type, "' (gpt2 or llama)");
-  const auto& known = c.llama() ? kLlamaKeys : kGptKeys;
+  const auto& honored = c.llama() ? kLlamaHonored : kGptHonored;
+  const auto& checked = c.llama() ? kLlamaChecked : kGptChecked;
   std::string unknown;
   for (auto& [k, v] : j.items())
-    if (!known.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
+    if (!honored.count(k) && !checked.count(k) && !kIgnored.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
   SINTER_CHECK_T(IOError, unknown.empty(), "[", source, "] unknown config keys for ", c.model_type, ": ", unknown);
+  // A key whose value asks for math Sinter does not do is refused, naming both.
+  auto require = [&](const char* key, bool ok, const char* what) {
+    SINTER_CHECK_T(IOError, !j.contains(key) || ok, "[", source, "] config key ", key, " is ", j[key].dump(), ": Sinter supports only ", what);
+  };
   auto get_int = [&](const char* key, int64_t def) {
     if (!j.contains(key)) return def;
     SINTER_CHECK_T(IOError, j[key].is_number_integer(), "[", source, "] config key ", key, " must be an integer, got ", j[key].dump());
@@ -67,6 +92,16 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     SINTER_CHECK_T(IOError, j[key].is_number(), "[", source, "] config key ", key, " must be a number, got ", j[key].dump());
     return j[key].get<double>();
   };
+  auto act = [&](const char* key) {
+    if (!j.contains(key)) return std::string();
+    SINTER_CHECK_T(IOError, j[key].is_string() && !activation_from_hf(j[key].get<std::string>()).empty(), "[", source, "] config key ",
+                   key, " is ", j[key].dump(), ": Sinter has gelu_new, gelu_pytorch_tanh, gelu, relu, silu and swish");
+    return activation_from_hf(j[key].get<std::string>());
+  };
+  if (j.contains("architectures")) {
+    const char* want = c.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+    require("architectures", j["architectures"] == json::array({want}), want);
+  }
   c.vocab_size = get_int("vocab_size", c.vocab_size);
   if (c.llama()) {
     c.max_position_embeddings = get_int("max_position_embeddings", c.max_position_embeddings);
@@ -77,9 +112,23 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.num_key_value_heads = get_int("num_key_value_heads", c.num_attention_heads);
     c.norm_eps = get_num("rms_norm_eps", 1e-6);
     c.rope_theta = get_num("rope_theta", c.rope_theta);
+    if (j.contains("rope_parameters")) {  // transformers 5: {"rope_type": "default", "rope_theta": ...}
+      const json& r = j["rope_parameters"];
+      bool plain = r.is_object();
+      if (plain)
+        for (auto& [k, v] : r.items()) plain = plain && ((k == "rope_type" && v == "default") || (k == "rope_theta" && v.is_number()));
+      require("rope_parameters", plain, "{\"rope_type\": \"default\", \"rope_theta\": ...} (no RoPE scaling)");
+      if (r.contains("rope_theta")) c.rope_theta = r["rope_theta"].get<double>();
+    }
+    require("rope_scaling", j.contains("rope_scaling") && j["rope_scaling"].is_null(), "null (no RoPE scaling)");
+    require("attention_bias", j.contains("attention_bias") && j["attention_bias"] == false, "false");
+    require("mlp_bias", j.contains("mlp_bias") && j["mlp_bias"] == false, "false");
+    c.activation = act("hidden_act");
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? get_int("sliding_window", 0) : 0;
     c.dropout = get_num("attention_dropout", 0.0);
     c.tie_word_embeddings = get_bool("tie_word_embeddings", false);
+    require("head_dim", j.contains("head_dim") && j["head_dim"].is_number_integer() && j["head_dim"].get<int64_t>() * c.num_attention_heads == c.hidden_size,
+            "hidden_size / num_attention_heads");
   } else {
     c.max_position_embeddings = get_int("n_positions", c.max_position_embeddings);
     c.hidden_size = get_int("n_embd", c.hidden_size);
@@ -90,7 +139,13 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     c.norm_eps = get_num("layer_norm_epsilon", 1e-5);
     c.dropout = get_num("resid_pdrop", 0.0);
     c.tie_word_embeddings = get_bool("tie_word_embeddings", true);
+    c.activation = act("activation_function");
+    require("scale_attn_weights", j.contains("scale_attn_weights") && j["scale_attn_weights"] == true, "true");
+    require("scale_attn_by_inverse_layer_idx", j.contains("scale_attn_by_inverse_layer_idx") && j["scale_attn_by_inverse_layer_idx"] == false, "false");
+    require("add_cross_attention", j.contains("add_cross_attention") && j["add_cross_attention"] == false, "false");
+    require("n_ctx", j.contains("n_ctx") && j["n_ctx"] == c.max_position_embeddings, "n_ctx = n_positions");
   }
+  if (c.activation == (c.llama() ? "silu" : "gelu_tanh")) c.activation.clear();  // the type's own
   if (j.contains("sparsity")) {  // Sinter's own keys: a 2:4 checkpoint (sinter sparsify)
     SINTER_CHECK_T(IOError, j["sparsity"].is_string() && j["sparsity"] == "2:4", "[", source, "] sparsity must be \"2:4\"");
     c.sparsity = "2:4";
@@ -139,6 +194,7 @@ std::string ModelConfig::to_json() const {
     j["rope_theta"] = rope_theta;
     if (sliding_window > 0) j["sliding_window"] = sliding_window;
     j["attention_dropout"] = dropout;
+    j["hidden_act"] = act() == "gelu_tanh" ? "gelu_pytorch_tanh" : act();
   } else {
     j["n_positions"] = max_position_embeddings;
     j["n_embd"] = hidden_size;
@@ -147,6 +203,7 @@ std::string ModelConfig::to_json() const {
     j["n_head"] = num_attention_heads;
     j["layer_norm_epsilon"] = norm_eps;
     j["resid_pdrop"] = dropout;
+    j["activation_function"] = act() == "gelu_tanh" ? "gelu_new" : act();
   }
   if (!sparsity.empty()) j["sparsity"] = sparsity, j["sparse_values"] = sparse_values;
   return j.dump(2) + "\n";
@@ -213,12 +270,12 @@ TransformerBlock::TransformerBlock(const ModelConfig& c) : llama(c.llama()), p_d
     norm1 = register_module("norm1", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
     norm2 = register_module("norm2", std::make_shared<RMSNorm>(c.hidden_size, c.norm_eps));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
-    mlp = register_module("mlp", std::make_shared<SwiGLU>(c.hidden_size, c.intermediate_size));
+    mlp = register_module("mlp", std::make_shared<SwiGLU>(c.hidden_size, c.intermediate_size, c.act()));
   } else {
     norm1 = register_module("norm1", std::make_shared<LayerNorm>(c.hidden_size, c.norm_eps));
     norm2 = register_module("norm2", std::make_shared<LayerNorm>(c.hidden_size, c.norm_eps));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
-    mlp = register_module("mlp", std::make_shared<GeluMLP>(c.hidden_size, c.intermediate_size));
+    mlp = register_module("mlp", std::make_shared<GeluMLP>(c.hidden_size, c.intermediate_size, c.act()));
   }
 }
 

@@ -156,12 +156,20 @@ LayerNorm::LayerNorm(int64_t dim, double eps) : eps(eps) {
 
 RMSNorm::RMSNorm(int64_t dim, double eps) : eps(eps) { register_parameter("weight", weight, ones({dim})); }
 
-GeluMLP::GeluMLP(int64_t dim, int64_t hidden) {
+Tensor activation(const Tensor& x, const std::string& name) {
+  if (name == "gelu_tanh") return gelu(x, true);
+  if (name == "gelu") return gelu(x, false);
+  if (name == "relu") return relu(x);
+  if (name == "silu") return silu(x);
+  SINTER_THROW(ValueError, "[activation] unknown activation '", name, "' (gelu_tanh, gelu, relu or silu)");
+}
+
+GeluMLP::GeluMLP(int64_t dim, int64_t hidden, std::string act) : act(std::move(act)) {
   fc = register_module("fc", std::make_shared<Linear>(dim, hidden));
   proj = register_module("proj", std::make_shared<Linear>(hidden, dim));
 }
 
-SwiGLU::SwiGLU(int64_t dim, int64_t hidden) {
+SwiGLU::SwiGLU(int64_t dim, int64_t hidden, std::string act) : act(std::move(act)) {
   gate = register_module("gate", std::make_shared<Linear>(dim, hidden, false));
   up = register_module("up", std::make_shared<Linear>(dim, hidden, false));
   down = register_module("down", std::make_shared<Linear>(hidden, dim, false));
