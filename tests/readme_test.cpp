@@ -47,6 +47,8 @@ TEST(Readme, ExampleRunsAsWritten) {
   opt.zero_grad();
   lm_loss.backward();
   opt.step();
+  gpt.save_pretrained("llama-hf");                                 // a folder transformers loads
+  auto hf = nn::GPT::from_pretrained("llama-hf");                  // any save_pretrained GPT-2 / LLaMA folder
 
   Tensor q = randn({1, 8, 64, 32}), kv = randn({1, 2, 64, 32});      // 8 query heads share 2 KV heads
   Tensor att = scaled_dot_product_attention(q, kv, kv, {}, 0.0, /*is_causal=*/true, {}, /*enable_gqa=*/true);
@@ -66,6 +68,9 @@ TEST(Readme, ExampleRunsAsWritten) {
   });
   Tensor yc = cf({x, randn({8})})[0];                              // one fused kernel, bit for bit eager's
   std::string report = cf.explain({x, randn({8})}).text;           // graphs, breaks, kernels, guards, bytes
+  CompiledFunction cfwd = compile_forward(gpt);                    // a model's forward, with a compiled backward:
+  Tensor closs = cross_entropy(cfwd({inp})[0].reshape({-1, 256}), tgt.reshape({-1}));
+  closs.backward();                                                // gradients reach gpt's parameters
 
   // 2-D parallel: the same code alone (a 1 x 1 mesh) or under `mpirun -np 4` (dp = 2 x tp = 2)
   const int64_t tp = dist::world_size() % 2 == 0 ? 2 : 1;
@@ -106,6 +111,9 @@ TEST(Readme, ExampleRunsAsWritten) {
   EXPECT_EQ(yc.shape(), Shape({4, 8}));
   EXPECT_NE(report.find("1 fused kernels"), std::string::npos) << report;
   EXPECT_EQ(opt.steps(), 1);
+  EXPECT_TRUE(hf->config().llama());
+  EXPECT_TRUE(std::isfinite(closs.item<double>()));
+  EXPECT_TRUE(gpt.tok_emb->weight.grad().defined());
   EXPECT_NEAR(lm_loss.item<float>(), std::log(256.0), 0.5);
   EXPECT_EQ(y.shape(), Shape({4, 16}));
   EXPECT_EQ(v.shape(), Shape({2, 3, 2}));

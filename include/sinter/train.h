@@ -17,6 +17,7 @@ namespace sinter::train {
 struct Options {
   std::string preset = "tiny";
   std::string config_path;   // a config.json instead of a preset
+  std::string init_dir;      // start from this checkpoint's weights (Sinter's or Hugging Face's), fresh optimizer
   std::string data_path;     // empty: the fortunes corpus
   std::string out_dir = "out/tiny";
   int64_t steps = 1200;

@@ -185,6 +185,7 @@ void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std:
 std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
   std::error_code ec;
   SINTER_CHECK_T(IOError, fs::is_directory(dir, ec), "[", dir, "] checkpoint folder not found");
+  if (nn::is_pretrained_dir(dir)) return nn::GPT::from_pretrained(dir);  // a Hugging Face save_pretrained folder
   const std::string cfg_path = committed_path(dir, "config.json");
   auto cfg = nn::ModelConfig::from_json(read_file(cfg_path), cfg_path);
   const bool sharded = sharded_checkpoint(dir);

@@ -35,7 +35,7 @@ std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
          {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel},
-         {"compile", compile}, {"on_nan", on_nan}};
+         {"compile", compile}, {"on_nan", on_nan}, {"init", init_dir}};
   return j.dump();
 }
 
@@ -161,6 +161,9 @@ Result run(const Options& o) {
                  " leaves nothing to train (raise --steps to continue it)");
     if (!o.allow_changes) check_resume_matches(st, o, data, state_path);
     rows = read_log(o.out_dir, start);
+  } else if (!o.init_dir.empty()) {
+    SINTER_CHECK(o.config_path.empty(), "[train] --init takes the model from ", o.init_dir, "; drop --config");
+    model = load_model(o.init_dir);
   } else {
     nn::ModelConfig cfg = o.config_path.empty() ? nn::ModelConfig::preset(o.preset)
                                                 : nn::ModelConfig::from_json(read_file(o.config_path), o.config_path);

@@ -9,6 +9,7 @@
 #include <sinter/dist.h>
 #include <sinter/train.h>
 #include <sstream>
+#include <nlohmann/json.hpp>
 
 #include <sinter/bench.h>
 
@@ -77,27 +78,70 @@ int run_info(const std::string& dir) {
   return 0;
 }
 
+// Text (or with --ids, token ids) on stdout, statistics on stderr; --format json puts both in one
+// JSON object on stdout.
+struct GenerateOut {
+  std::string format = "text";  // or "json"
+  std::string ids;              // "1,2,3": the prompt as token ids, and ids printed instead of bytes
+};
+
 int run_generate(const std::string& dir, const std::string& prompt, int64_t max_new, const train::Sampling& s,
-                 bool no_cache, DType dtype, bool compiled) {
+                 bool no_cache, DType dtype, bool compiled, const GenerateOut& o) {
   auto model = train::load_model(dir);
+  const int64_t vocab = model->config().vocab_size;
+  const bool by_ids = !o.ids.empty(), json_out = o.format == "json";
+  SINTER_CHECK(by_ids || vocab == 256, "[generate] the model in ", dir, " has a vocabulary of ", vocab,
+               " tokens, not bytes; drive it with --ids (a BPE tokenizer is not built in)");
+  Tensor prompt_ids = data::encode(prompt);
+  if (by_ids) {
+    std::vector<int64_t> ids;
+    std::stringstream ss(o.ids);
+    for (std::string item; std::getline(ss, item, ',');) {
+      size_t used = 0;
+      int64_t v = -1;
+      try {
+        v = std::stoll(item, &used);
+      } catch (const std::exception&) {
+      }
+      SINTER_CHECK(used == item.size() && v >= 0 && v < vocab, "[generate] --ids: '", item, "' is not a token id of this model (0..",
+                   vocab - 1, ")");
+      ids.push_back(v);
+    }
+    SINTER_CHECK(!ids.empty(), "[generate] --ids needs at least one token id");
+    prompt_ids = tensor<int64_t>(ids);
+  }
   model->to(dtype);
   const int64_t packed = model->prepack_for_decode();  // int8 2:4 layers: their one-token steps read it
-  std::printf("%s", prompt.c_str());
-  std::fflush(stdout);
+  if (!json_out) {
+    if (by_ids) std::printf("%s", o.ids.c_str());
+    else std::printf("%s", prompt.c_str());
+    std::fflush(stdout);
+  }
   double rate = 0;
   std::string compile_note;
-  train::generate(*model, data::encode(prompt), max_new, s, !no_cache, &rate, [](int64_t tok) {
-    std::putchar(int(tok));
+  const Tensor all = train::generate(*model, prompt_ids, max_new, s, !no_cache, &rate, [&](int64_t tok) {
+    if (json_out) return;
+    if (by_ids) std::printf(",%lld", (long long)tok);
+    else std::putchar(int(tok));
     std::fflush(stdout);
   }, compiled, [&](CompiledFunction& f) {
     const Explanation e = f.explain({zeros({1, 1}, DType::i64)});
     compile_note = ", compiled decode step: " + std::to_string(e.graphs) + " graph, " + std::to_string(e.fused_kernels) +
                    " fused kernels + " + std::to_string(e.library_calls) + " library calls";
   });
+  if (json_out) {
+    const std::vector<int64_t> v = all.to_vector<int64_t>();
+    const std::vector<int64_t> new_ids(v.begin() + prompt_ids.numel(), v.end());
+    nlohmann::json j{{"prompt_ids", prompt_ids.to_vector<int64_t>()}, {"ids", new_ids}, {"tokens_per_s", rate}};
+    if (vocab == 256) j["text"] = std::string(new_ids.begin(), new_ids.end());
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());  // bytes that are not UTF-8: U+FFFD
+  } else {
+    std::printf("\n");
+  }
   char extra[96] = "";
   if (packed) std::snprintf(extra, sizeof extra, ", 2:4 weights prepacked (+%.1f MB)", double(packed) / 1e6);
-  std::printf("\n\n[%lld tokens, %.1f tokens/s%s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra,
-              compile_note.c_str());
+  std::fprintf(stderr, "[%lld tokens, %.1f tokens/s%s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra,
+               compile_note.c_str());
   return 0;
 }
 
@@ -120,6 +164,7 @@ int main(int argc, char** argv) {
   auto* tr = app.add_subcommand("train", "train a byte-level language model (default: tiny GPT on the fortunes corpus)");
   tr->add_option("--preset", to.preset, "model preset: tiny, small, llama-tiny")->check(CLI::IsMember({"tiny", "small", "llama-tiny"}));
   tr->add_option("--config", to.config_path, "config.json with Hugging Face keys (instead of --preset)");
+  tr->add_option("--init", to.init_dir, "start from a checkpoint's weights: Sinter's, or a Hugging Face save_pretrained folder");
   tr->add_option("--data", to.data_path, "text file to train on (default: Debian's fortunes)");
   tr->add_option("--out", to.out_dir, "output folder for the checkpoint, log.csv and loss.svg");
   tr->add_option("--steps", to.steps, "total optimizer steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
@@ -169,6 +214,10 @@ int main(int argc, char** argv) {
   bool gen_compile = false;
   gen->add_flag("--compile", gen_compile, "run the one-token decode step as one compiled graph (sinter::compile)");
   gen->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
+  GenerateOut gen_out;
+  gen->add_option("--format", gen_out.format, "text (stdout: the text; stderr: statistics), or json: ids, text and speed")
+      ->check(CLI::IsMember({"text", "json"}));
+  gen->add_option("--ids", gen_out.ids, "the prompt as comma-separated token ids (instead of --prompt); prints ids, not bytes");
 
   train::SparsifyOptions so;
   auto* sp = app.add_subcommand("sparsify", "prune a checkpoint's Linear layers to 2:4, fine-tune with the pattern held, save it sparse");
@@ -181,7 +230,11 @@ int main(int argc, char** argv) {
   sp->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
   auto* info = app.add_subcommand("info", "show a checkpoint's config, parameter count and tensors");
-  info->add_option("checkpoint", dir, "checkpoint folder")->required();
+  info->add_option("checkpoint", dir, "checkpoint folder (Sinter's or a Hugging Face one)")->required();
+  std::string export_dir;
+  auto* ex = app.add_subcommand("export-hf", "write a checkpoint as a Hugging Face save_pretrained directory");
+  ex->add_option("checkpoint", dir, "checkpoint folder")->required();
+  ex->add_option("--out", export_dir, "output folder (config.json + model.safetensors)")->required();
 
   bench::Options bo;
   auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
@@ -222,7 +275,14 @@ int main(int argc, char** argv) {
                   (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
       return 0;
     }
-    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32, gen_compile);
+    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32, gen_compile, gen_out);
+    if (*ex) {
+      auto model = train::load_model(dir);
+      model->save_pretrained(export_dir);
+      std::printf("wrote %s/config.json and %s/model.safetensors (Hugging Face %s layout)\n", export_dir.c_str(), export_dir.c_str(),
+                  model->config().llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+      return 0;
+    }
     if (*info) return run_info(dir);
     if (*sp) {
       const auto r = train::sparsify(so);
