@@ -101,7 +101,8 @@ TEST(HuggingFace, KeysThatChangeTheMathAreHonoredOrRefused) {
   }
   const Tensor lbase = nn::GPT::from_pretrained(hf_dir("llama-f32"))->forward(ids);
   for (auto [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"hidden_act", "\"gelu\""}, {"rms_norm_eps", "0.5"}, {"rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 100.0}"}}) {
+           {"hidden_act", "\"gelu\""}, {"rms_norm_eps", "0.5"}, {"rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 100.0}"},
+           {"sliding_window", "4"}, {"tie_word_embeddings", "true"}}) {
     SCOPED_TRACE(key + " = " + value);
     EXPECT_GT(relative_error(nn::GPT::from_pretrained(with_key("llama-f32", key, value))->forward(ids), lbase), 1e-4);
   }
