@@ -5,7 +5,8 @@
   python3 scripts/hf_reference.py [OUT_DIR]        default tests/data/hf
 
 Small random GPT2LMHeadModel and LlamaForCausalLM (grouped-query attention) models, written with
-save_pretrained in f32 and bf16 (the LLaMA f32 one sharded), each with ref.safetensors: input ids,
+save_pretrained in f32 and bf16 (the LLaMA f32 one sharded), and a MistralForCausalLM whose
+4-token sliding window is shorter than the prompt, each with ref.safetensors: input ids,
 the logits computed in f32 from the saved weights, and 8 greedy tokens.
 
   python3 scripts/hf_reference.py --check DIR REF_DIR   loads DIR (e.g. a `sinter export-hf`
@@ -16,7 +17,7 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 IDS = torch.tensor([[84, 104, 101, 32, 113, 117, 105, 99, 107, 32, 98, 114, 111, 119, 110, 32]])
 
@@ -39,12 +40,16 @@ def make(out):
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                          rope_theta=10000.0, tie_word_embeddings=False))
-    for model in (gpt2, llama):  # weights of a trained size, not the init's near-zero ones
+    mistral = MistralForCausalLM(MistralConfig(vocab_size=256, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                               sliding_window=4, tie_word_embeddings=False))
+    for model in (gpt2, llama, mistral):  # weights of a trained size, not the init's near-zero ones
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0, 0.3 if p.dim() > 1 else 0.1).add_(1.0 if p.dim() == 1 and p.shape[0] == 32 else 0.0)
     for name, model, dtype, shard in (("gpt2-f32", gpt2, torch.float32, None), ("gpt2-bf16", gpt2, torch.bfloat16, None),
-                                      ("llama-f32", llama, torch.float32, "40KB"), ("llama-bf16", llama, torch.bfloat16, None)):
+                                      ("llama-f32", llama, torch.float32, "40KB"), ("llama-bf16", llama, torch.bfloat16, None),
+                                      ("mistral-f32", mistral, torch.float32, None)):
         d = os.path.join(out, name)
         m = type(model)(model.config)
         m.load_state_dict(model.state_dict())
@@ -57,7 +62,8 @@ def make(out):
 
 def check(d, ref_dir):
     ref = load_file(os.path.join(ref_dir, "ref.safetensors"))
-    cls = LlamaForCausalLM if "llama" in open(os.path.join(d, "config.json")).read() else GPT2LMHeadModel
+    cfg = open(os.path.join(d, "config.json")).read()
+    cls = MistralForCausalLM if "Mistral" in cfg else LlamaForCausalLM if "Llama" in cfg else GPT2LMHeadModel
     got = reference(cls.from_pretrained(d))
     err = ((got["logits"] - ref["logits"]).norm() / ref["logits"].norm()).item()
     same = torch.equal(got["greedy"], ref["greedy"])

@@ -69,7 +69,7 @@ TEST_P(HuggingFace, LogitsAndGreedyTokensMatchTransformers) {
   EXPECT_EQ(std::vector<double>(got.end() - 8, got.end()), want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, HuggingFace, ::testing::Values("gpt2-f32", "gpt2-bf16", "llama-f32", "llama-bf16"),
+INSTANTIATE_TEST_SUITE_P(Checkpoints, HuggingFace, ::testing::Values("gpt2-f32", "gpt2-bf16", "llama-f32", "llama-bf16", "mistral-f32"),
                          [](const auto& info) { std::string s = info.param; for (char& c : s) if (c == '-') c = '_'; return s; });
 
 TEST(HuggingFace, ExportReadsBackBitForBit) {

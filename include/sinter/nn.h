@@ -174,7 +174,7 @@ struct KVCache {
 };
 
 struct ModelConfig {
-  std::string model_type = "gpt2";  // "gpt2" or "llama"
+  std::string model_type = "gpt2";  // "gpt2", "llama", or "mistral" (LLaMA's math with a sliding window)
   int64_t vocab_size = 256;
   int64_t max_position_embeddings = 256;
   int64_t hidden_size = 128;
@@ -193,7 +193,7 @@ struct ModelConfig {
   std::string sparsity;             // "" (dense) or "2:4": the blocks' Linear layers are 2:4 sparse
   std::string sparse_values = "f32";  // their values: f32, bf16 or i8
 
-  bool llama() const { return model_type == "llama"; }
+  bool llama() const { return model_type == "llama" || model_type == "mistral"; }
   std::string act() const { return !activation.empty() ? activation : llama() ? "silu" : "gelu_tanh"; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Hugging Face key names (GPT-2: n_embd, n_layer, ...; LLaMA: hidden_size, ...), as

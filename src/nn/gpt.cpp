@@ -66,8 +66,8 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     return j[key].get<bool>();
   };
   c.model_type = get_str("model_type", "gpt2");
-  SINTER_CHECK_T(IOError, c.model_type == "gpt2" || c.model_type == "llama", "[", source, "] unknown model_type '",
-                 c.model_type, "' (gpt2 or llama)");
+  SINTER_CHECK_T(IOError, c.model_type == "gpt2" || c.llama(), "[", source, "] unknown model_type '", c.model_type,
+                 "' (gpt2, llama or mistral)");
   const auto& honored = c.llama() ? kLlamaHonored : kGptHonored;
   const auto& checked = c.llama() ? kLlamaChecked : kGptChecked;
   std::string unknown;
@@ -99,7 +99,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     return activation_from_hf(j[key].get<std::string>());
   };
   if (j.contains("architectures")) {
-    const char* want = c.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+    const char* want = c.model_type == "mistral" ? "MistralForCausalLM" : c.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel";
     require("architectures", j["architectures"] == json::array({want}), want);
   }
   c.vocab_size = get_int("vocab_size", c.vocab_size);

@@ -1,4 +1,5 @@
-// Hugging Face checkpoints: a save_pretrained directory of GPT2LMHeadModel or LlamaForCausalLM
+// Hugging Face checkpoints: a save_pretrained directory of GPT2LMHeadModel, LlamaForCausalLM or
+// MistralForCausalLM (LLaMA's layout and math with a sliding window)
 // read as it is (config.json with HF keys, model.safetensors or a sharded
 // model.safetensors.index.json, f32 / bf16 / f16 tensors), and written back in the same form.
 // GPT-2 stores its projections as Conv1D (in x out, the transpose of a Linear) and q, k, v fused
@@ -207,7 +208,7 @@ void GPT::save_pretrained(const std::string& dir) {
   }
   if (!cfg_.tie_word_embeddings) hf["lm_head.weight"] = sd.at("lm_head.weight");
   json j = json::parse(cfg_.to_json());
-  j["architectures"] = json::array({llama ? "LlamaForCausalLM" : "GPT2LMHeadModel"});
+  j["architectures"] = json::array({cfg_.model_type == "mistral" ? "MistralForCausalLM" : llama ? "LlamaForCausalLM" : "GPT2LMHeadModel"});
   j["torch_dtype"] = "float32";
   io::save_safetensors(dir + "/model.safetensors", hf, {{"format", "pt"}});
   io::atomic_write(dir + "/config.json", j.dump(2) + "\n");
