@@ -178,3 +178,24 @@ TEST(HuggingFace, TheCommandLineDrivesACheckpointByIdsAndSeparatesTextFromStatis
   const Tensor b = nn::GPT::from_pretrained(out + "/exported")->forward(ref.tensors.at("input_ids"));
   EXPECT_TRUE(test::all_close(b, a, 0, 0));
 }
+
+TEST(HuggingFace, F16WeightsAndTrainingDropoutAreRead) {
+  // An f16 copy of the GPT-2 checkpoint loads as the f32 model with f16-rounded weights.
+  const std::string dir = test::temp_dir("hf_f16");
+  fs::copy(hf_dir("gpt2-f32") + "/config.json", dir + "/config.json");
+  std::map<std::string, Tensor> half;
+  for (auto& [name, t] : io::load_safetensors(hf_dir("gpt2-f32") + "/model.safetensors").tensors) half[name] = cast(t, DType::f16);
+  io::save_safetensors(dir + "/model.safetensors", half, {{"format", "pt"}});
+  auto from_half = nn::GPT::from_pretrained(dir);
+  auto full = nn::GPT::from_pretrained(hf_dir("gpt2-f32"));
+  auto a = from_half->named_parameters(), b = full->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(test::all_close(*a[i].second, cast(cast(*b[i].second, DType::f16), DType::f32), 0, 0)) << a[i].first;
+  // resid_pdrop is the dropout of training: in train mode it changes the logits, in eval mode not.
+  const Tensor ids = io::load_safetensors(hf_dir("gpt2-f32") + "/ref.safetensors").tensors.at("input_ids");
+  NoGradGuard no_grad;
+  auto drop = nn::GPT::from_pretrained(with_key("gpt2-f32", "resid_pdrop", "0.5"));
+  EXPECT_TRUE(test::all_close(drop->forward(ids), full->forward(ids), 0, 0));  // from_pretrained: eval mode
+  drop->train(), full->train();
+  EXPECT_GT(relative_error(drop->forward(ids), full->forward(ids)), 1e-3);
+}

@@ -243,7 +243,8 @@ class GPT : public Module {
   // Initializes weights as GPT-2 does: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
   void init_weights(uint64_t seed);
   // A Hugging Face save_pretrained directory of GPT2LMHeadModel or LlamaForCausalLM (src/nn/hf.cpp):
-  // HF names and layouts, one file or shards, f32 / bf16 / f16 tensors (converted to f32).
+  // HF names and layouts, one file or shards, f32 / bf16 / f16 tensors (converted to f32). The model
+  // comes back in eval mode, as transformers' from_pretrained returns it.
   static std::unique_ptr<GPT> from_pretrained(const std::string& dir);
   // Writes dir/config.json and dir/model.safetensors (f32) as transformers' save_pretrained does.
   void save_pretrained(const std::string& dir);

@@ -161,6 +161,7 @@ std::unique_ptr<GPT> GPT::from_pretrained(const std::string& dir) {
   } catch (const Error& e) {
     SINTER_THROW(IOError, "[", dir, "] ", e.what());
   }
+  model->eval();  // as transformers' from_pretrained: dropout off until train()
   return model;
 }
 
