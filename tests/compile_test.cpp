@@ -47,6 +47,16 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel() * x.element_size())) == 0;
 }
 
+// The text the training tests batch from, and a model of a preset initialized from a seed.
+data::ByteDataset toy_data() {
+  return data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
+}
+std::unique_ptr<nn::GPT> seeded_model(const char* preset, uint64_t seed) {
+  auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset(preset));
+  m->init_weights(seed);
+  return m;
+}
+
 std::vector<Tensor> chain(const std::vector<Tensor>& in) {
   const Tensor &x = in[0], &a = in[1], &b = in[2];
   return {gelu(x * a + b) * sigmoid(x) + x * 0.5};
@@ -215,13 +225,8 @@ TEST(Compile, AWholeTrainingStepMatchesEager) {
   // Forward, backward, clipping and AdamW traced as one graph; the optimizer's writes to the
   // parameters and its state happen in the graph, on the captured tensors.
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("train"));
-  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
-  auto make = [] {
-    auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset("tiny"));
-    m->init_weights(5);
-    return m;
-  };
-  auto eager = make(), compiled = make();
+  auto data = toy_data();
+  auto eager = seeded_model("tiny", 5), compiled = seeded_model("tiny", 5);
   optim::AdamW eager_opt(eager->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
   optim::AdamW compiled_opt(compiled->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
   CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*compiled, compiled_opt, in[0], in[1])}; },
@@ -284,13 +289,8 @@ TEST(Compile, ATrainingStepServesEverySequenceLengthWithOneCompile) {
   // 128 the model uses its whole position table, so the graph has no slice (and its backward no
   // padding): a second program, the only other one.
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("dynamic"));
-  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
-  auto make = [] {
-    auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset("tiny"));
-    m->init_weights(6);
-    return m;
-  };
-  auto eager = make(), compiled = make();
+  auto data = toy_data();
+  auto eager = seeded_model("tiny", 6), compiled = seeded_model("tiny", 6);
   optim::AdamW eager_opt(eager->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
   optim::AdamW compiled_opt(compiled->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
   CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*compiled, compiled_opt, in[0], in[1])}; },
@@ -544,13 +544,8 @@ TEST(Compile, ATrainingStepThatChecksItsLossBeforeTheUpdateMatchesEager) {
   // Forward and backward, a host check of the loss and gradient norm (item), then AdamW: two
   // compiled pieces, with autograd's saved tensors and the gradients carried between them.
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("checked_step"));
-  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
-  auto make = [] {
-    auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset("tiny"));
-    m->init_weights(5);
-    return m;
-  };
-  auto eager = make(), compiled = make();
+  auto data = toy_data();
+  auto eager = seeded_model("tiny", 5), compiled = seeded_model("tiny", 5);
   optim::AdamW eager_opt(eager->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
   optim::AdamW compiled_opt(compiled->named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
   auto checked_step = [](nn::GPT& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
@@ -579,15 +574,10 @@ TEST(Compile, GradientsFlowThroughACompiledForward) {
   // compile_forward(model) in grad mode: the logits come back with an autograd node whose backward
   // is a second compiled program (forward and backward traced together, split at the gradients).
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("compiled_backward"));
-  auto data = data::ByteDataset::from_text(std::string(3000, 'x') + "a quick brown fox jumps over the lazy dog", "t");
+  auto data = toy_data();
   for (const char* preset : {"tiny", "llama-tiny"}) {
     SCOPED_TRACE(preset);
-    auto make = [&] {
-      auto m = std::make_unique<nn::GPT>(nn::ModelConfig::preset(preset));
-      m->init_weights(7);
-      return m;
-    };
-    auto eager = make(), compiled = make();
+    auto eager = seeded_model(preset, 7), compiled = seeded_model(preset, 7);
     CompiledFunction f = compile_forward(*compiled);
     for (int s = 0; s < 2; ++s) {  // the second call reuses both programs; gradients accumulate
       auto [x, y] = data.batch(true, 4, 32, 1, uint64_t(s));
