@@ -269,7 +269,7 @@ Result run(const Options& o) {
     if (compiled && step == start && !quiet) {
       const Explanation e = compiled->explain({x, y});
       std::printf("compile: the step is %d fused kernels + %d library calls%s (first step %.2f s)\n", e.fused_kernels, e.library_calls,
-                  e.breaks ? (", graph break: " + e.break_reasons[0] + "; running eagerly").c_str() : "",
+                  e.breaks ? (", graph break: " + e.break_reasons[0] + "; the step runs in compiled pieces").c_str() : "",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t_window).count());
     }
     if (compiled && skip_mode)
