@@ -610,3 +610,25 @@ TEST(Compile, GradientsFlowThroughACompiledForward) {
     EXPECT_FALSE(g({xc, ac})[0].requires_grad());
   }
 }
+
+TEST(Compile, ALazilyRunFunctionsOutputsCarryTheirGradients) {
+  // A break inside a function whose outputs require grad: the pieces run compiled, and autograd's
+  // graph, recorded while tracing, holds the pieces' real tensors, so backward() gives eager's
+  // gradients.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("lazy_grads"));
+  Tensor w = randn({32}).requires_grad_(), we = w.detach().clone().requires_grad_();
+  auto fn = [](const Tensor& x, const Tensor& weight) {
+    Tensor h = gelu(x * weight + 0.5);
+    return std::vector<Tensor>{sum(h).item<double>() > 0 ? h * sigmoid(h) : h * 2.0};
+  };
+  CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return fn(in[0], w); }, {.name = "lazy_grads"});
+  for (int call = 0; call < 2; ++call) {
+    Tensor x = randn({16, 32});
+    Tensor got = f({x})[0], want = fn(x, we)[0];
+    EXPECT_TRUE(bitwise_equal(got, want));
+    ASSERT_TRUE(got.requires_grad());
+    sum(got * got).backward();
+    sum(want * want).backward();
+    EXPECT_TRUE(test::all_close(w.grad(), we.grad(), 1e-6, 1e-7)) << "call " << call;
+  }
+}
