@@ -52,6 +52,37 @@ void add_fused_specs(std::map<std::string, Spec>& m) {
                              {{rn({4, 3}), rn({5, 3}), rn({4, 5}, DType::f64)}, attrs("none", false, true)}};
   };
   m["linear_fused"] = lf;
+
+  // linear3: three linears of one input. The few-rows path (M <= 8, f32: one parallel region over
+  // the three weights, GQA-sized k and v) and the three-GEMM path (more rows, bf16, f64).
+  Spec l3;
+  l3.cases = [] {
+    std::vector<Case> c;
+    auto b = [](bool v) { return Attrs{{"bias", v}}; };
+    c.push_back({{rn({1, 1, 32}), rn({32, 32}), rn({16, 32}), rn({16, 32})}, b(false)});
+    c.push_back({{rn({1, 1, 32}), rn({32, 32}), rn({32, 32}), rn({32, 32}), rn({32}), rn({32}), rn({32})}, b(true)});
+    c.push_back({{rn({3, 2, 24}), rn({8, 24}), rn({4, 24}), rn({4, 24}), rn({8}), rn({4}), rn({4})}, b(true)});
+    c.push_back({{rn({20, 24}), rn({16, 24}), rn({8, 24}), rn({8, 24})}, b(false)});
+    c.push_back({{rn({0, 24}), rn({16, 24}), rn({8, 24}), rn({8, 24})}, b(false)});
+    c.push_back({{rn({4, 40}).to(DType::bf16), rn({24, 40}).to(DType::bf16), rn({8, 40}).to(DType::bf16), rn({8, 40}).to(DType::bf16)}, b(false)});
+    c.push_back({{rn({5, 6}, DType::f64), rn({3, 6}, DType::f64), rn({2, 6}, DType::f64), rn({2, 6}, DType::f64)}, b(false)});
+    return c;
+  };
+  l3.ref = [linear_ref](const std::vector<R>& in, const Attrs& a) {
+    std::vector<R> out;
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<R> li{in[0], in[1 + i]};
+      if (a.b("bias")) li.push_back(in[4 + i]);
+      out.push_back(linear_ref(li, {})[0]);
+    }
+    return out;
+  };
+  l3.bad = [] {
+    return std::vector<Case>{{{rn({4, 3}), rn({5, 3}), rn({5, 3})}, Attrs{{"bias", false}}},                     // two weights
+                             {{rn({4, 3}), rn({5, 3}), rn({5, 4}), rn({5, 3})}, Attrs{{"bias", false}}},          // K differs
+                             {{rn({4, 3}), rn({5, 3}), rn({5, 3}), rn({5, 3})}, Attrs{{"bias", true}}}};          // no biases
+  };
+  m["linear3"] = l3;
 }
 
 }  // namespace sinter::test

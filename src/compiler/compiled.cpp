@@ -163,6 +163,7 @@ void build(Entry& e, const CompileOptions& opts) {
   debug_write(opts.name + ".graph.txt", dump(g));
   eliminate_common_subexpressions(g);  // (dead code too)
   fuse_gemm_epilogues(g);
+  fuse_sibling_linears(g);
   verify(g);
   debug_write(opts.name + ".passes.txt", dump(g));
   e.plan = plan(g);

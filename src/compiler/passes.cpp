@@ -118,6 +118,54 @@ void fuse_gemm_epilogues(Graph& g) {
   g.nodes = std::move(kept);
 }
 
+void fuse_sibling_linears(Graph& g) {
+  static const OpDef& l3 = get_op("linear3");
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::map<std::pair<int, size_t>, std::vector<size_t>> by_input;  // (x, inputs) -> linear nodes, in order
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (g.nodes[n].op->name == "linear") by_input[{g.nodes[n].inputs[0], g.nodes[n].inputs.size()}].push_back(n);
+  std::vector<int> producer(g.values.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].outputs) producer[size_t(v)] = int(n);
+  for (auto& [key, nodes] : by_input) {
+    if (nodes.size() < 3) continue;
+    const size_t first = nodes[0], last = nodes[2];
+    const bool bias = key.second == 3;
+    // The fused node runs where the first ran: the others' weights must exist by then, and nothing
+    // in between may write what any of them reads.
+    bool ok = true;
+    for (int k = 1; k < 3; ++k)
+      for (int v : g.nodes[nodes[size_t(k)]].inputs) ok = ok && producer[size_t(v)] < int(first);
+    for (size_t m = first + 1; m < last && ok; ++m)
+      if (g.nodes[m].mutates())
+        for (int w : g.nodes[m].outputs)
+          for (int k = 0; k < 3; ++k)
+            for (int in : g.nodes[nodes[size_t(k)]].inputs) ok = ok && g.buffer_of(w) != g.buffer_of(in);
+    if (!ok) continue;
+    Node f;
+    f.op = &l3;
+    f.attrs = Attrs{{"bias", bias}};
+    f.inputs.push_back(key.first);
+    for (int k = 0; k < 3; ++k) f.inputs.push_back(g.nodes[nodes[size_t(k)]].inputs[1]);
+    if (bias)
+      for (int k = 0; k < 3; ++k) f.inputs.push_back(g.nodes[nodes[size_t(k)]].inputs[2]);
+    for (int k = 0; k < 3; ++k) {
+      const int out = g.nodes[nodes[size_t(k)]].outputs[0];
+      f.outputs.push_back(out);
+      g.values[size_t(out)].output = k;
+    }
+    removed[nodes[1]] = removed[nodes[2]] = true;
+    g.nodes[first] = std::move(f);
+  }
+  std::vector<Node> kept;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!removed[n]) {
+      for (int v : g.nodes[n].outputs) g.values[size_t(v)].node = int(kept.size());
+      kept.push_back(std::move(g.nodes[n]));
+    }
+  g.nodes = std::move(kept);
+}
+
 namespace {
 
 bool spelled(DType t) {

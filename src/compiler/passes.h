@@ -14,6 +14,9 @@ void eliminate_common_subexpressions(Graph& g);
 // optional) becomes one linear_fused node, whose activation and add run on the GEMM's output
 // tiles. Each value absorbed has one use and is not returned.
 void fuse_gemm_epilogues(Graph& g);
+// Three plain linears of one input (q, k and v) become one linear3 node: a decode step then runs
+// them in one parallel region instead of three.
+void fuse_sibling_linears(Graph& g);
 
 // A fused kernel: elementwise nodes over one output shape, run at the position of its last node.
 struct Group {

@@ -4,6 +4,7 @@
 // register them into the op table as the ops' CPU kernels.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/parallel.h"
@@ -79,6 +80,9 @@ struct GemmEpilogue {
 };
 // c(B, M, N) = a(B, M, K) b(B, K, N) (+ bias(N)); inner two dims of a and b may be transposed views.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias = {}, const GemmEpilogue& epilogue = {});
+// Several few-row products of one x in one parallel region (the q, k, v projections of a decode
+// step): y[i] = x w[i]^T + bias[i]. False, doing nothing, where the few-rows kernel does not apply.
+bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const Tensor> bias, std::span<Tensor> y);
 // Whether oneDNN runs bf16 matmul natively on this CPU (AVX512-BF16); otherwise bf16 is widened to f32.
 bool dnnl_has_bf16();
 

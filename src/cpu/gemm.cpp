@@ -236,20 +236,24 @@ void few_rows_block(const float* const* xr, const W* w, const float* bias, float
 // large for the cache are read from memory once whatever M is. Small weights are split too: in a
 // decode step each layer's 64-256 KiB come from L2, whose bandwidth bounds a one-row product, and
 // two cores read from two L2s (tiny model, 2 threads: 1.2x per token over one core per product).
+// Columns [lo, hi) of y(M, N) = x(M, K) w(N, K)^T (+ bias) on the calling thread.
+template <class W>
+void few_rows_cols(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi) {
+  const int64_t block = std::max<int64_t>(4, (int64_t(1) << 16) / std::max<int64_t>(K * int64_t(sizeof(W)), 1) / 4 * 4);
+  for (int64_t n0 = lo; n0 < hi; n0 += block) {
+    const int64_t n1 = std::min(hi, n0 + block);
+    for (int64_t m0 = 0; m0 < M; m0 += 2) {
+      const float* xr[2] = {x + m0 * K, x + std::min(m0 + 1, M - 1) * K};
+      if (M - m0 >= 2) few_rows_block<2>(xr, w, bias, y + m0 * N, N, n0, n1, K);
+      else few_rows_block<1>(xr, w, bias, y + m0 * N, N, n0, n1, K);
+    }
+  }
+}
+
 template <class W>
 void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
-  const int64_t block = std::max<int64_t>(4, (int64_t(1) << 16) / std::max<int64_t>(K * int64_t(sizeof(W)), 1) / 4 * 4);
-  parallel_for(0, N, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t n0 = lo; n0 < hi; n0 += block) {
-      const int64_t n1 = std::min(hi, n0 + block);
-      for (int64_t m0 = 0; m0 < M; m0 += 2) {
-        const float* xr[2] = {x + m0 * K, x + std::min(m0 + 1, M - 1) * K};
-        if (M - m0 >= 2) few_rows_block<2>(xr, w, bias, y + m0 * N, N, n0, n1, K);
-        else few_rows_block<1>(xr, w, bias, y + m0 * N, N, n0, n1, K);
-      }
-    }
-  });
+  parallel_for(0, N, grain, [&](int64_t lo, int64_t hi) { few_rows_cols(x, w, bias, y, M, N, K, lo, hi); });
 }
 
 // bf16 weights and activations on a CPU without a bf16 matmul: widening the whole weight to f32
@@ -311,6 +315,34 @@ template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor
     }
   });
 }
+
+}  // namespace
+
+bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const Tensor> bias, std::span<Tensor> y) {
+  const int64_t K = x.size(-1), M = x.numel() / std::max<int64_t>(K, 1);
+  if (x.dtype() != DType::f32 || M > 8 || M == 0 || K == 0 || !x.is_contiguous()) return false;
+  int64_t total = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i].dtype() != DType::f32 || !w[i].is_contiguous() || !y[i].is_contiguous() || (bias[i].defined() && !bias[i].is_contiguous()))
+      return false;
+    total += w[i].size(0);
+  }
+  if (M == 1 && total * K > (int64_t(1) << 20)) return false;  // one row of large weights: oneDNN's GEMV (see gemm_core)
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
+  parallel_for(0, total, grain, [&](int64_t lo, int64_t hi) {
+    int64_t at = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const int64_t N = w[i].size(0), a = std::max(lo, at), b = std::min(hi, at + N);
+      if (a < b)
+        few_rows_cols(x.data<float>(), w[i].data<float>(), bias[i].defined() ? bias[i].data<float>() : nullptr, y[i].data<float>(), M, N,
+                      K, a - at, b - at);
+      at += N;
+    }
+  });
+  return true;
+}
+
+namespace {
 
 // The GEMM on the path its shapes and dtypes choose; true when that path applied the epilogue too.
 bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias, const GemmEpilogue& ep) {

@@ -78,9 +78,19 @@ void linear_fused_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
   linear_into(in[0], in[1], attrs.b("bias") ? in[2] : Tensor(), out[0], ep);
 }
 
+// Decode-sized: one parallel region over the three weights' rows; else three GEMMs.
+void linear3_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const bool bias = attrs.b("bias");
+  const Tensor w[3] = {in[1], in[2], in[3]};
+  const Tensor b[3] = {bias ? in[4] : Tensor(), bias ? in[5] : Tensor(), bias ? in[6] : Tensor()};
+  if (few_rows_multi(in[0], w, b, out)) return;
+  for (int i = 0; i < 3; ++i) linear_into(in[0], w[i], b[i], out[size_t(i)]);
+}
+
 }  // namespace
 
 void register_linalg_kernels() {
+  detail::add_kernel("linear3", DeviceType::cpu, linear3_kernel);
   detail::add_kernel("linear_fused", DeviceType::cpu, linear_fused_kernel);
   detail::add_kernel("matmul", DeviceType::cpu, matmul_kernel);
   detail::add_kernel("linear", DeviceType::cpu, linear_kernel);

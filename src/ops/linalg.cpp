@@ -100,6 +100,27 @@ void register_linalg_ops() {
     return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
   };
   add_op(std::move(lf));
+
+  // Three linears of one input (a decode step's q, k and v projections) as one call: inputs x,
+  // w0, w1, w2, then b0, b1, b2 if attr "bias". Not differentiable (made by the compiler's passes).
+  OpDef l3;
+  l3.name = "linear3";
+  l3.num_inputs = -1;
+  l3.min_inputs = 4;
+  l3.num_outputs = 3;
+  l3.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    const bool has_bias = a.b("bias");
+    SINTER_CHECK(in.size() == (has_bias ? 7u : 4u), "[linear3] expects x, w0, w1, w2", has_bias ? ", b0, b1, b2" : "", ": ",
+                 has_bias ? 7 : 4, " inputs, got ", in.size());
+    std::vector<TensorMeta> out;
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<TensorMeta> one{in[0], in[1 + i]};
+      if (has_bias) one.push_back(in[4 + i]);
+      out.push_back({linear_shape("linear3", one, has_bias), in[0].dtype, in[0].device});
+    }
+    return out;
+  };
+  add_op(std::move(l3));
 }
 
 bool fused_linear_activation(const std::string& act) {
