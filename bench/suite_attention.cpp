@@ -2,7 +2,8 @@
 // (scores head by head with the library GEMM, causal softmax, times V; autograd per head), against
 // Sinter's math backend (all heads at once) where its scores fit, and PyTorch's SDPA. Extra memory
 // is the peak of tensors held during the call beyond what was live before it. Decode rows: one
-// query row per head against a long KV cache, GQA 4:1, as bandwidth against a copy.
+// query row per head against a long KV cache, GQA 4:1, as bandwidth against a copy. Masked rows:
+// the automatic backend choice against the faster backend.
 #include <cmath>
 #include <sinter/sinter.h>
 
@@ -46,7 +47,7 @@ void suite_attention(const Options& o, Report& r) {
   const double peak = fma_peak_gflops();
   r.line("fp32 FMA peak measured in this run: " + std::to_string(int(peak)) + " GFLOP/s");
   const int64_t H = 16;
-  r.expect(2 * (o.quick ? 1 : 3) * 2 + 2);  // D x S x (forward, forward+backward), and two decode cases
+  r.expect(2 * (o.quick ? 1 : 3) * 2 + 2 + (o.quick ? 1 : 3) * 2);  // D x S x (fwd, fwd+bwd), two decode cases, masked rows
   for (int64_t D : {64, 128}) {
     for (int64_t S : o.quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048, 8192}) {
       Tensor q = randn({1, H, S, D}), k = randn({1, H, S, D}), v = randn({1, H, S, D}), dout = randn({1, H, S, D});
@@ -92,6 +93,26 @@ void suite_attention(const Options& o, Report& r) {
         r.add(name, tf, "math per head (oneDNN GEMM)", th, note);
         if (S <= 2048) r.add(name, tf, "Sinter math backend, all heads", time_it([&] { sdpa(SDPABackend::math, with_bwd); }, 1, reps, 0), note);
       }
+    }
+  }
+  // Masked (not causal) attention, B=1, H=8, D=64, forward: the automatic choice against the faster
+  // of the two backends timed in the same run (sdpa_choose's rule weighs the mask's kind and size).
+  for (int64_t L : o.quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 1000, 4096}) {
+    for (bool boolean : {false, true}) {
+      NoGradGuard g;
+      Tensor q = randn({1, 8, L, 64}), k = randn({1, 8, L, 64}), v = randn({1, 8, L, 64});
+      const Tensor m = boolean ? gt(randn({1, 1, L, L}), full({}, -1.0)) : randn({1, 1, L, L});
+      auto run = [&](SDPABackend b) { (void)scaled_dot_product_attention(q, k, v, m, 0.0, false, {}, false, b); };
+      const int reps = L >= 4096 ? 3 : 8;
+      const auto [tf, tm] = time_pair([&] { run(SDPABackend::flash); }, [&] { run(SDPABackend::math); }, 1, reps, 0);
+      const Timing ta = time_it([&] { run(SDPABackend::automatic); }, 1, reps, 0);
+      const bool flash_faster = tf.best_ms <= tm.best_ms;
+      const SDPAChoice c = sdpa_choose(q, k, m, 0.0);
+      char note[200];
+      std::snprintf(note, sizeof note, "chose %s; flash %.2f ms, math %.2f ms", c.backend == SDPABackend::flash ? "flash" : "math",
+                    tf.best_ms, tm.best_ms);
+      r.add(std::string(boolean ? "mask bool" : "mask additive") + " D=64 L=" + std::to_string(L) + " fwd, automatic", ta,
+            flash_faster ? "flash (the faster here)" : "math (the faster here)", flash_faster ? tf : tm, note);
     }
   }
   // Decode: 16 query heads sharing 4 KV heads, one new token against Lkv cached positions.

@@ -95,7 +95,7 @@ void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     kv_len = read_kv_len(in[at], k.size(2));
     k = raw_slice(k, 2, 0, kv_len), v = raw_slice(v, 2, 0, kv_len);
   }
-  const std::vector<TensorMeta> meta = metas(in, 3);
+  const std::vector<TensorMeta> meta = metas(in, mask.defined() ? 4 : 3);  // the choice weighs the mask too
   if (choose_sdpa(meta, a).backend == SDPABackend::math) {
     NoGradGuard no_grad;  // the reference runs as ops inside this kernel
     Tensor lse;
