@@ -631,4 +631,15 @@ TEST(Compile, ALazilyRunFunctionsOutputsCarryTheirGradients) {
     sum(want * want).backward();
     EXPECT_TRUE(test::all_close(w.grad(), we.grad(), 1e-6, 1e-7)) << "call " << call;
   }
+  // A tensor only autograd keeps (exp's output, saved as a detached copy; sum keeps nothing) is
+  // made real too.
+  Tensor u = randn({8}).requires_grad_(), ue = u.detach().clone().requires_grad_();
+  auto gn = [](const Tensor& x) {
+    const double m = max(x).item<double>();
+    return std::vector<Tensor>{sum(exp(x * (m > 0 ? 0.5 : 0.25)))};
+  };
+  CompiledFunction h = compile([&](const std::vector<Tensor>&) { return gn(u); }, {.name = "lazy_saved"});
+  h({})[0].backward();
+  gn(ue)[0].backward();
+  EXPECT_TRUE(test::all_close(u.grad(), ue.grad(), 1e-6, 1e-7));
 }

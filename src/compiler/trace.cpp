@@ -2,6 +2,8 @@
 #include "compiler/trace.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -106,22 +108,28 @@ class Tracer : public OpObserver {
   // outside the tracer (by the function's variables, autograd's saved tensors, gradients), makes
   // those tensors real, and starts the next piece. `reason` names what needed the data.
   void flush(const std::string& reason) {
-    std::vector<std::pair<int, Tensor>> held;  // in value order, so equal pieces look equal
-    for (auto& [impl, t] : keep_)
-      if (t.impl_ptr().use_count() > 1 && t.is_symbolic() && g.values[size_t(by_impl_.at(impl))].kind == ValueKind::node)
-        held.emplace_back(by_impl_.at(impl), t);
-    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<Tensor> live;
-    for (auto& [v, t] : held) g.outputs.push_back(v), live.push_back(t);
+    // A buffer is live when a tensor the tracer made is referenced outside it, or when its storage
+    // is: autograd saves outputs as detached copies, other tensors over the same storage.
+    std::unordered_map<const Storage*, long> held;  // the tracer's own references to each storage
+    for (auto& [impl, t] : keep_) ++held[t.storage().get()];
+    std::map<int, std::shared_ptr<Storage>> live;  // a value in each live buffer -> its storage
+    std::set<const Storage*> seen;
+    for (auto& [impl, t] : keep_) {
+      const int v = by_impl_.at(impl);
+      if (!t.is_symbolic() || g.values[size_t(v)].kind != ValueKind::node) continue;
+      const std::shared_ptr<Storage>& st = t.storage();
+      const bool outside = t.impl_ptr().use_count() > 1 || st.use_count() > held[st.get()];
+      if (outside && seen.insert(st.get()).second) live.emplace(v, st);
+    }
+    std::vector<std::shared_ptr<Storage>> storages;
+    for (auto& [v, st] : live) g.outputs.push_back(v), storages.push_back(st);  // value order: equal pieces look equal
     if (!g.nodes.empty()) {
       g.random_blocks = default_generator().offset - start_.offset;
       verify(g);
       const std::vector<Tensor> computed = (*run_piece_)(g, start_.offset, reason);
-      for (size_t i = 0; i < live.size(); ++i) {
-        Storage& s = *live[i].storage();
-        if (!s.symbolic) continue;  // a view of a buffer made real through another output
-        SINTER_ASSERT(computed[i].offset() == live[i].offset() && computed[i].strides() == live[i].strides(), "lazy piece layout");
-        s.data = computed[i].storage()->data;
+      for (size_t i = 0; i < storages.size(); ++i) {
+        Storage& s = *storages[i];
+        s.data = computed[i].storage()->data;  // the whole buffer: the tensors' offsets are into it
         s.nbytes = computed[i].storage()->nbytes;
         s.symbolic = false;
         s.deleter = [keep = computed[i].storage()](void*) {};  // the computed buffer lives as long as this storage
