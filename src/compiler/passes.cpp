@@ -61,6 +61,19 @@ void eliminate_common_subexpressions(Graph& g) {
   eliminate_dead_code(g);
 }
 
+namespace {
+// Drops the marked nodes and renumbers the producers of the values the rest make.
+void remove_nodes(Graph& g, const std::vector<bool>& removed) {
+  std::vector<Node> kept;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!removed[n]) {
+      for (int v : g.nodes[n].outputs) g.values[size_t(v)].node = int(kept.size());
+      kept.push_back(std::move(g.nodes[n]));
+    }
+  g.nodes = std::move(kept);
+}
+}  // namespace
+
 void fuse_gemm_epilogues(Graph& g) {
   static const OpDef& fused = get_op("linear_fused");
   std::vector<int> uses(g.values.size(), 0), user(g.values.size(), -1);
@@ -109,13 +122,7 @@ void fuse_gemm_epilogues(Graph& g) {
     g.nodes[size_t(last)] = std::move(f);
     g.values[size_t(cur)].node = last, g.values[size_t(cur)].output = 0;
   }
-  std::vector<Node> kept;
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    if (!removed[n]) {
-      for (int v : g.nodes[n].outputs) g.values[size_t(v)].node = int(kept.size());
-      kept.push_back(std::move(g.nodes[n]));
-    }
-  g.nodes = std::move(kept);
+  remove_nodes(g, removed);
 }
 
 void fuse_sibling_linears(Graph& g) {
@@ -157,13 +164,7 @@ void fuse_sibling_linears(Graph& g) {
     removed[nodes[1]] = removed[nodes[2]] = true;
     g.nodes[first] = std::move(f);
   }
-  std::vector<Node> kept;
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    if (!removed[n]) {
-      for (int v : g.nodes[n].outputs) g.values[size_t(v)].node = int(kept.size());
-      kept.push_back(std::move(g.nodes[n]));
-    }
-  g.nodes = std::move(kept);
+  remove_nodes(g, removed);
 }
 
 namespace {
