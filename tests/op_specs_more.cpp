@@ -231,8 +231,11 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              {{rn({8, 264}).to(DType::bf16), rn({40, 264}).to(DType::bf16), rn({40}).to(DType::bf16)}, {}},
                              {{rn({12, 24}).to(DType::bf16), rn({6, 24}).to(DType::bf16), rn({6}).to(DType::bf16)}, {}},
                              {{rn({3, 264}).to(DType::bf16), rn({300, 264}).to(DType::bf16)}, {}},  // three weight blocks
-                             // 2 <= M <= 8 takes the few-rows kernel however large the weight (here 4.3 MB)
-                             {{rn({3, 1024}), rn({1100, 1024}) * 0.03, rn({1100})}, {}}};  // (scaled: 1024-term sums at f32 tolerance)
+                             // M <= 8 takes the few-rows kernel however large the weight (here 4.5 MB; scaled:
+                             // 1024-term sums at f32 tolerance); one row of bf16 too (oneDNN's bf16 GEMV otherwise)
+                             {{rn({3, 1024}), rn({1100, 1024}) * 0.03, rn({1100})}, {}},
+                             {{rn({1, 1024}), rn({1100, 1024}) * 0.03}, {}},
+                             {{rn({1, 1024}).to(DType::bf16), (rn({1100, 1024}) * 0.03).to(DType::bf16), rn({1100}).to(DType::bf16)}, {}}};
   };
   li.ref = [](const std::vector<R>& in, const Attrs&) {
     const R &x = in[0], &w = in[1];

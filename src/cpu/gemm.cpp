@@ -166,8 +166,7 @@ SINTER_INLINE void hsum4(fvec a, fvec b, fvec c, fvec d, float* out) {
 #if defined(__AVX2__)
   auto half = [](fvec v) {
 #if defined(__AVX512F__)
-    const __m512 z = (__m512)v;
-    return _mm256_add_ps(_mm512_castps512_ps256(z), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+    return (__m256)(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
 #else
     return (__m256)v;
 #endif
@@ -186,15 +185,11 @@ SINTER_INLINE void hsum4(fvec a, fvec b, fvec c, fvec d, float* out) {
 // kV weights widened to f32: bf16 is the high half of an f32, so a shift widens it exactly.
 SINTER_INLINE fvec load_w(const float* p) { return load_v(p); }
 SINTER_INLINE fvec load_w(const bf16* p) {
-#if defined(__AVX512F__)
-  return (fvec)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
-#elif defined(__AVX2__)
-  return (fvec)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
-#else
-  fvec v;
-  for (int l = 0; l < kV; ++l) v[l] = float(p[l]);
-  return v;
-#endif
+  typedef uint16_t hvec __attribute__((vector_size(kV * 2)));
+  typedef uint32_t uvec __attribute__((vector_size(kV * 4)));
+  hvec h;
+  std::memcpy(&h, p, sizeof h);
+  return (fvec)(__builtin_convertvector(h, uvec) << 16);
 }
 
 // R (1 or 2) rows of x against weight rows [lo, hi), four weight rows at a time: 4R vector
@@ -210,6 +205,9 @@ void few_rows_block(const float* const* xr, const W* w, const float* bias, float
       fvec xv[R];
       for (int r = 0; r < R; ++r) xv[r] = load_v(xr[r] + k);
       for (int j = 0; j < 4; ++j) {
+        // 1 KiB ahead in each of the four weight rows: the hardware prefetcher alone keeps too few
+        // lines in flight for four streams (bf16 at M = 1: 0.87 of a plain read without, 1.2 with).
+        __builtin_prefetch(w + (n + j) * K + k + 1024 / sizeof(W));
         const fvec wv = load_w(w + (n + j) * K + k);
         for (int r = 0; r < R; ++r) acc[r][j] += xv[r] * wv;
       }
@@ -327,7 +325,6 @@ bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const 
       return false;
     total += w[i].size(0);
   }
-  if (M == 1 && total * K > (int64_t(1) << 20)) return false;  // one row of large weights: oneDNN's GEMV (see gemm_core)
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
   parallel_for(0, total, grain, [&](int64_t lo, int64_t hi) {
     int64_t at = 0;
@@ -353,18 +350,19 @@ bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& 
     return false;
   }
   const int64_t M = a.size(1), K = a.size(2), N = b.size(2);
-  // Decode-sized products: ours when the weights sit in cache (oneDNN's per-call cost dominates
-  // there) and at 2 <= M <= 8 whatever their size (oneDNN runs those as a GEMM that costs 2-3x
-  // ours: 4096 x 11008 at M = 2 ~16 ms against ~5; `sinter bench linear`). One row of a large
-  // weight stays with oneDNN, whose GEMV reads weights faster (ours 0.79x of it at 4096 x 4096).
-  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && (N * K <= (int64_t(1) << 20) || M >= 2) && a.stride(2) == 1 &&
+  // Decode-sized products (M <= 8) are ours whatever the weights' size: in cache oneDNN's per-call
+  // cost dominates, past it ours streams the weights at memory speed (1.1-1.3x a plain read of
+  // the same bytes, 1.4x oneDNN's GEMV at M = 1 on 283 MB), and at 2 <= M <= 8 oneDNN runs a GEMM
+  // that costs 2-3x ours (4096 x 11008 at M = 2: ~16 ms against ~5; `sinter bench linear`).
+  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
     gemm_few_rows<float>(a.data<float>(), b.data<float>(), bias.defined() ? bias.data<float>() : nullptr, c.data<float>(), M, N, K);
     return false;
   }
-  // bf16 decode without a bf16 matmul in oneDNN: ours at every size (the alternative widens the
-  // whole weight each call).
-  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && !dnnl_has_bf16() && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
+  // bf16 decode: ours at every size without a bf16 matmul in oneDNN (the alternative widens the
+  // whole weight each call), and at M = 1 with one (oneDNN's bf16 GEMV reads at a third of
+  // memory speed; its AMX GEMM wins from M = 2).
+  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && (!dnnl_has_bf16() || M == 1) && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || (bias.dtype() == DType::bf16 && bias.is_contiguous()))) {
     gemm_few_rows_bf16(a.data<bf16>(), b.data<bf16>(), bias.defined() ? bias.data<bf16>() : nullptr, c.data<bf16>(), M, N, K);
     return false;
