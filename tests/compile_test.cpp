@@ -179,6 +179,48 @@ TEST(Compile, ALinearWithBiasAndGeluIsOneGemmAndNoExtraPass) {
   EXPECT_EQ(h.explain({x}).library, std::vector<std::string>{"linear"});
 }
 
+TEST(Compile, TwoFourSparseLinearsAreNodesWithTheirActivationFused) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("sparse24"));
+  manual_seed(13);
+  Tensor x = randn({8, 64}), b1 = randn({128});
+  SemiStructuredSparse w1 = to_sparse_semi_structured(prune_2_4(randn({128, 64}) * 0.1));
+  SemiStructuredSparse w2 = to_sparse_semi_structured(prune_2_4(randn({96, 64}) * 0.1), DType::i8);
+  SemiStructuredSparse w3 = to_sparse_semi_structured(prune_2_4(randn({64, 96}) * 0.1));
+  w3.prepack();  // read through the prepacked copy, a graph input like the others
+  auto fn = [&](const std::vector<Tensor>& in) {
+    NoGradGuard no_grad;
+    const Tensor h = silu(linear(in[0], w1, b1));                   // bias + silu on the output tiles
+    const Tensor g = linear(relu(linear(in[0], w2, Tensor())), w3, Tensor());  // int8 values + relu; then prepacked
+    return std::vector<Tensor>{h, gelu(g)};
+  };
+  CompiledFunction f = compile(fn, {.fullgraph = true, .name = "sparse24"});
+  const auto got = f({x}), want = fn({x});
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test::all_close(got[i], want[i], 1e-5, 1e-6)) << "result " << i;
+  const Explanation e = f.explain({x});
+  EXPECT_EQ(e.fused_kernels, 0) << e.text;
+  EXPECT_EQ(e.library, (std::vector<std::string>{"sparse24_linear: bias + silu", "sparse24_linear: relu", "sparse24_linear: gelu"}))
+      << e.text;
+  // A 2:4 model compiled, forward and gradients: the sparse linears' backward (the weight
+  // expanded to dense, the kept entries of the weight gradient gathered) traces like any op.
+  auto eager = seeded_model("tiny", 7), compiled = seeded_model("tiny", 7);
+  eager->sparsify(), compiled->sparsify();
+  Tensor idx = randint(0, 256, {2, 24});
+  auto loss_grads = [](nn::GPT& m) {
+    return [&m](const std::vector<Tensor>& in) {
+      Tensor loss = cross_entropy(m.forward(in[0]).reshape({-1, 256}), in[0].reshape({-1}));
+      std::vector<Tensor> params;
+      for (auto& [name, p] : m.named_parameters()) params.push_back(*p);
+      std::vector<Tensor> out{loss.detach()};
+      for (const Tensor& g : autograd::grad({loss}, params)) out.push_back(g);
+      return out;
+    };
+  };
+  CompiledFunction fg = compile(loss_grads(*compiled), {.name = "sparse24_grads"});
+  const auto cg = fg({idx}), eg = loss_grads(*eager)({idx});
+  ASSERT_EQ(cg.size(), eg.size());
+  for (size_t i = 0; i < cg.size(); ++i) EXPECT_TRUE(test::all_close(cg[i], eg[i], 1e-5, 1e-5)) << "result " << i;
+}
+
 TEST(Compile, OneGptBlockForwardAndBackwardKernelCounts) {
   // The counts the README reports for one block of the default model (GPT-2 style, tiny).
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("block"));

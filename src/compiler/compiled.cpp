@@ -556,8 +556,11 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
         if (n.attrs.b("residual")) add("residual");
         what += ": " + parts;
       }
+      if (n.op->name == "sparse24_linear" && (n.attrs.b("bias") || n.attrs.str("activation") != "none"))
+        what += std::string(": ") + (n.attrs.b("bias") ? "bias" : "") + (n.attrs.b("bias") && n.attrs.str("activation") != "none" ? " + " : "") +
+                (n.attrs.str("activation") != "none" ? n.attrs.str("activation") : "");
       x.library.push_back(what);
-      if (what.starts_with("linear_fused")) os << "    GEMM epilogue: " << what << "\n";
+      if (what.find(": ") != std::string::npos) os << "    GEMM epilogue: " << what << "\n";
     }
     for (const compiler::Group& gr : p->plan.groups) x.kernels.push_back(gr.ops), os << "    fused: " << gr.ops << "\n";
     x.fused_kernels += fused, x.library_calls += library;

@@ -83,8 +83,34 @@ void fuse_gemm_epilogues(Graph& g) {
   // The one node that reads v, when v is read once.
   auto only_user = [&](int v) -> Node* { return uses[size_t(v)] == 1 ? &g.nodes[size_t(user[size_t(v)])] : nullptr; };
   std::vector<bool> removed(g.nodes.size(), false);
+  // Whether a node between n and last writes a buffer that node n reads: the fused node runs
+  // where the last absorbed node ran.
+  auto written_between = [&](size_t n, int last) {
+    for (int m = int(n) + 1; m < last; ++m)
+      if (g.nodes[size_t(m)].mutates())
+        for (int w : g.nodes[size_t(m)].outputs)
+          for (int in : g.nodes[n].inputs)
+            if (g.buffer_of(w) == g.buffer_of(in)) return true;
+    return false;
+  };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     Node& lin = g.nodes[n];
+    // A 2:4 linear applies relu, silu or gelu to its output tiles itself (attr "activation").
+    if (!removed[n] && lin.op->name == "sparse24_linear" && lin.attrs.str("activation") == "none") {
+      Node* u = only_user(lin.outputs[0]);
+      if (!u || u->inputs.size() != 1 || !u->attrs.items().empty() || u->mutates() ||
+          (u->op->name != "relu" && u->op->name != "silu" && u->op->name != "gelu"))
+        continue;
+      const int last = int(u - g.nodes.data());
+      if (written_between(n, last)) continue;
+      Node f = lin;
+      f.attrs.set("activation", u->op->name);
+      f.outputs = u->outputs;
+      removed[n] = true;
+      g.nodes[size_t(last)] = std::move(f);
+      g.values[size_t(g.nodes[size_t(last)].outputs[0])].node = last;
+      continue;
+    }
     if (removed[n] || lin.op->name != "linear") continue;
     const Value& y = g.values[size_t(lin.outputs[0])];
     if (y.meta.device.type != DeviceType::cpu || !is_floating(y.meta.dtype)) continue;
@@ -101,15 +127,8 @@ void fuse_gemm_epilogues(Graph& g) {
         residual = other, cur = u->outputs[0], absorbed.push_back(int(u - g.nodes.data()));
     }
     if (absorbed.empty()) continue;
-    // The fused node runs where the last absorbed node ran: nothing in between may write what the
-    // linear reads.
     const int last = absorbed.back();
-    bool written = false;
-    for (int m = int(n) + 1; m < last; ++m)
-      if (g.nodes[size_t(m)].mutates())
-        for (int w : g.nodes[size_t(m)].outputs)
-          for (int in : lin.inputs) written = written || g.buffer_of(w) == g.buffer_of(in);
-    if (written) continue;
+    if (written_between(n, last)) continue;
     Node f;
     f.op = &fused;
     f.inputs = lin.inputs;

@@ -12,7 +12,8 @@ void eliminate_dead_code(Graph& g);  // keeps nodes that write in place (their e
 void eliminate_common_subexpressions(Graph& g);
 // GEMM epilogues: linear -> activation -> add of a tensor of the output's shape (either step
 // optional) becomes one linear_fused node, whose activation and add run on the GEMM's output
-// tiles. Each value absorbed has one use and is not returned.
+// tiles. Each value absorbed has one use and is not returned. A 2:4 sparse linear absorbs a
+// following relu, silu or gelu (its kernels apply them to the output tiles).
 void fuse_gemm_epilogues(Graph& g);
 // Three plain linears of one input (q, k and v) become one linear3 node: a decode step then runs
 // them in one parallel region instead of three.
