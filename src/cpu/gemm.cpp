@@ -251,7 +251,17 @@ void few_rows_cols(const float* x, const W* w, const float* bias, float* y, int6
 template <class W>
 void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
-  parallel_for(0, N, grain, [&](int64_t lo, int64_t hi) { few_rows_cols(x, w, bias, y, M, N, K, lo, hi); });
+  const int64_t bytes = N * K * int64_t(sizeof(W));
+  if (bytes < (int64_t(4) << 20) || num_threads() < 2) {
+    parallel_for(0, N, grain, [&](int64_t lo, int64_t hi) { few_rows_cols(x, w, bias, y, M, N, K, lo, hi); });
+    return;
+  }
+  // Weights past the cache: chunks of ~256 KiB taken as threads free up, so a core slowed by the
+  // other's memory traffic does not leave its partner waiting at the end.
+  const int64_t chunk = std::max<int64_t>(4, (int64_t(1) << 18) / (K * int64_t(sizeof(W))) / 4 * 4);
+  parallel_dynamic(0, (N + chunk - 1) / chunk, [&](auto next) {
+    for (int64_t c = next(); c >= 0; c = next()) few_rows_cols(x, w, bias, y, M, N, K, c * chunk, std::min(N, (c + 1) * chunk));
+  });
 }
 
 // bf16 weights and activations on a CPU without a bf16 matmul: widening the whole weight to f32
