@@ -18,7 +18,15 @@ SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
 
 // Rows per micro-kernel block: 6 x 2 registers of accumulators, 2 loads and 6 broadcasts per 12
 // FMAs (the BLAS shape for 16 registers): FMA-bound rather than load-bound.
+// (8 or 12 rows on AVX-512's 32 registers measured the same: the tiles' other work bounds them.)
 constexpr int kMr = 6;
+
+// f(std::integral_constant<int, m>) for 1 <= m <= MR: a block kernel for the rows left.
+template <int MR, class F> SINTER_INLINE void with_rows(int64_t m, F&& f) {
+  if constexpr (MR == 1) f(std::integral_constant<int, 1>{});
+  else if (m >= MR) f(std::integral_constant<int, MR>{});
+  else with_rows<MR - 1>(m, f);
+}
 
 // One block of MR rows: s(MR, 2 registers) = q rows x kt columns [c0, c0 + kNr).
 template <int MR> SINTER_INLINE void scores_block(const float* const* qr, const float* kt, float* s, int64_t c0, int64_t D) {
@@ -48,14 +56,8 @@ void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_
     for (int64_t r = 0; r < kMr; ++r) qr[r] = q + std::min(r0 + r, rows - 1) * q_rs;
     float* sr = s + r0 * kFBc;
     for (int64_t c0 = 0; c0 < cols; c0 += kNr)
-      if (!col_rows || r0 < col_rows[c0 / kNr]) switch (std::min<int64_t>(kMr, rows - r0)) {
-        case 1: scores_block<1>(qr, kt, sr, c0, D); break;
-        case 2: scores_block<2>(qr, kt, sr, c0, D); break;
-        case 3: scores_block<3>(qr, kt, sr, c0, D); break;
-        case 4: scores_block<4>(qr, kt, sr, c0, D); break;
-        case 5: scores_block<5>(qr, kt, sr, c0, D); break;
-        default: scores_block<kMr>(qr, kt, sr, c0, D); break;
-      }
+      if (!col_rows || r0 < col_rows[c0 / kNr])
+        with_rows<kMr>(rows - r0, [&](auto mr) { scores_block<decltype(mr)::value>(qr, kt, sr, c0, D); });
   }
 }
 
@@ -92,14 +94,8 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
       n = 0;
       for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
     }
-    for (int64_t d0 = 0; d0 < Dv; d0 += kNr) switch (std::min<int64_t>(kMr, rows - r0)) {
-        case 1: pv_block<1>(pr, p_cs, v, ar, n, d0, Dv); break;
-        case 2: pv_block<2>(pr, p_cs, v, ar, n, d0, Dv); break;
-        case 3: pv_block<3>(pr, p_cs, v, ar, n, d0, Dv); break;
-        case 4: pv_block<4>(pr, p_cs, v, ar, n, d0, Dv); break;
-        case 5: pv_block<5>(pr, p_cs, v, ar, n, d0, Dv); break;
-        default: pv_block<kMr>(pr, p_cs, v, ar, n, d0, Dv); break;
-      }
+    for (int64_t d0 = 0; d0 < Dv; d0 += kNr)
+      with_rows<kMr>(rows - r0, [&](auto mr) { pv_block<decltype(mr)::value>(pr, p_cs, v, ar, n, d0, Dv); });
   }
 }
 
