@@ -182,6 +182,7 @@ std::vector<Case> reduce_cases(std::function<Tensor(const Shape&)> gen, bool int
       {{gen({2, 0, 3})}, reduce_attrs({2}, false)},
       {{gen({1, 5})}, reduce_attrs({0}, true)},
       {{gen({64, 300})}, reduce_attrs({1}, false)},
+      {{gen({600, 300})}, reduce_attrs({0}, false)},  // column sums: rows split in chunks across threads
       {{gen({3, 4}).to(DType::f64)}, reduce_attrs({1}, false)},
   };
   if (ints_too) c.push_back({{ints({3, 4}, -3, 4, DType::i32)}, reduce_attrs({1}, false)});

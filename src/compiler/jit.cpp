@@ -26,6 +26,8 @@ extern const char* const kJitPrelude;  // generated/jit_prelude.cpp
 namespace {
 namespace fs = std::filesystem;
 
+// The eager elementwise kernels' flags (CMakeLists.txt): each op's own rounding, so a fused chain
+// equals the eager ops bit for bit, and whole AVX-512 registers where the CPU has them.
 constexpr const char* kFlags = "-std=c++20 -O3 -march=native -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
 constexpr const char* kSinterVersion = SINTER_VERSION;
 

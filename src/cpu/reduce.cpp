@@ -65,28 +65,43 @@ void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
   });
 }
 
+// out(C) = the column sums of x(R, C). Threads take blocks of 256 columns; with fewer blocks
+// than twice the threads (a bias gradient: 2048 tokens x 128-512 columns ran on one core) they
+// split the rows too, in fixed chunks of 256 whose partial sums are added in chunk order, so the
+// result does not depend on the thread count.
 void sum_cols(const Tensor& x, const Tensor& out) {
   SINTER_KERNEL_ENTRY();
   const int64_t R = x.size(0), C = x.size(1);
-  constexpr int64_t kBlock = 256;
+  constexpr int64_t kBlock = 256, kRows = 256;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+  const int64_t chunks = blocks >= 2 * num_threads() || R < 2 * kRows ? 1 : (R + kRows - 1) / kRows;
   visit_dtype(x.dtype(), [&]<class T>() {
     visit_dtype(out.dtype(), [&]<class O>() {
       using A = acc_t<T>;
       const T* px = x.data<T>();
       O* po = out.data<O>();
-      parallel_for(0, (C + kBlock - 1) / kBlock, std::max<int64_t>(1, 8192 / std::max<int64_t>(R, 1)), [&](int64_t lo, int64_t hi) {
+      std::vector<A> part(size_t(chunks > 1 ? chunks * C : 0));
+      const int64_t grain = chunks > 1 ? 1 : std::max<int64_t>(1, 8192 / std::max<int64_t>(R, 1));
+      parallel_for(0, blocks * chunks, grain, [&](int64_t lo, int64_t hi) {
         A acc[kBlock];
-        for (int64_t b = lo; b < hi; ++b) {
-          const int64_t c0 = b * kBlock, n = std::min(kBlock, C - c0);
+        for (int64_t t = lo; t < hi; ++t) {
+          const int64_t b = t % blocks, chunk = t / blocks, c0 = b * kBlock, n = std::min(kBlock, C - c0);
+          const int64_t r0 = chunks > 1 ? chunk * kRows : 0, r1 = chunks > 1 ? std::min(R, r0 + kRows) : R;
           for (int64_t j = 0; j < n; ++j) acc[j] = 0;
-          for (int64_t r = 0; r < R; ++r) {
+          for (int64_t r = r0; r < r1; ++r) {
             const T* row = px + r * C + c0;
 #pragma omp simd
             for (int64_t j = 0; j < n; ++j) acc[j] += A(compute_t<T>(row[j]));
           }
-          for (int64_t j = 0; j < n; ++j) po[c0 + j] = convert<O>(acc[j]);
+          if (chunks > 1) std::copy(acc, acc + n, part.begin() + chunk * C + c0);
+          else for (int64_t j = 0; j < n; ++j) po[c0 + j] = convert<O>(acc[j]);
         }
       });
+      for (int64_t c = 0; chunks > 1 && c < C; ++c) {
+        A s = 0;
+        for (int64_t k = 0; k < chunks; ++k) s += part[size_t(k * C + c)];
+        po[c] = convert<O>(s);
+      }
     });
   });
 }

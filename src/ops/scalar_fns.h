@@ -112,7 +112,12 @@ struct Rsqrt { template <class T> SINTER_INLINE T operator()(T x) const { return
 struct Sin { template <class T> SINTER_INLINE T operator()(T x) const { return std::sin(x); } };
 struct Cos { template <class T> SINTER_INLINE T operator()(T x) const { return std::cos(x); } };
 struct Tanh { template <class T> SINTER_INLINE T operator()(T x) const { return tanh_(x); } };
-struct Sigmoid { template <class T> SINTER_INLINE T operator()(T x) const { return T(1) / (T(1) + exp_(-x)); } };
+// sigmoid(x) from e = exp(-|x|) <= 1 (the cheaper exp, no overflow): 1 / (1 + e) for x >= 0, e / (1 + e) below.
+template <class T> SINTER_INLINE T sigmoid_(T x) {
+  const T e = exp_nonpos_(-std::fabs(x));
+  return (x >= T(0) ? T(1) : e) / (T(1) + e);
+}
+struct Sigmoid { template <class T> SINTER_INLINE T operator()(T x) const { return sigmoid_(x); } };
 struct Relu { template <class T> SINTER_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); } };
 struct Gelu {  // exact: x Φ(x)
   template <class T> SINTER_INLINE T operator()(T x) const { return T(0.5) * x * (T(1) + erf_(x * T(0.70710678118654752))); }
@@ -125,7 +130,7 @@ struct GeluTanh {  // 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = √(2/π)(x + 0.0
     return x * (z >= T(0) ? T(1) : e) / (T(1) + e);
   }
 };
-struct Silu { template <class T> SINTER_INLINE T operator()(T x) const { return x / (T(1) + exp_(-x)); } };
+struct Silu { template <class T> SINTER_INLINE T operator()(T x) const { return x * sigmoid_(x); } };
 struct Erf { template <class T> SINTER_INLINE T operator()(T x) const { return erf_(x); } };
 
 // Binary
@@ -149,19 +154,23 @@ struct Maximum { template <class T> SINTER_INLINE T operator()(T a, T b) const {
 struct Minimum { template <class T> SINTER_INLINE T operator()(T a, T b) const { return (a != a || a < b) ? a : b; } };
 struct GeluBackward {  // g (Φ(x) + x φ(x))
   template <class T> SINTER_INLINE T operator()(T g, T x) const {
-    return g * (T(0.5) * (T(1) + erf_(x * T(0.70710678118654752))) + x * T(0.3989422804014327) * exp_(T(-0.5) * x * x));
+    return g * (T(0.5) * (T(1) + erf_(x * T(0.70710678118654752))) + x * T(0.3989422804014327) * exp_nonpos_(T(-0.5) * x * x));
   }
 };
 struct GeluTanhBackward {  // g (s + x s'), s = sigmoid(2u), s' = 2u' s (1 - s)
   template <class T> SINTER_INLINE T operator()(T g, T x) const {
-    const T s = T(1) / (T(1) + exp_(T(-1.5957691216057308) * (x + T(0.044715) * x * x * x)));
-    return g * (s + x * T(1.5957691216057308) * (T(1) + T(0.134145) * x * x) * s * (T(1) - s));
+    // s and 1 - s from e = exp(-|2u|), each without cancellation.
+    const T z = T(1.5957691216057308) * (x + T(0.044715) * x * x * x);
+    const T e = exp_nonpos_(-std::fabs(z)), r = T(1) / (T(1) + e);
+    const T s = z >= T(0) ? r : e * r, s1 = z >= T(0) ? e * r : r;
+    return g * (s + x * T(1.5957691216057308) * (T(1) + T(0.134145) * x * x) * s * s1);
   }
 };
 struct SiluBackward {  // g s (1 + x (1 - s)), s = sigmoid(x)
   template <class T> SINTER_INLINE T operator()(T g, T x) const {
-    const T s = T(1) / (T(1) + exp_(-x));
-    return g * s * (T(1) + x * (T(1) - s));
+    const T e = exp_nonpos_(-std::fabs(x)), r = T(1) / (T(1) + e);
+    const T s = x >= T(0) ? r : e * r, s1 = x >= T(0) ? e * r : r;
+    return g * s * (T(1) + x * s1);
   }
 };
 struct Eq { template <class T> SINTER_INLINE bool operator()(T a, T b) const { return a == b; } };
