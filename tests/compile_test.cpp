@@ -653,6 +653,37 @@ TEST(Compile, GradientsFlowThroughACompiledForward) {
   }
 }
 
+TEST(Compile, ACompiledBackwardRecomputesCheapValuesInsteadOfKeepingThem) {
+  // h = relu(x) + x * x feeds a matmul whose backward reads it; relu's and mul's backward read x.
+  // With recomputation the backward computes h again from x (which it keeps anyway) and the
+  // forward keeps only the matmul's output y (read by y * y's backward); without, h too.
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("recompute"));
+  manual_seed(14);
+  Tensor w = (randn({96, 32}) * 0.1).requires_grad_();
+  auto fn = [&](const std::vector<Tensor>& in) {
+    const Tensor y = matmul(relu(in[0]) + in[0] * in[0], w);
+    return std::vector<Tensor>{y * y};
+  };
+  const Tensor x = randn({64, 96});
+  Tensor xe = x.clone().requires_grad_();
+  sum(fn({xe})[0]).backward();
+  const Tensor we = w.grad().clone();
+  const int64_t h_bytes = 64 * 96 * 4, y_bytes = 64 * 32 * 4;
+  for (bool recompute : {true, false}) {
+    w.set_grad(Tensor());
+    CompiledFunction f = compile(fn, {.recompute = recompute, .name = recompute ? "recompute_on" : "recompute_off"});
+    Tensor xc = x.clone().requires_grad_();
+    sum(f({xc})[0]).backward();
+    EXPECT_TRUE(test::all_close(xc.grad(), xe.grad(), 1e-5, 1e-6)) << "recompute " << recompute;
+    EXPECT_TRUE(test::all_close(w.grad(), we, 1e-5, 1e-6)) << "recompute " << recompute;
+    const Explanation e = f.explain({xc});
+    // Kept: y, and without recomputation the matmul's input relu(x) + x * x (with it, its three
+    // nodes run again from x).
+    EXPECT_EQ(e.recomputed, recompute ? 3 : 0) << e.text;
+    EXPECT_EQ(e.saved_bytes, recompute ? y_bytes : h_bytes + y_bytes) << e.text;
+  }
+}
+
 TEST(Compile, ALazilyRunFunctionsOutputsCarryTheirGradients) {
   // A break inside a function whose outputs require grad: the pieces run compiled, and autograd's
   // graph, recorded while tracing, holds the pieces' real tensors, so backward() gives eager's

@@ -55,6 +55,8 @@ struct CompileOptions {
   std::vector<DynamicDim> dynamic;
   bool fullgraph = false;     // a graph break is a CompileError
   int recompile_limit = 8;    // new programs (or graph breaks) per function before it runs eagerly
+  bool recompute = true;      // a compiled backward computes views and cheap arithmetic (no exp,
+                              // no division) of values it has again, instead of the forward keeping them
   std::string name = "fn";    // in messages, debug dumps and generated code
 };
 
@@ -75,6 +77,8 @@ struct Explanation {
   double guard_check_us = 0;       // finding the compiled code for these inputs (guards), per call
   int64_t planned_bytes = 0;       // intermediate buffers after reuse
   int64_t unplanned_bytes = 0;     // the same without reuse
+  int64_t saved_bytes = 0;         // with a compiled backward: forward values kept for it
+  int recomputed = 0;              // forward nodes the backward computes again instead
   std::string text;                // all of the above, readable
 };
 

@@ -70,12 +70,15 @@ struct BackwardPart {
   std::vector<Tensor> captured_leaves;      // by leaf: the captured tensor (undefined for an input)
   std::vector<int> grad_of_leaf;            // by leaf: its gradient among the backward's outputs, or -1
   std::shared_ptr<Tensor> arena = std::make_shared<Tensor>();
+  int64_t saved_bytes = 0;                  // forward values kept for the backward (not inputs)
+  size_t recomputed = 0;                    // forward nodes the backward computes again instead
 };
 
 // Splits a trace with a traced backward into the forward program's graph (in e.graph) and the
 // backward's: the backward reads the forward values and inputs its nodes use (saved, returned by
-// the forward after the function's outputs) and the output gradients.
-void split_backward(Entry& e, TraceResult& r, size_t num_inputs) {
+// the forward after the function's outputs) and the output gradients; with `recompute`, cheap
+// forward values are computed again by the backward instead (choose_recomputation).
+void split_backward(Entry& e, TraceResult& r, size_t num_inputs, bool recompute) {
   const Graph& g = r.graph;
   const TracedBackward& b = r.backward;
   const size_t nf = size_t(b.forward_nodes);
@@ -90,6 +93,13 @@ void split_backward(Entry& e, TraceResult& r, size_t num_inputs) {
     for (int v : g.nodes[n].inputs) need(v);
   for (int v : b.grads)
     if (v >= 0) need(v);
+  // Cheap values the backward computes again from what it has anyway, instead of the forward
+  // keeping them alive until the backward runs.
+  std::vector<size_t> backward_nodes;
+  if (recompute) backward_nodes = choose_recomputation(g, nf, is_saved);
+  const size_t recomputed = backward_nodes.size();
+  std::erase_if(saved, [&](int v) { return !is_saved[size_t(v)]; });
+  for (size_t n = nf; n < g.nodes.size(); ++n) backward_nodes.push_back(n);
   const std::vector<int> fn_inputs(g.inputs.begin(), g.inputs.begin() + long(num_inputs));
   std::vector<int> forward_out = g.outputs;
   forward_out.insert(forward_out.end(), saved.begin(), saved.end());
@@ -101,7 +111,10 @@ void split_backward(Entry& e, TraceResult& r, size_t num_inputs) {
     if (v >= 0) backward_out.push_back(v);
   }
   part->entry = std::make_shared<Entry>();
-  part->entry->graph = extract(g, nf, g.nodes.size(), backward_in, backward_out);
+  part->entry->graph = extract(g, backward_nodes, backward_in, backward_out);
+  part->recomputed = recomputed;
+  for (int v : saved)
+    if (g.values[size_t(v)].kind == ValueKind::node) part->saved_bytes += g.values[size_t(v)].meta.shape.numel() * dtype_size(g.values[size_t(v)].meta.dtype);
   part->outputs = g.outputs.size();
   part->differentiated = b.outputs;
   part->leaves = b.leaves;
@@ -446,7 +459,7 @@ struct CompiledFunction::State {
     if (r.broke) {
       e->lazy = true, e->break_op = r.break_op, e->break_reason = r.break_reason;
     } else {
-      if (r.backward.forward_nodes >= 0) compiler::split_backward(*e, r, in.size());
+      if (r.backward.forward_nodes >= 0) compiler::split_backward(*e, r, in.size(), opts.recompute);
       else e->graph = std::move(r.graph);
       build(*e);
       count_program(*e);
@@ -569,6 +582,10 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
     os << "  " << g.nodes.size() << " nodes -> " << fused << " fused kernels + " << library << " library calls\n";
     os << "  buffers: " << p->plan.arena_bytes << " bytes planned (" << p->plan.unplanned_bytes << " without reuse)\n";
     os << "  code: " << p->module->path << (p->module->from_cache ? " (from the cache)" : "") << "\n";
+  }
+  if (!e->lazy && e->backward) {
+    x.saved_bytes = e->backward->saved_bytes, x.recomputed = int(e->backward->recomputed);
+    os << "  backward: " << x.saved_bytes << " bytes of forward values kept for it, " << x.recomputed << " node(s) recomputed instead\n";
   }
   os << "  guards (checked in " << x.guard_check_us << " us per call):\n";
   for (const std::string& g : x.guards) os << "    " << g << "\n";

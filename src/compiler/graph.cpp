@@ -68,6 +68,12 @@ std::string dump(const Graph& g) {
 }
 
 Graph extract(const Graph& g, size_t begin, size_t end, const std::vector<int>& inputs, const std::vector<int>& outputs) {
+  std::vector<size_t> nodes;
+  for (size_t n = begin; n < end; ++n) nodes.push_back(n);
+  return extract(g, nodes, inputs, outputs);
+}
+
+Graph extract(const Graph& g, const std::vector<size_t>& nodes, const std::vector<int>& inputs, const std::vector<int>& outputs) {
   Graph x;
   std::vector<int> map(g.values.size(), -1);
   auto add = [&](int v, Value val) {
@@ -90,7 +96,7 @@ Graph extract(const Graph& g, size_t begin, size_t end, const std::vector<int>& 
     x.captured.push_back(add(v, std::move(val)));
     return map[size_t(v)];
   };
-  for (size_t n = begin; n < end; ++n) {
+  for (size_t n : nodes) {
     Node m = g.nodes[n];
     for (int& v : m.inputs) v = use(v);
     for (int& o : m.outputs) {

@@ -68,5 +68,7 @@ std::string dump(const Graph& g);
 // read stay captured; `outputs` are values of g the new graph returns. A node reading a value of g
 // that is none of these is an error.
 Graph extract(const Graph& g, size_t begin, size_t end, const std::vector<int>& inputs, const std::vector<int>& outputs);
+// The same over the nodes listed, in that order (a backward that recomputes forward nodes first).
+Graph extract(const Graph& g, const std::vector<size_t>& nodes, const std::vector<int>& inputs, const std::vector<int>& outputs);
 
 }  // namespace sinter::compiler

@@ -203,6 +203,49 @@ bool fusable(const Graph& g, const Node& n) {
   return g.values[size_t(n.outputs[0])].meta.device.type == DeviceType::cpu;
 }
 
+std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, std::vector<bool>& saved) {
+  static const std::set<std::string> cheap{"add", "sub", "mul", "neg", "relu", "abs", "maximum", "minimum", "where", "cast", "clamp"};
+  std::set<int> written, returned;
+  for (const Node& n : g.nodes)
+    if (n.mutates())
+      for (int v : n.outputs) written.insert(g.buffer_of(v));
+  for (int v : g.outputs) returned.insert(v);
+  const std::vector<bool> kept = saved;  // what the backward reads of the forward anyway
+  auto at_hand = [&](int u) { return kept[size_t(u)] || g.values[size_t(u)].kind == ValueKind::captured; };
+  // Values the backward can compute from what it has: cheap nodes over such values.
+  std::vector<bool> derivable(g.values.size(), false);
+  for (size_t n = 0; n < forward_nodes; ++n) {
+    const Node& node = g.nodes[n];
+    if (node.outputs.size() != 1 || node.mutates() || node.op->random || node.op->data_dependent) continue;
+    if (!node.is_view() && !(cheap.count(node.op->name) && fusable(g, node))) continue;
+    const int v = node.outputs[0];
+    bool ok = !written.count(g.buffer_of(v));
+    for (int u : node.inputs) ok = ok && !written.count(g.buffer_of(u)) && (at_hand(u) || derivable[size_t(u)]);
+    derivable[size_t(v)] = ok;
+  }
+  // Each kept value that is derivable (and not returned) is recomputed, with the nodes it needs.
+  std::vector<bool> chosen(forward_nodes, false);
+  std::vector<int> stack;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (!kept[v] || !derivable[v] || returned.count(int(v))) continue;
+    saved[v] = false;
+    stack.push_back(int(v));
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      const size_t n = size_t(g.values[size_t(x)].node);
+      if (chosen[n]) continue;
+      chosen[n] = true;
+      for (int u : g.nodes[n].inputs)
+        if (!at_hand(u)) stack.push_back(u);
+    }
+  }
+  std::vector<size_t> nodes;
+  for (size_t n = 0; n < forward_nodes; ++n)
+    if (chosen[n]) nodes.push_back(n);
+  return nodes;
+}
+
 bool fusable_row(const Graph& g, const Node& n) {
   if (n.op->name != "layer_norm" && n.op->name != "rms_norm") return false;
   const Value& x = g.values[size_t(n.inputs[0])];

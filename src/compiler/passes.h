@@ -49,6 +49,14 @@ struct Plan {
 
 // Whether generated code can compute this node (an elementwise op on dtypes it spells).
 bool fusable(const Graph& g, const Node& n);
+
+// Recomputation for a backward split off a joint graph: the forward nodes (of the first
+// `forward_nodes`) whose outputs the backward computes again instead of the forward keeping them.
+// A kept value qualifies when it is made from values the backward has anyway (in `saved`, or
+// captured tensors) by views and cheap arithmetic (add, sub, mul, neg, relu, ...: no exp, no
+// division) whose buffers nothing writes in place, and is not returned. `saved` (by value: read
+// by the backward) loses the values chosen. Returns the nodes to run again, in forward order.
+std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, std::vector<bool>& saved);
 // Whether it is a row reduction generated code can fuse with its neighbours.
 bool fusable_row(const Graph& g, const Node& n);
 Plan plan(const Graph& g);
