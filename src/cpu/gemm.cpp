@@ -326,6 +326,22 @@ template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor
 
 }  // namespace
 
+// Whether one row of x against an f32 weight of N x K goes to Sinter's kernel. Measured on an
+// AVX-512 Xeon: 1.1-1.3x a plain read of the weight's bytes, 1.5x oneDNN's GEMV on 283 MB
+// (`sinter bench linear`). On AVX2 CPUs oneDNN's GEMV read large weights faster than this kernel
+// did before its software prefetch (0.79x at 4096 x 4096 on Zen 3), and that has not been
+// measured again there: weights past 4 MB stay with oneDNN.
+namespace {
+bool one_row_ours(int64_t N, int64_t K) {
+#if defined(__AVX512F__)
+  (void)N, (void)K;
+  return true;
+#else
+  return N * K <= (int64_t(1) << 20);
+#endif
+}
+}  // namespace
+
 bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const Tensor> bias, std::span<Tensor> y) {
   const int64_t K = x.size(-1), M = x.numel() / std::max<int64_t>(K, 1);
   if (x.dtype() != DType::f32 || M > 8 || M == 0 || K == 0 || !x.is_contiguous()) return false;
@@ -335,6 +351,7 @@ bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const 
       return false;
     total += w[i].size(0);
   }
+  if (M == 1 && !one_row_ours(total, K)) return false;
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
   parallel_for(0, total, grain, [&](int64_t lo, int64_t hi) {
     int64_t at = 0;
@@ -360,11 +377,10 @@ bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& 
     return false;
   }
   const int64_t M = a.size(1), K = a.size(2), N = b.size(2);
-  // Decode-sized products (M <= 8) are ours whatever the weights' size: in cache oneDNN's per-call
-  // cost dominates, past it ours streams the weights at memory speed (1.1-1.3x a plain read of
-  // the same bytes, 1.4x oneDNN's GEMV at M = 1 on 283 MB), and at 2 <= M <= 8 oneDNN runs a GEMM
-  // that costs 2-3x ours (4096 x 11008 at M = 2: ~16 ms against ~5; `sinter bench linear`).
-  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
+  // Decode-sized products (M <= 8) are ours: in cache oneDNN's per-call cost dominates, past it
+  // ours streams the weights at memory speed at M = 1 (one_row_ours), and at 2 <= M <= 8 oneDNN
+  // runs a GEMM that costs 2-3x ours (4096 x 11008 at M = 2: ~16 ms against ~5; `sinter bench linear`).
+  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && (M >= 2 || one_row_ours(N, K)) && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
     gemm_few_rows<float>(a.data<float>(), b.data<float>(), bias.defined() ? bias.data<float>() : nullptr, c.data<float>(), M, N, K);
     return false;
