@@ -15,7 +15,7 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
   for (int64_t n = n0; n < n1; ++n) {
     const V* w = values + n * K2;
     const uint8_t* mt = meta + n * K8;
-    __builtin_prefetch(mt + 4 * K8, 0, 0);  // meta: a line per row, four rows ahead
+    __builtin_prefetch(mt + 4 * K8, 0, kPfLocality);  // meta: a line per row, four rows ahead
     v8f acc0[M], acc1[M];  // two chains per row of x: the FMA latency is hidden
     for (int m = 0; m < M; ++m) acc0[m] = v8f{}, acc1[m] = v8f{};
     auto idx_of = [&](int64_t c) {
@@ -26,7 +26,7 @@ void small_m_rows(const float* x, int64_t K, const V* values, const uint8_t* met
     };
     int64_t c = 0;
     for (; c + 2 <= chunks; c += 2) {
-      __builtin_prefetch(reinterpret_cast<const char*>(w + 8 * c) + kPf, 0, 0);  // values: kPf bytes ahead
+      __builtin_prefetch(reinterpret_cast<const char*>(w + 8 * c) + kPf, 0, kPfLocality);  // values: kPf bytes ahead
       const v8i ia = idx_of(c), ib = idx_of(c + 1);
       const v8f wa = load_values(w + 8 * c), wb = load_values(w + 8 * c + 8);
       for (int m = 0; m < M; ++m) {
@@ -76,7 +76,7 @@ void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* val
     for (int s = 0; s < S; ++s) {
       row[s] = std::min(n0 + s * run + i, n1 - 1);  // a short last run repeats its last row, unstored
       w[s] = values + row[s] * K2, mt[s] = meta + row[s] * K8;
-      __builtin_prefetch(mt[s] + 4 * K8, 0, 0);
+      __builtin_prefetch(mt[s] + 4 * K8, 0, kPfLocality);
     }
     __m256 acc[S][M][U];
     for (int s = 0; s < S; ++s)
@@ -86,7 +86,7 @@ void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* val
     for (; c + U <= chunks; c += U)
       for (int s = 0; s < S; ++s) {
         const char* wb = reinterpret_cast<const char*>(w[s] + 8 * c);
-        for (int64_t off = 0; off < int64_t(sizeof(V)) * 8 * U; off += 64) __builtin_prefetch(wb + kPf + off, 0, 0);
+        for (int64_t off = 0; off < int64_t(sizeof(V)) * 8 * U; off += 64) __builtin_prefetch(wb + kPf + off, 0, kPfLocality);
         __m256i idx[U];
         for (int u = 0; u < U; u += 2) {
           int32_t word;  // meta bytes of two 16-column steps
