@@ -63,6 +63,8 @@ void add_fused_specs(std::map<std::string, Spec>& m) {
     c.push_back({{rn({1, 1, 32}), rn({32, 32}), rn({32, 32}), rn({32, 32}), rn({32}), rn({32}), rn({32})}, b(true)});
     c.push_back({{rn({3, 2, 24}), rn({8, 24}), rn({4, 24}), rn({4, 24}), rn({8}), rn({4}), rn({4})}, b(true)});
     c.push_back({{rn({20, 24}), rn({16, 24}), rn({8, 24}), rn({8, 24})}, b(false)});
+    // past 4 MB of weights: chunks taken by threads as they free up, across the three weights
+    c.push_back({{rn({1, 1024}), rn({400, 1024}) * 0.03, rn({300, 1024}) * 0.03, rn({300, 1024}) * 0.03, rn({400}), rn({300}), rn({300})}, b(true)});
     c.push_back({{rn({0, 24}), rn({16, 24}), rn({8, 24}), rn({8, 24})}, b(false)});
     c.push_back({{rn({4, 40}).to(DType::bf16), rn({24, 40}).to(DType::bf16), rn({8, 40}).to(DType::bf16), rn({8, 40}).to(DType::bf16)}, b(false)});
     c.push_back({{rn({5, 6}, DType::f64), rn({3, 6}, DType::f64), rn({2, 6}, DType::f64), rn({2, 6}, DType::f64)}, b(false)});

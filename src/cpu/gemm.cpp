@@ -352,8 +352,8 @@ bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const 
     total += w[i].size(0);
   }
   if (M == 1 && !one_row_ours(total, K)) return false;
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
-  parallel_for(0, total, grain, [&](int64_t lo, int64_t hi) {
+  // Rows [lo, hi) of the weights stacked.
+  auto rows = [&](int64_t lo, int64_t hi) {
     int64_t at = 0;
     for (size_t i = 0; i < w.size(); ++i) {
       const int64_t N = w[i].size(0), a = std::max(lo, at), b = std::min(hi, at + N);
@@ -362,6 +362,15 @@ bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const 
                       K, a - at, b - at);
       at += N;
     }
+  };
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
+  if (total * K * 4 < (int64_t(4) << 20) || num_threads() < 2) {
+    parallel_for(0, total, grain, rows);
+    return true;
+  }
+  const int64_t chunk = std::max<int64_t>(4, (int64_t(1) << 18) / (K * 4) / 4 * 4);  // as gemm_few_rows
+  parallel_dynamic(0, (total + chunk - 1) / chunk, [&](auto next) {
+    for (int64_t c = next(); c >= 0; c = next()) rows(c * chunk, std::min(total, (c + 1) * chunk));
   });
   return true;
 }
