@@ -44,10 +44,11 @@ void decode_rows(const Options& o, Report& r) {
       Tensor w = (randn({N, K}) * 0.02).to(dt), x = randn({1, K}).to(dt), y = Tensor::empty({1, N}, dt);
       const std::string name = std::string("linear ") + (dt == DType::f32 ? "f32" : "bf16") + " M=1 K=" + std::to_string(K) +
                                " N=" + std::to_string(N);
-      const double mb = double((w.numel() * dtype_size(dt))) / 1e6;
+      const int64_t bytes = w.numel() * dtype_size(dt);
+      const double mb = double(bytes) / 1e6;
       auto ours_fn = [&] { (void)linear(x, w); };
       volatile uint64_t sink = 0;
-      auto [o1, p1] = time_pair(ours_fn, [&] { sink = sink + plain_read(w.data_ptr(), (w.numel() * dtype_size(dt))); });
+      auto [o1, p1] = time_pair(ours_fn, [&] { sink = sink + plain_read(w.data_ptr(), bytes); });
       char note[128];
       std::snprintf(note, sizeof note, "weights %.0f MB: ours %.1f GB/s, plain read %.1f GB/s", mb, mb / o1.best_ms,
                     mb / p1.best_ms);

@@ -560,20 +560,20 @@ Explanation CompiledFunction::explain(const std::vector<Tensor>& inputs) {
       if (st.group >= 0) continue;
       ++library;
       const compiler::Node& n = g.nodes[size_t(st.node)];
-      std::string what = n.op->name;
-      if (n.op->name == "linear_fused") {
-        std::string parts;
-        auto add = [&](const std::string& q) { parts += (parts.empty() ? "" : " + ") + q; };
+      // A GEMM's epilogue: "linear_fused: bias + gelu_tanh + residual", "sparse24_linear: bias + silu".
+      std::string what = n.op->name, parts;
+      auto add = [&](const std::string& q) { parts += (parts.empty() ? "" : " + ") + q; };
+      if (n.op->name == "linear_fused" || n.op->name == "sparse24_linear") {
+        const std::string& act = n.attrs.str(n.op->name == "linear_fused" ? "act" : "activation");
         if (n.attrs.b("bias")) add("bias");
-        if (n.attrs.str("act") != "none") add(n.attrs.str("act"));
-        if (n.attrs.b("residual")) add("residual");
-        what += ": " + parts;
+        if (act != "none") add(act);
+        if (n.attrs.b_or("residual", false)) add("residual");
       }
-      if (n.op->name == "sparse24_linear" && (n.attrs.b("bias") || n.attrs.str("activation") != "none"))
-        what += std::string(": ") + (n.attrs.b("bias") ? "bias" : "") + (n.attrs.b("bias") && n.attrs.str("activation") != "none" ? " + " : "") +
-                (n.attrs.str("activation") != "none" ? n.attrs.str("activation") : "");
+      if (!parts.empty()) {
+        what += ": " + parts;
+        os << "    GEMM epilogue: " << what << "\n";
+      }
       x.library.push_back(what);
-      if (what.find(": ") != std::string::npos) os << "    GEMM epilogue: " << what << "\n";
     }
     for (const compiler::Group& gr : p->plan.groups) x.kernels.push_back(gr.ops), os << "    fused: " << gr.ops << "\n";
     x.fused_kernels += fused, x.library_calls += library;

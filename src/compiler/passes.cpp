@@ -72,6 +72,17 @@ void remove_nodes(Graph& g, const std::vector<bool>& removed) {
     }
   g.nodes = std::move(kept);
 }
+
+// Whether a node strictly between nodes `from` and `to` writes in place a buffer one of `reads`
+// lives in: a node fused into the later position must not read across such a write.
+bool written_between(const Graph& g, size_t from, size_t to, const std::vector<int>& reads) {
+  for (size_t m = from + 1; m < to; ++m)
+    if (g.nodes[m].mutates())
+      for (int w : g.nodes[m].outputs)
+        for (int in : reads)
+          if (g.buffer_of(w) == g.buffer_of(in)) return true;
+  return false;
+}
 }  // namespace
 
 void fuse_gemm_epilogues(Graph& g) {
@@ -83,16 +94,6 @@ void fuse_gemm_epilogues(Graph& g) {
   // The one node that reads v, when v is read once.
   auto only_user = [&](int v) -> Node* { return uses[size_t(v)] == 1 ? &g.nodes[size_t(user[size_t(v)])] : nullptr; };
   std::vector<bool> removed(g.nodes.size(), false);
-  // Whether a node between n and last writes a buffer that node n reads: the fused node runs
-  // where the last absorbed node ran.
-  auto written_between = [&](size_t n, int last) {
-    for (int m = int(n) + 1; m < last; ++m)
-      if (g.nodes[size_t(m)].mutates())
-        for (int w : g.nodes[size_t(m)].outputs)
-          for (int in : g.nodes[n].inputs)
-            if (g.buffer_of(w) == g.buffer_of(in)) return true;
-    return false;
-  };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     Node& lin = g.nodes[n];
     // A 2:4 linear applies relu, silu or gelu to its output tiles itself (attr "activation").
@@ -101,8 +102,8 @@ void fuse_gemm_epilogues(Graph& g) {
       if (!u || u->inputs.size() != 1 || !u->attrs.items().empty() || u->mutates() ||
           (u->op->name != "relu" && u->op->name != "silu" && u->op->name != "gelu"))
         continue;
-      const int last = int(u - g.nodes.data());
-      if (written_between(n, last)) continue;
+      const int last = int(u - g.nodes.data());  // the fused node runs where the activation ran
+      if (written_between(g, n, size_t(last), lin.inputs)) continue;
       Node f = lin;
       f.attrs.set("activation", u->op->name);
       f.outputs = u->outputs;
@@ -127,8 +128,8 @@ void fuse_gemm_epilogues(Graph& g) {
         residual = other, cur = u->outputs[0], absorbed.push_back(int(u - g.nodes.data()));
     }
     if (absorbed.empty()) continue;
-    const int last = absorbed.back();
-    if (written_between(n, last)) continue;
+    const int last = absorbed.back();  // the fused node runs where the last absorbed node ran
+    if (written_between(g, n, size_t(last), lin.inputs)) continue;
     Node f;
     f.op = &fused;
     f.inputs = lin.inputs;
@@ -160,14 +161,10 @@ void fuse_sibling_linears(Graph& g) {
     // The fused node runs where the first ran: the others' weights must exist by then, and nothing
     // in between may write what any of them reads.
     bool ok = true;
-    for (int k = 1; k < 3; ++k)
-      for (int v : g.nodes[nodes[size_t(k)]].inputs) ok = ok && producer[size_t(v)] < int(first);
-    for (size_t m = first + 1; m < last && ok; ++m)
-      if (g.nodes[m].mutates())
-        for (int w : g.nodes[m].outputs)
-          for (int k = 0; k < 3; ++k)
-            for (int in : g.nodes[nodes[size_t(k)]].inputs) ok = ok && g.buffer_of(w) != g.buffer_of(in);
-    if (!ok) continue;
+    std::vector<int> reads;
+    for (int k = 0; k < 3; ++k)
+      for (int v : g.nodes[nodes[size_t(k)]].inputs) ok = ok && (k == 0 || producer[size_t(v)] < int(first)), reads.push_back(v);
+    if (!ok || written_between(g, first, last, reads)) continue;
     Node f;
     f.op = &l3;
     f.attrs = Attrs{{"bias", bias}};

@@ -248,20 +248,24 @@ void few_rows_cols(const float* x, const W* w, const float* bias, float* y, int6
   }
 }
 
-template <class W>
-void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
+// Splits N weight rows of K elements of `elem` bytes over the threads for M rows of x and calls
+// rows(lo, hi) on each part. Weights past 4 MB: chunks of ~256 KiB taken as threads free up, so a
+// core slowed by the other's memory traffic does not leave its partner waiting at the end.
+template <class F> void few_rows_parallel(int64_t N, int64_t K, int64_t elem, int64_t M, const F& rows) {
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
-  const int64_t bytes = N * K * int64_t(sizeof(W));
-  if (bytes < (int64_t(4) << 20) || num_threads() < 2) {
-    parallel_for(0, N, grain, [&](int64_t lo, int64_t hi) { few_rows_cols(x, w, bias, y, M, N, K, lo, hi); });
+  if (N * K * elem < (int64_t(4) << 20) || num_threads() < 2) {
+    parallel_for(0, N, grain, rows);
     return;
   }
-  // Weights past the cache: chunks of ~256 KiB taken as threads free up, so a core slowed by the
-  // other's memory traffic does not leave its partner waiting at the end.
-  const int64_t chunk = std::max<int64_t>(4, (int64_t(1) << 18) / (K * int64_t(sizeof(W))) / 4 * 4);
+  const int64_t chunk = std::max<int64_t>(4, (int64_t(1) << 18) / (K * elem) / 4 * 4);
   parallel_dynamic(0, (N + chunk - 1) / chunk, [&](auto next) {
-    for (int64_t c = next(); c >= 0; c = next()) few_rows_cols(x, w, bias, y, M, N, K, c * chunk, std::min(N, (c + 1) * chunk));
+    for (int64_t c = next(); c >= 0; c = next()) rows(c * chunk, std::min(N, (c + 1) * chunk));
   });
+}
+
+template <class W>
+void gemm_few_rows(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
+  few_rows_parallel(N, K, int64_t(sizeof(W)), M, [&](int64_t lo, int64_t hi) { few_rows_cols(x, w, bias, y, M, N, K, lo, hi); });
 }
 
 // bf16 weights and activations on a CPU without a bf16 matmul: widening the whole weight to f32
@@ -328,9 +332,8 @@ template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor
 
 // Whether one row of x against an f32 weight of N x K goes to Sinter's kernel. Measured on an
 // AVX-512 Xeon: 1.1-1.3x a plain read of the weight's bytes, 1.5x oneDNN's GEMV on 283 MB
-// (`sinter bench linear`). On AVX2 CPUs oneDNN's GEMV read large weights faster than this kernel
-// did before its software prefetch (0.79x at 4096 x 4096 on Zen 3), and that has not been
-// measured again there: weights past 4 MB stay with oneDNN.
+// (`sinter bench linear`). On AVX2 CPUs the only measurement is of the kernel without its
+// software prefetch, at 0.79x oneDNN's GEMV (4096 x 4096, Zen 3): weights past 4 MB stay with oneDNN.
 namespace {
 bool one_row_ours(int64_t N, int64_t K) {
 #if defined(__AVX512F__)
@@ -353,7 +356,7 @@ bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const 
   }
   if (M == 1 && !one_row_ours(total, K)) return false;
   // Rows [lo, hi) of the weights stacked.
-  auto rows = [&](int64_t lo, int64_t hi) {
+  few_rows_parallel(total, K, 4, M, [&](int64_t lo, int64_t hi) {
     int64_t at = 0;
     for (size_t i = 0; i < w.size(); ++i) {
       const int64_t N = w[i].size(0), a = std::max(lo, at), b = std::min(hi, at + N);
@@ -362,15 +365,6 @@ bool few_rows_multi(const Tensor& x, std::span<const Tensor> w, std::span<const 
                       K, a - at, b - at);
       at += N;
     }
-  };
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(K * M, 1));
-  if (total * K * 4 < (int64_t(4) << 20) || num_threads() < 2) {
-    parallel_for(0, total, grain, rows);
-    return true;
-  }
-  const int64_t chunk = std::max<int64_t>(4, (int64_t(1) << 18) / (K * 4) / 4 * 4);  // as gemm_few_rows
-  parallel_dynamic(0, (total + chunk - 1) / chunk, [&](auto next) {
-    for (int64_t c = next(); c >= 0; c = next()) rows(c * chunk, std::min(total, (c + 1) * chunk));
   });
   return true;
 }

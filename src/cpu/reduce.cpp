@@ -66,7 +66,7 @@ void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
 }
 
 // out(C) = the column sums of x(R, C). Threads take blocks of 256 columns; with fewer blocks
-// than twice the threads (a bias gradient: 2048 tokens x 128-512 columns ran on one core) they
+// than twice the threads (a bias gradient: 2048 tokens x 128-512 columns is one or two blocks) they
 // split the rows too, in fixed chunks of 256 whose partial sums are added in chunk order, so the
 // result does not depend on the thread count.
 void sum_cols(const Tensor& x, const Tensor& out) {

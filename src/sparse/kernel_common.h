@@ -115,9 +115,8 @@ template <class F> SINTER_INLINE void with_1_to_8(int n, const F& f) {
 
 constexpr int64_t kPf = 2048;  // prefetch distance in the values stream, bytes (1-4 KiB measured; 2 KiB best)
 // How the streaming kernel requests what it reads next: non-temporal on AMD Zen, where kPf was
-// tuned that way; into every cache level elsewhere. On an Intel Xeon a non-temporal request
-// served the loads so badly that a 4096 x 11008 f32 weight at M = 1 took 7.8 ms (0.64x dense)
-// against 1.7 ms with T0 (`sinter bench sparse`).
+// tuned that way; into every cache level elsewhere. On an Intel Xeon, a 4096 x 11008 f32 weight at
+// M = 1 takes 7.8 ms with non-temporal requests (0.64x dense) and 1.7 ms with T0.
 #if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
 constexpr int kPfLocality = 0;
 #else
