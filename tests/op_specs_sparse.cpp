@@ -1,6 +1,7 @@
 // Specs for the 2:4 sparse ops: sparse24_linear (every kernel path: M <= 4 streaming, 5 <= M <= 22
 // in 8-row tiles against 8 interleaved weight rows, M >= 23 K-major over panels of x of up to 64
-// rows, side by side rows for narrow panels; K with a tail byte and partial column blocks; a
+// rows, side by side rows for narrow panels; with AVX-512 the rows kernel at 2 <= M <= 8 and
+// 16-row tiles above; K with a tail byte and partial column blocks; a
 // partial last tile, panel, chunk and group of weight rows; every value dtype; the activation
 // epilogue),
 // sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
@@ -183,6 +184,11 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         linear_case({33, 4104}, 70, DType::f32, DType::f32, true, "relu"),  // AVX-512: tiles over two spans of columns
         linear_case({95, 136}, 37, DType::bf16, DType::f32, true),        // AVX-512: the last M in tiles, 12 tiles
         linear_case({100, 200}, 37, DType::i8, DType::f32, false, "relu"),  // AVX-512: K-major, one panel of 7 registers
+        // AVX-512 rows kernel (2 <= M <= 8, int8 from M = 1): groups of four rows of x, a partial
+        // last quad of weight rows, column chunks of 1024, 32-column steps and a tail of 1-3 bytes
+        linear_case({7, 2088}, 70, DType::bf16, DType::f32, true, "relu"),  // three chunks, the last partial; a 24-column tail
+        linear_case({2, 48}, 6, DType::f32, DType::f32, false),             // one step and a 16-column tail; quads of 4 and 2 rows
+        linear_case({1, 1032}, 9, DType::i8, DType::f32, true, "silu"),     // int8 at M = 1: one pass over K
         // Prepacked weights, where the kernel reads them (2 <= M <= 40, or 128 with AVX-512; M = 1 for int8)
         prepacked_case({2, 64}, 7, DType::f32, DType::f32, true),             // a partial group of rows
         prepacked_case({5, 24}, 70, DType::f32, DType::f32, false, "silu"),   // a block of 3 meta bytes; two chunks

@@ -25,6 +25,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::pairs_k_major: return "K-major bf16 pairs";
     case Kernel::pairs_tiles16: return "16-row tiles, bf16 pairs";
     case Kernel::pairs_prepacked16: return "16-row tiles, bf16 pairs, prepacked";
+    case Kernel::rows512: return "AVX-512 rows";
   }
   return "?";
 }
@@ -69,6 +70,9 @@ Kernel choose(const Call& c) {
 #endif
     return Kernel::pairs_k_major;
   }
+#if defined(SINTER_TILES16)
+  if (c.M <= kRowsMaxM && (c.M >= 2 || c.values == DType::i8)) return Kernel::rows512;
+#endif
 #if defined(__AVX2__)
   if (c.M >= kKMajorM) return Kernel::k_major;
 #if defined(SINTER_TILES16)

@@ -5,7 +5,7 @@
 // One function, choose(), picks the kernel of a call (by M, the ISA, the dtypes, whether a
 // prepacked copy is at hand and the layer's size); the op's CPU kernel (linear_cpu.cpp) runs it.
 // The families, one file each:
-//   streaming.cpp  M <= kSmallM (decode): one streaming pass over the weights, the kept columns of
+//   streaming.cpp  M <= kSmallM (decode; AVX-512: M = 1, float values): one streaming pass over the weights, the kept columns of
 //                  x gathered in registers, four rows of x per pass over an L2-sized block of rows.
 //   tiles8.cpp     AVX2, kSmallM < M < kKMajorM: vectors over 8 weight rows, x's kept columns
 //                  picked per lane by an in-lane permute indexed by the meta nibbles; weights
@@ -16,6 +16,8 @@
 //                  each kept value broadcast against its column of x, picked by address.
 //   pairs.cpp      bf16 x and bf16 values with AVX512-BF16: K-major, a group's two kept values
 //                  one pair for vdpbf16ps.
+//   rows512.cpp    AVX-512, M <= kRowsMaxM from values + meta in place: vectors over 16 kept
+//                  values of a weight row, x's kept columns picked by vpermt2ps.
 // Without AVX2 every M takes the streaming path.
 #include <cmath>
 #include <cstdint>
@@ -84,6 +86,17 @@ bool prepacked_serves(DType vt, int64_t M);
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
 
+#if defined(SINTER_TILES16)
+// The AVX-512 rows kernel (rows512.cpp) from values + meta at 2 <= M <= kRowsMaxM (int8 values
+// from M = 1). Intel Xeon (AVX-512), 2 threads, 4096 x 4096, 4096 x 11008 and 11008 x 4096, against
+// the kernels it replaces there (streaming to M = 4, 16-row tiles packed per call above): f32
+// M = 2-4 0.61-1.17x the time, 8 0.64-1.01x, 16 0.79-1.08x; bf16 and int8 values M = 2-4
+// 0.46-0.98x, 8 0.74-0.96x, 12-16 0.82-1.12x; M = 1 f32 0.89-1.17x, bf16 0.90-1.42x, int8
+// 0.68-0.81x. Against the prepacked tiles it is 0.5-1.4x the time at M <= 4 and 1.3-1.8x from M = 6:
+// a prepacked copy still serves those sizes faster.
+constexpr int64_t kRowsMaxM = 8;
+#endif
+
 // bf16 x and bf16 values on AVX512-BF16, M >= kPairsM: the K-major pairs kernel. Zen 4, 2
 // threads, 4096 x 4096, against the f32 kernels on values + meta: M = 16-32 1.18-1.27x, 48-128
 // 1.37-1.45x. Against the 8-row prepacked tiles (4096 x 4096 and 4096 x 11008): M = 12 0.97x, 16
@@ -115,6 +128,7 @@ enum class Kernel {
   pairs_k_major,    // pairs.cpp: bf16 x bf16
   pairs_tiles16,    // tiles16.cpp's vdpbf16ps kernel, from values + meta
   pairs_prepacked16,// the same from the prepacked layout
+  rows512,          // rows512.cpp
 };
 const char* kernel_name(Kernel k);
 
@@ -150,6 +164,10 @@ void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DT
 void tiles16_linear_bf16(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const uint8_t* prepacked,
                          const float* scales, const float* bias, Act act, float* y, int64_t N);
 #endif
+#endif
+#if defined(SINTER_TILES16)
+void run_rows512(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
+                 const float* bias, Act act, float* y, int64_t N);
 #endif
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,
                 const double* bias, Act act, double* y, int64_t N);

@@ -69,6 +69,7 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
     case Kernel::pairs_k_major: run_k_major_pairs(xh, M, K, vh, meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
 #if defined(SINTER_TILES16)
     case Kernel::tiles16: tiles16_linear(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::rows512: run_rows512(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
     case Kernel::prepacked16: tiles16_linear(xf, M, K, nullptr, values.dtype(), nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
 #if defined(__AVX512BF16__)
     case Kernel::pairs_tiles16: tiles16_linear_bf16(xh, M, K, vh, meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
