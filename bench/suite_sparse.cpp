@@ -2,8 +2,9 @@
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
 // f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
 // sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
-// (SemiStructuredSparse::prepack, read at 2 <= M <= 40 and by int8 values at M = 1); the note of
-// those rows gives the ratio from the values + meta layout alone, timed right after. Rows where
+// (SemiStructuredSparse::prepack, read where the kernel choice prefers it: src/sparse/kernels.h);
+// the note of the rows where a prepacked copy can serve gives the ratio from values + meta alone,
+// timed right after. Rows where
 // Sinter's own dense kernel beats oneDNN's (M <= 8: f32 at M >= 2, bf16 weights) are timed
 // against it too. Last, end to end: generation with a 2:4 model against the dense model with the
 // same pruned weights (the default model and a 1024-wide one).

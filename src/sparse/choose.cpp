@@ -54,6 +54,11 @@ Kernel choose(const Call& c) {
 #else
   const bool pairs = false, pairs_first = false;
 #endif
+#if defined(SINTER_TILES16)
+  // f32 values at 2 <= M <= kSmallM: the rows kernel streams values + meta faster than the
+  // prepacked tiles stream their copy (kernels.h)
+  if (c.values == DType::f32 && c.M >= 2 && c.M <= kSmallM) return Kernel::rows512;
+#endif
   if (c.prepacked && prepacked_serves(c.values, c.M) && !pairs_first) {
 #if defined(SINTER_TILES16)
 #if defined(__AVX512BF16__)

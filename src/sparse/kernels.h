@@ -92,8 +92,10 @@ void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64
 // the kernels it replaces there (streaming to M = 4, 16-row tiles packed per call above): f32
 // M = 2-4 0.61-1.17x the time, 8 0.64-1.01x, 16 0.79-1.08x; bf16 and int8 values M = 2-4
 // 0.46-0.98x, 8 0.74-0.96x, 12-16 0.82-1.12x; M = 1 f32 0.89-1.17x, bf16 0.90-1.42x, int8
-// 0.68-0.81x. Against the prepacked tiles it is 0.5-1.4x the time at M <= 4 and 1.3-1.8x from M = 6:
-// a prepacked copy still serves those sizes faster.
+// 0.68-0.81x. Against the prepacked tiles at M = 2-4: f32 values 0.54-0.76x the time on the two
+// 180 MB shapes (1.0-1.1x on 4096 x 4096, which stays in this CPU's L3), so f32 values take it even
+// when prepacked; bf16 0.96-1.36x, int8 1.15-1.44x, so those keep their prepacked copy. From
+// M = 6 it takes 1.3-1.8x the prepacked tiles' time.
 constexpr int64_t kRowsMaxM = 8;
 #endif
 

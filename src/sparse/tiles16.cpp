@@ -30,7 +30,9 @@
 
 // GCC 12's AVX-512 headers start some intrinsics (widenings, permutes) from an undefined vector
 // and then warn that it may be used uninitialized; the instructions read no such input.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace sinter::sparse {
 
