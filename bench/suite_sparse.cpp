@@ -4,7 +4,8 @@
 // sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
 // (SemiStructuredSparse::prepack, read where the kernel choice prefers it: src/sparse/kernels.h);
 // the note of the rows where a prepacked copy can serve gives the ratio from values + meta alone,
-// timed right after. Rows where
+// timed right after. f32 rows at M = 4, 16, 32 are timed again with the prepacked layout as the
+// weight's only copy (prepack(replace=true)), as a server holds it. Rows where
 // Sinter's own dense kernel beats oneDNN's (M <= 8: f32 at M >= 2, bf16 weights) are timed
 // against it too. Last, end to end: generation with a 2:4 model against the dense model with the
 // same pruned weights (the default model and a 1024-wide one).
@@ -39,12 +40,15 @@ void suite_sparse(const Options& o, Report& r) {
                                                               {"bf16", DType::bf16, {1, 16, 128}}};
   size_t cases = o.quick ? 0 : 3 * 2 * 2 + 2 * 3;  // the (nn::Linear) and generate rows below
   for (const Plan& p : plans) cases += shapes.size() * p.ms.size();
+  if (!o.quick) cases += shapes.size() * 3;  // the one-copy rows (f32, M = 4, 16, 32)
   r.expect(int(cases));
   for (auto [K, N] : shapes) {
     Tensor w = prune_2_4(randn({N, K}) * 0.02);
     for (const Plan& p : plans) {
       SemiStructuredSparse s = to_sparse_semi_structured(w, p.vt);
       const SemiStructuredSparse unpacked{s.values, s.meta, s.scales};
+      SemiStructuredSparse one_copy{s.values, s.meta, s.scales};
+      one_copy.prepack(/*replace=*/true);  // the serving layout alone
       s.prepack();  // as the dense peer may be (oneDNN's blocked layout)
       // The dense peer: the same weights in the dtype oneDNN can run (f32 for int8 values: oneDNN
       // 2.6 has no weight-only int8; f32 for bf16 where the CPU has no bf16 matmul).
@@ -82,6 +86,14 @@ void suite_sparse(const Options& o, Report& r) {
         if (p.vt == DType::bf16 && !bf16_dense) n += "; no bf16 matmul on this CPU: against f32";
         const std::string row = std::string(p.name) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
         r.add(row, ours, peer_name, peer, n);
+        // One copy of the weight, for serving: prepack(replace=true), the layout read at every M.
+        if (p.vt == DType::f32 && (M == 4 || M == 16 || M == 32)) {
+          auto [one, peer1] = time_pair([&] { (void)linear(x, one_copy); }, [&] { dense.run(); }, 1, reps, 0.6);
+          char one_note[200];
+          std::snprintf(one_note, sizeof one_note, "weights %.1f MB = %.2fx dense, the only copy (values + meta alone: %.2fx dense bytes)",
+                        double(one_copy.nbytes()) / 1e6, double(one_copy.nbytes()) / 1e6 / dense_mb, sparse_mb / dense_mb);
+          r.add(row + " one copy (prepack(replace=true))", one, peer_name, peer1, one_note);
+        }
         // Sinter's own dense kernel where it beats oneDNN's: f32 at 2 <= M <= 8 (oneDNN runs a
         // GEMM there) and bf16 weights at M <= 8 (read as bf16; oneDNN has no bf16 matmul on an
         // AVX2 CPU). The best dense kernel for such a row is the faster of the two peers.
@@ -150,12 +162,13 @@ void suite_sparse(const Options& o, Report& r) {
       bool small = false;  // layers computed from a dense copy (in cache, where 2:4 loses)
       for (size_t i = 0; i < sl.size(); ++i) {
         dl[i]->weight.detach().copy_(sl[i]->sparse.to_dense().to(DType::f32));
-        sparse_bytes += sl[i]->sparse.nbytes(), dense_bytes += dl[i]->weight.numel() * (vt == DType::bf16 ? 2 : 4);
+        dense_bytes += dl[i]->weight.numel() * (vt == DType::bf16 ? 2 : 4);
         small = small || sparse_runs_densely(sl[i]->sparse, DType::f32);
       }
       sparse.eval(), dense.eval();
       if (vt == DType::bf16) sparse.to(DType::bf16), dense.to(DType::bf16);
-      const int64_t packed = sparse.prepack_for_decode();
+      const int64_t packed = sparse.prepack_for_decode(/*replace=*/true);  // as `sinter generate` serves
+      for (auto& l : sl) sparse_bytes += l->sparse.nbytes();
       Tensor prompt = randint(32, 127, {16});
       train::Sampling greedy;
       greedy.temperature = 0;
@@ -164,7 +177,7 @@ void suite_sparse(const Options& o, Report& r) {
       auto per_token = [n = double(n_new)](Timing t) { return Timing{t.best_ms / n, t.median_ms / n}; };
       char note[240];
       std::snprintf(note, sizeof note, "%.0f tokens/s; Linear weights %.1f MB vs dense %.1f MB%s%s", 1e3 * double(n_new) / ours.best_ms,
-                    double(sparse_bytes + packed) / 1e6, double(dense_bytes) / 1e6, packed ? " (with the prepacked copy)" : "",
+                    double(sparse_bytes) / 1e6, double(dense_bytes) / 1e6, packed ? " (prepacked in place)" : "",
                     small ? "; its layers are small enough to run from dense copies" : "");
       r.add(std::string("generate ") + (vt == DType::i8 ? "int8" : dtype_name(vt)) + " values " + name + " batch=1 " +
                 std::to_string(n_new) + " tokens (per token)",

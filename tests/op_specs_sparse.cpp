@@ -87,6 +87,16 @@ Case prepacked_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const st
   return c;
 }
 
+// The weight as its prepacked layout alone (prepack(replace=true)): empty values and meta of the
+// values' dtype and u8, the packed bytes last, the shape in attrs rows and cols.
+Case packed_only_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const std::string& act = "none") {
+  Case c = prepacked_case(std::move(xs), N, vt, xt, bias, act);
+  const int64_t K = c.in[1].size(1) * 2;
+  c.in[1] = Tensor::empty({0}, vt), c.in[2] = Tensor::empty({0}, DType::u8);
+  c.attrs.set("packed_only", true), c.attrs.set("rows", N), c.attrs.set("cols", K);
+  return c;
+}
+
 // Kept value j (of 16) of row r in a block of the documented tile layout (sparse/kernels.h), from
 // its bytes: f32 little-endian, bf16 the high half of an f32, i8 two's complement.
 double packed_value(const R& bytes, int64_t at, DType vt) {
@@ -202,12 +212,19 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         prepacked_case({40, 72}, 20, DType::f32, DType::f32, true),
         prepacked_case({0, 16}, 4, DType::f32, DType::f32, true),             // no rows
         prepacked_case({4, 4104}, 70, DType::f32, DType::f32, true),          // a model's K
-        prepacked_case({20, 1064}, 150, DType::bf16, DType::bf16, true)};     // AVX-512: two chunks and two spans of blocks, bf16 pairs
+        prepacked_case({20, 1064}, 150, DType::bf16, DType::bf16, true),      // AVX-512: two chunks and two spans of blocks, bf16 pairs
+        // The layout as the only copy: its kernels at every M (1, past 40 and 128 too)
+        packed_only_case({1, 296}, 70, DType::f32, DType::f32, true, "gelu"),
+        packed_only_case({4, 72}, 20, DType::bf16, DType::f32, false),
+        packed_only_case({3, 48}, 6, DType::bf16, DType::bf16, true),
+        packed_only_case({45, 136}, 37, DType::i8, DType::f32, true, "relu"),
+        packed_only_case({140, 40}, 9, DType::f32, DType::f32, false, "silu")};
   };
   // With a prepacked copy the reference reads the weight from that copy's layout, plainly: a
   // layout that disagrees with values + meta fails whichever of the two the kernel read.
   li.ref = [](const std::vector<R>& in, const Attrs& a) {
-    const int64_t N = in[1].shape[0], K = in[1].shape[1] * 2;
+    const bool packed_only = a.b_or("packed_only", false);
+    const int64_t N = packed_only ? a.i("rows") : in[1].shape[0], K = packed_only ? a.i("cols") : in[1].shape[1] * 2;
     const bool bias = a.b("bias");
     const std::vector<double> w =
         a.b("packed") ? dense_of_prepacked(in[4 + bias], in[3], K, in[1].dtype) : dense_ref(in[1], in[2], in[3]);
@@ -230,7 +247,12 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
     short_packed.in[4] = short_packed.in[4].narrow(0, 0, 100).contiguous();
     Case no_attrs = linear_case({2, 16}, 3, DType::f32, DType::f32, false);
     no_attrs.attrs = {};
-    return std::vector<Case>{wrong_k, wrong_meta, wrong_bias, wrong_act, mixed, odd_k, missing_bias, short_packed, no_attrs};
+    Case packed_wrong_rows = packed_only_case({2, 64}, 9, DType::f32, DType::f32, false);
+    packed_wrong_rows.attrs.set("rows", int64_t(10));
+    Case packed_only_no_packed = packed_only_case({2, 64}, 9, DType::f32, DType::f32, false);
+    packed_only_no_packed.in.pop_back(), packed_only_no_packed.attrs.set("packed", false);
+    return std::vector<Case>{wrong_k, wrong_meta, wrong_bias, wrong_act, mixed, odd_k, missing_bias, short_packed, no_attrs,
+                             packed_wrong_rows, packed_only_no_packed};
   };
   li.grad_cases = [] {  // f64 x, values and bias; meta and the f32 scales are constants
     return std::vector<Case>{linear_case({2, 16}, 3, DType::f64, DType::f64, true), linear_case({1, 2, 8}, 2, DType::f64, DType::f64, false)};

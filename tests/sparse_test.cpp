@@ -182,6 +182,44 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
   EXPECT_TRUE(test::throws_naming("prepack", [&] { empty.prepack(); }));
 }
 
+TEST(Sparse24, APrepackedLayoutAloneServesEveryRowCountAndUnpacksBitForBit) {
+  // prepack(replace=true): the layout is the only copy; values and meta come back from it exactly,
+  // linear() at every M (each kernel range, without dense copies) equals the dense product, and
+  // a gradient is refused by name.
+  manual_seed(17);
+  for (int64_t K : {int64_t(40), int64_t(296)})
+    for (DType vt : {DType::f32, DType::bf16, DType::i8})
+      for (int64_t N : {int64_t(67), int64_t(136)}) {
+        SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N) + " " + dtype_name(vt));
+        SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), vt);
+        const Tensor values = s.values.clone(), meta = s.meta.clone(), wd = s.to_dense().to(DType::f64), b = randn({N});
+        s.prepack(/*replace=*/true);
+        ASSERT_TRUE(s.packed_only());
+        EXPECT_TRUE(s.values.is_symbolic() && s.meta.is_symbolic());
+        EXPECT_EQ(s.shape(), Shape({N, K}));
+        EXPECT_EQ(s.dtype(), vt);
+        EXPECT_EQ(s.nbytes(), s.packed.numel() + N * 4);
+        EXPECT_TRUE(test::all_close(s.to_dense().to(DType::f64), wd, 0, 0));
+        for (int64_t M : {1, 2, 4, 7, 17, 41, 130}) {
+          SCOPED_TRACE("M=" + std::to_string(M));
+          NoGradGuard ng;
+          Tensor x = randn({M, K});
+          EXPECT_TRUE(test::all_close(linear(x, s, b, "relu"), relu(linear(x.to(DType::f64), wd, b.to(DType::f64))).to(DType::f32), 1e-5, 3e-5));
+          if (vt == DType::bf16) {  // bf16 activations too (the pairs kernel where the CPU has AVX512-BF16)
+            Tensor xb = x.to(DType::bf16);
+            EXPECT_TRUE(test::all_close(linear(xb, s).to(DType::f32), linear(xb.to(DType::f64), wd).to(DType::f32), 1e-2, 1e-2));
+          }
+        }
+        Tensor xg = randn({3, K}).requires_grad_();
+        EXPECT_TRUE(test::throws_naming("sparse24_linear", [&] { (void)linear(xg, s); }));
+        s.unpack();
+        EXPECT_FALSE(s.packed_only());
+        EXPECT_TRUE(s.packed_current());  // the layout stays, now as a copy of values + meta
+        EXPECT_TRUE(test::all_close(s.values.to(DType::f64), values.to(DType::f64), 0, 0));
+        EXPECT_TRUE(test::all_close(s.meta.to(DType::f64), meta.to(DType::f64), 0, 0));
+      }
+}
+
 TEST(Sparse24, ServingPrepacksInt8LayersAndGeneratesTheSameTokens) {
   // GPT::prepack_for_decode (what `sinter generate` calls): int8 2:4 layers above the dense-copy
   // size get the prepacked layout; greedy generation and the logits must not change.
@@ -207,6 +245,27 @@ TEST(Sparse24, ServingPrepacksInt8LayersAndGeneratesTheSameTokens) {
     EXPECT_EQ(added > 0, packs);
     EXPECT_TRUE(test::all_close(model.forward(idx), logits, 1e-4, 1e-4));
     EXPECT_TRUE(test::all_close(train::generate(model, data::encode("the quick"), 10, train::Sampling{0.0, 0, 1.0, 1}), tokens, 0, 0));
+    // As `sinter generate` serves: the layout replaces values + meta (fewer bytes, not more), the
+    // same tokens; state_dict() refuses the layers until they are unpacked, then gives the weights back.
+    const auto before = model.state_dict();
+    const int64_t change = model.prepack_for_decode(/*replace=*/true);
+    int64_t released = 0;  // the bytes of values + meta (the shapes stay)
+    for (auto& l : model.block_linears()) {
+      EXPECT_EQ(l->sparse.packed_only(), packs);
+      if (packs) released += l->sparse.values.numel() * l->sparse.values.element_size() + l->sparse.meta.numel();
+    }
+    EXPECT_EQ(change, added - released);
+    EXPECT_TRUE(test::all_close(model.forward(idx), logits, 1e-4, 1e-4));
+    EXPECT_TRUE(test::all_close(train::generate(model, data::encode("the quick"), 10, train::Sampling{0.0, 0, 1.0, 1}), tokens, 0, 0));
+    // the compiled decode step reads the layout alone too (sparse24_linear is a node like any other)
+    EXPECT_TRUE(test::all_close(train::generate(model, data::encode("the quick"), 10, train::Sampling{0.0, 0, 1.0, 1}, true, nullptr, {},
+                                                /*compiled=*/true),
+                                tokens, 0, 0));
+    if (packs) {
+      EXPECT_TRUE(test::throws_naming("state_dict", [&] { (void)model.state_dict(); }));
+      for (auto& l : model.block_linears()) l->sparse.unpack();
+    }
+    for (auto& [name, t] : model.state_dict()) EXPECT_TRUE(test::all_close(t.to(DType::f64), before.at(name).to(DType::f64), 0, 0)) << name;
   }
 }
 

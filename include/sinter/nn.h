@@ -253,7 +253,10 @@ class GPT : public Module {
   std::vector<std::shared_ptr<Linear>> block_linears() const;
   // For serving: prepacks the 2:4 layers whose one-token steps read the prepacked layout (int8
   // values; layers small enough to be computed densely excepted); returns the bytes it added.
-  int64_t prepack_for_decode();
+  // replace: the layout replaces their values + meta (SemiStructuredSparse::prepack(true)): one
+  // copy, no gradients, and state_dict() refuses them until unpacked (the bytes added then count
+  // the layout less what it replaced).
+  int64_t prepack_for_decode(bool replace = false);
 
   std::shared_ptr<Embedding> tok_emb, pos_emb;
   std::vector<std::shared_ptr<TransformerBlock>> blocks;

@@ -347,12 +347,13 @@ void GPT::sparsify(DType values_dtype) {
   cfg_.sparse_values = dtype_name(values_dtype);
 }
 
-int64_t GPT::prepack_for_decode() {
+int64_t GPT::prepack_for_decode(bool replace) {
   int64_t added = 0;
   for (auto& l : block_linears())
-    if (l->sparse.defined() && prepack_helps(l->sparse, tok_emb->weight.dtype(), 1)) {
-      l->sparse.prepack();
-      added += l->sparse.packed.numel();
+    if (l->sparse.defined() && !l->sparse.packed_only() && prepack_helps(l->sparse, tok_emb->weight.dtype(), 1)) {
+      const int64_t before = l->sparse.nbytes();
+      l->sparse.prepack(replace);
+      added += replace ? l->sparse.nbytes() - before : l->sparse.packed.numel();
     }
   return added;
 }

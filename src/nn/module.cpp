@@ -80,8 +80,13 @@ int64_t Module::num_parameters() {
 
 std::map<std::string, Tensor> Module::state_dict() {
   std::map<std::string, Tensor> sd;
-  for (auto& [n, t] : named_parameters()) sd[n] = t->detach();
-  for (auto& [n, t] : named_buffers()) sd[n] = t->detach();
+  auto add = [&](const std::string& n, const Tensor* t) {
+    SINTER_CHECK(!t->defined() || !t->is_symbolic(), "[state_dict] '", n, "' holds no data: a 2:4 weight kept only in its prepacked "
+                                                     "layout (prepack(replace=true)); unpack() it first");
+    sd[n] = t->detach();
+  };
+  for (auto& [n, t] : named_parameters()) add(n, t);
+  for (auto& [n, t] : named_buffers()) add(n, t);
   return sd;
 }
 

@@ -41,6 +41,16 @@ bool prepacked_serves(DType vt, int64_t M) {
 
 Kernel choose(const Call& c) {
   if (c.x == DType::f64) return Kernel::reference_f64;
+  if (c.packed_only) {
+#if defined(SINTER_TILES16)
+#if defined(__AVX512BF16__)
+    if (c.x == DType::bf16 && c.values == DType::bf16) return Kernel::pairs_prepacked16;
+#endif
+    return Kernel::prepacked16;
+#else
+    return Kernel::prepacked8;
+#endif
+  }
   if (c.dense_allowed && (c.x == DType::f32 || c.x == DType::bf16) && c.N * c.K * 4 <= kSmallLayerBytes) return Kernel::dense;
 #if defined(__AVX512BF16__)
   const bool pairs = c.x == DType::bf16 && c.values == DType::bf16 &&
@@ -102,6 +112,14 @@ void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64
   tiles16_prepack(values, vt, meta, N, K, out);
 #else
   tiles8_prepack(values, vt, meta, N, K, out);
+#endif
+}
+
+void unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
+#if defined(SINTER_TILES16)
+  tiles16_unpack(packed, vt, N, K, values, meta);
+#else
+  tiles8_unpack(packed, vt, N, K, values, meta);
 #endif
 }
 

@@ -85,6 +85,8 @@ constexpr int64_t kPrepackedMaxM = 40;
 bool prepacked_serves(DType vt, int64_t M);
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
+// The inverse: values (N, K/2) of dtype vt and meta (N, K/8) from a prepacked weight, bit for bit.
+void unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta);
 
 #if defined(SINTER_TILES16)
 // The AVX-512 rows kernel (rows512.cpp) from values + meta at 2 <= M <= kRowsMaxM (int8 values
@@ -139,6 +141,7 @@ struct Call {
   int64_t M, N, K;
   bool prepacked = false;     // a current prepacked copy comes with the call
   bool dense_allowed = true;  // the dense-copy budget has room (or the copy exists)
+  bool packed_only = false;   // the prepacked copy is all there is (prepack(replace=true)): its kernels at every M
 };
 // The kernel for a call: the one place it is decided.
 Kernel choose(const Call& c);
@@ -151,6 +154,7 @@ void run_tiles8(const float* x, int64_t M, int64_t K, const void* values, DType 
                 const float* scales, const float* bias, Act act, float* y, int64_t N);
 int64_t tiles8_bytes(DType vt, int64_t N, int64_t K);
 void tiles8_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
+void tiles8_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta);
 void run_k_major(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                  const float* bias, Act act, float* y, int64_t N);
 void run_k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
@@ -158,6 +162,7 @@ void run_k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* 
 #if defined(SINTER_TILES16)
 int64_t tiles16_bytes(DType vt, int64_t N, int64_t K);
 void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
+void tiles16_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta);
 // values + meta (packed per call, as f32) or prepacked (values and meta unused).
 void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                     const float* scales, const float* bias, Act act, float* y, int64_t N);

@@ -34,9 +34,11 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
   size_t at = 4;
   const Tensor bias = a.b("bias") ? in[at++] : Tensor();
   const Tensor packed = a.b("packed") ? contiguous_as(in[at++], DType::u8) : Tensor();
-  const int64_t N = in[1].size(0), K = in[1].size(1) * 2, M = in[0].numel() / std::max<int64_t>(K, 1);
   const Act act = parse_activation(a.str("activation"));
-  Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true)};
+  const bool packed_only = a.b_or("packed_only", false);  // values and meta are empty placeholders
+  const int64_t N = packed_only ? a.i("rows") : in[1].size(0), K = packed_only ? a.i("cols") : in[1].size(1) * 2;
+  const int64_t M = in[0].numel() / std::max<int64_t>(K, 1);
+  Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true) && !packed_only, packed_only};
   Kernel k = choose(call);
   Tensor dense;
   if (k == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3])).defined()) {
@@ -44,7 +46,8 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
     k = choose(call);
   }
   if (k == Kernel::dense) return run_dense(in[0], dense, bias, act, out[0], M, N, K);
-  Tensor values = contiguous_as(in[1], in[1].dtype()), meta = contiguous_as(in[2], DType::u8), scales = contiguous_as(in[3], DType::f32);
+  Tensor values = packed_only ? in[1] : contiguous_as(in[1], in[1].dtype()), meta = packed_only ? in[2] : contiguous_as(in[2], DType::u8);
+  Tensor scales = contiguous_as(in[3], DType::f32);
   if (k == Kernel::reference_f64) {
     Tensor x = contiguous_as(in[0], DType::f64), b = bias.defined() ? contiguous_as(bias, DType::f64) : Tensor();
     linear_f64(x.data<double>(), M, K, values.data<double>(), meta.data<uint8_t>(), scales.data<float>(),

@@ -1,14 +1,16 @@
 // 2:4 semi-structured sparse weights: packing, pruning, and the ops that use them.
 //   sparse24_linear(x, values, meta, scales[, bias][, packed]) -> y
 //       attrs activation, bias, packed (which optional inputs are present)[, dense_copy (default
-//       true; false keeps small layers on the 2:4 kernels)]; the CPU kernel (linear_cpu.cpp) picks
-//       the kernel for the call (kernels.h, choose)
+//       true; false keeps small layers on the 2:4 kernels)][, packed_only, rows, cols (the weight
+//       is the packed bytes alone; values and meta are empty, of the values' dtype and u8)]; the
+//       CPU kernel (linear_cpu.cpp) picks the kernel for the call (kernels.h, choose)
 //   sparse24_to_dense(values, meta, scales) -> dense (N, K)
 //   sparse24_gather(dense, meta) -> kept (N, K/2)
 // One op definition serves eager calls, autograd (gradients for x, bias and the float values:
 // the weight gradient of the kept entries, so fine-tuning keeps the pattern) and tracing.
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include "ops/common.h"
 #include "sinter/autograd.h"
@@ -51,7 +53,22 @@ void register_sparse_ops() {
     const size_t want = 4 + has_bias + has_packed;
     SINTER_CHECK(in.size() == want, "[sparse24_linear] takes x, values, meta, scales", has_bias ? ", bias" : "",
                  has_packed ? ", packed" : "", ": ", want, " inputs, got ", in.size());
-    const auto [N, K] = check_weight("sparse24_linear", in[1], in[2], in[3]);
+    // packed_only: the weight is its prepacked layout alone (prepack(replace=true)); values and
+    // meta are empty placeholders giving the values' dtype, and attrs rows and cols its shape.
+    const bool packed_only = a.b_or("packed_only", false);
+    int64_t N = 0, K = 0;
+    if (packed_only) {
+      N = a.i("rows"), K = a.i("cols");
+      SINTER_CHECK_SHAPE(has_packed && N >= 0 && K % 8 == 0 && in[1].shape == Shape{0} && in[2].shape == Shape{0} &&
+                             in[3].shape == Shape{N},
+                         "[sparse24_linear] a weight held only prepacked is x, empty values and meta, scales (", N, "), the packed "
+                         "bytes (K a multiple of 8); got values", in[1].shape, " meta", in[2].shape, " scales", in[3].shape,
+                         has_packed ? "" : " and no packed input");
+      SINTER_CHECK_DTYPE(in[1].dtype == DType::f32 || in[1].dtype == DType::bf16 || in[1].dtype == DType::i8,
+                         "[sparse24_linear] prepacked values must be f32, bf16 or i8, got ", in[1].dtype);
+    } else {
+      std::tie(N, K) = check_weight("sparse24_linear", in[1], in[2], in[3]);
+    }
     const Shape& x = in[0].shape;
     SINTER_CHECK_SHAPE(!x.empty() && x.back() == K, "[sparse24_linear] x", x, " does not match the 2:4 weight (", N, ", ", K,
                        ") (want x (..., K))");
@@ -81,6 +98,8 @@ void register_sparse_ops() {
     SINTER_CHECK(c.attrs.str("activation") == "none",
                  "[sparse24_linear] no backward through a fused activation: linear(x, sparse_w, b, act) applies the "
                  "activation as its own op when a gradient is needed");
+    SINTER_CHECK(!c.attrs.b_or("packed_only", false),
+                 "[sparse24_linear] no backward for a weight held only prepacked (prepack(replace=true)): unpack() it first");
     const Tensor &x = c.inputs[0], &values = c.inputs[1], &meta = c.inputs[2], &scales = c.inputs[3], &g = c.grads[0];
     const int64_t N = values.size(0), K = values.size(1) * 2;
     std::vector<Tensor> out(c.input_meta.size());
@@ -142,10 +161,34 @@ void register_sparse_ops() {
 }  // namespace detail
 
 int64_t SemiStructuredSparse::nbytes() const {
-  return values.numel() * values.element_size() + meta.numel() + (scales.defined() ? scales.numel() * scales.element_size() : 0);
+  const int64_t s = scales.defined() ? scales.numel() * scales.element_size() : 0;
+  if (packed_only()) return packed.numel() + s;
+  return values.numel() * values.element_size() + meta.numel() + s;
 }
 
-void SemiStructuredSparse::prepack() {
+bool SemiStructuredSparse::packed_only() const { return packed.defined() && values.defined() && values.is_symbolic(); }
+
+void SemiStructuredSparse::unpack() {
+  if (!packed_only()) return;
+  const int64_t N = rows(), K = cols();
+  Tensor v = Tensor::empty({N, K / 2}, dtype()), m = Tensor::empty({N, K / 8}, DType::u8);
+  sparse::unpack(packed.data<uint8_t>(), dtype(), N, K, v.data_ptr(), m.data<uint8_t>());
+  values = v, meta = m;
+  packed_from[0] = {values.storage(), values.data_ptr(), values.version()};
+  packed_from[1] = {meta.storage(), meta.data_ptr(), meta.version()};
+}
+
+void SemiStructuredSparse::prepack(bool replace) {
+  if (packed_only()) return;
+  prepack_copy();
+  if (replace) {  // the layout is the weight now: values and meta keep their shape and dtype, not their bytes
+    values = Tensor::symbolic(values.shape(), values.dtype());
+    meta = Tensor::symbolic(meta.shape(), DType::u8);
+    packed_from[0] = packed_from[1] = {};
+  }
+}
+
+void SemiStructuredSparse::prepack_copy() {
   SINTER_CHECK_SHAPE(values.defined() && meta.defined() && values.dim() == 2, "[prepack] needs values (N, K/2) and meta (N, K/8)",
                      values.defined() ? "; got values" : "; got no values", values.defined() ? values.shape() : Shape{});
   SINTER_CHECK_DTYPE(dtype() == DType::f32 || dtype() == DType::bf16 || dtype() == DType::i8,
@@ -168,11 +211,16 @@ bool SemiStructuredSparse::Source::same(const Tensor& t) const {
 }
 
 bool SemiStructuredSparse::packed_current() const {
-  return packed.defined() && packed_from[0].same(values) && packed_from[1].same(meta);
+  return packed_only() || (packed.defined() && packed_from[0].same(values) && packed_from[1].same(meta));
 }
 
 Tensor SemiStructuredSparse::to_dense() const {
   static const OpDef& op = get_op("sparse24_to_dense");
+  if (packed_only()) {
+    SemiStructuredSparse w = *this;
+    w.unpack();
+    return call1(op, {w.values, w.meta, w.scales});
+  }
   return call1(op, {values, meta, scales});
 }
 
@@ -266,6 +314,21 @@ static Tensor activate(const Tensor& y, const std::string& activation) {
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, const std::string& activation) {
   static const OpDef& op = get_op("sparse24_linear");
   sparse::parse_activation(activation);
+  if (w.packed_only()) {  // inference only: the gradients need values and meta
+    SINTER_CHECK(w.scales.defined(), "[sparse24_linear] the 2:4 weight has no scales");
+    SINTER_CHECK(!(grad_enabled() && (x.requires_grad() || (b.defined() && b.requires_grad()))),
+                 "[sparse24_linear] the 2:4 weight is held only in its prepacked layout (prepack(replace=true)), which has no "
+                 "gradient: call it under NoGradGuard with inputs that need none, or unpack() the weight first");
+    static const Tensor empty_values[3] = {Tensor::empty({0}, DType::f32), Tensor::empty({0}, DType::bf16), Tensor::empty({0}, DType::i8)};
+    static const Tensor empty_meta = Tensor::empty({0}, DType::u8);  // the same placeholders every call (a traced graph keeps them)
+    const Tensor& ev = empty_values[w.dtype() == DType::f32 ? 0 : w.dtype() == DType::bf16 ? 1 : 2];
+    std::vector<Tensor> in{x, ev, empty_meta, w.scales};
+    if (b.defined()) in.push_back(b);
+    in.push_back(w.packed);
+    return call1(op, in,
+                 {{"activation", activation}, {"bias", b.defined()}, {"packed", true}, {"packed_only", true}, {"rows", w.rows()},
+                  {"cols", w.cols()}});
+  }
   SINTER_CHECK(w.defined() && w.meta.defined() && w.scales.defined(), "[sparse24_linear] the 2:4 weight has no ",
                !w.defined() ? "values" : !w.meta.defined() ? "meta" : "scales");
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));

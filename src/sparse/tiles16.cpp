@@ -378,6 +378,35 @@ void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t 
   });
 }
 
+void tiles16_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
+  with_value_type(vt, [&](auto v) {
+    using V = decltype(v);
+    const int64_t NB = blocks_of(K), G = (N + 15) / 16, K2 = K / 2, K8 = K / 8;
+    V* out = static_cast<V*>(values);
+    parallel_for(0, G, 4, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g)
+        for (int64_t b0 = 0; b0 < NB; b0 += kSpanBlocks) {
+          const uint8_t* blk = packed + prepacked_at<V>(G, NB, g, b0);
+          for (int64_t b = b0; b < std::min(NB, b0 + kSpanBlocks); ++b, blk += kBytes<V>) {
+            const V* vals = reinterpret_cast<const V*>(blk + 64);
+            for (int r = 0; r < 16 && 16 * g + r < N; ++r) {
+              const int64_t n = 16 * g + r;
+              uint32_t word;
+              std::memcpy(&word, blk + 4 * r, 4);
+              for (int j = 0; j < 8 && 8 * b + j < K2; ++j) {  // kept value j: its column in the block, less its group's first
+                const uint32_t off = ((word >> (4 * j)) & 15) - 4 * (j / 2);
+                uint8_t& byte = meta[n * K8 + 2 * b + j / 4];
+                if (j % 4 == 0) byte = 0;
+                byte = uint8_t(byte | off << (4 * ((j / 2) % 2) + 2 * (j % 2)));
+                out[n * K2 + 8 * b + j] = vals[slot<V>(j, r)];
+              }
+            }
+          }
+        }
+    });
+  });
+}
+
 void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                     const float* scales, const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;

@@ -307,6 +307,31 @@ void tiles8_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N
   with_packed_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
 }
 
+void tiles8_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
+  with_packed_type(vt, "unpack", [&](auto v) {
+    using V = decltype(v);
+    const int64_t Q = (K + 31) / 32, K2 = K / 2, K8 = K / 8, chunk = 8 * kTilesRowGroups;
+    V* out = static_cast<V*>(values);
+    parallel_for(0, (N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const int64_t groups = std::min(kTilesRowGroups, (N - ch * chunk + 7) / 8);
+        for (int64_t b = 0; b < groups; ++b)
+          for (int64_t q = 0; q < Q; ++q) {
+            const int64_t q0 = q / kTilesQb * kTilesQb;
+            const uint8_t* blk = packed + prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>;
+            const V* vals = reinterpret_cast<const V*>(blk + 32);
+            for (int64_t r = 0; r < 8; ++r) {  // a row's meta bytes as they are, its kept values interleaved
+              const int64_t n = ch * chunk + 8 * b + r;
+              if (n >= N) break;
+              std::memcpy(meta + n * K8 + 4 * q, blk + 4 * r, size_t(std::min<int64_t>(4, K8 - 4 * q)));
+              for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) out[n * K2 + 16 * q + j] = vals[8 * j + r];
+            }
+          }
+      }
+    });
+  });
+}
+
 void run_tiles8(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                 const float* scales, const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;

@@ -111,7 +111,9 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     prompt_ids = tensor<int64_t>(ids);
   }
   model->to(dtype);
-  const int64_t packed = model->prepack_for_decode();  // int8 2:4 layers: their one-token steps read it
+  // int8 2:4 layers: their one-token steps read the prepacked layout, which replaces values + meta
+  // (generation neither trains nor saves)
+  const int64_t packed = model->prepack_for_decode(/*replace=*/true);
   if (!json_out) {
     if (by_ids) std::printf("%s", o.ids.c_str());
     else std::printf("%s", prompt.c_str());
@@ -139,7 +141,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     std::printf("\n");
   }
   char extra[96] = "";
-  if (packed) std::snprintf(extra, sizeof extra, ", 2:4 weights prepacked (+%.1f MB)", double(packed) / 1e6);
+  if (packed) std::snprintf(extra, sizeof extra, ", 2:4 weights prepacked in place (%+.1f MB)", double(packed) / 1e6);
   std::fprintf(stderr, "[%lld tokens, %.1f tokens/s%s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra,
                compile_note.c_str());
   return 0;
