@@ -58,6 +58,9 @@ TEST(Readme, ExampleRunsAsWritten) {
   Tensor ys = linear(x, sw, b, "gelu");                            // == gelu(linear(x, sw.to_dense(), b))
   sw.prepack();                                                    // + the kernels' layout (same bytes again):
   Tensor yp = linear(x, sw);                                       // the kernel reads it where it is faster
+  SemiStructuredSparse so = to_sparse_semi_structured(prune_2_4(randn({16, 8})), DType::i8);
+  so.prepack(/*replace=*/true);                                    // that layout as the only copy: serving
+  Tensor yo = linear(x, so);                                       // (no gradient; so.unpack() gives values back)
   nn::Linear sl(8, 16);
   sl.sparsify(DType::i8);                                          // a 2:4 layer, int8 values; one this small
   Tensor yl = sl.forward(x);                                       // (<= 256 KiB dense) computes densely
@@ -107,6 +110,8 @@ TEST(Readme, ExampleRunsAsWritten) {
   EXPECT_TRUE(test::all_close(ys, gelu(linear(x, sw.to_dense(), b)), 1e-5, 1e-5));
   EXPECT_TRUE(sw.packed_current());
   EXPECT_TRUE(test::all_close(yp, linear(x, sw.to_dense()), 1e-5, 1e-5));
+  EXPECT_TRUE(so.packed_only());
+  EXPECT_TRUE(test::all_close(yo, linear(x, so.to_dense()), 1e-5, 1e-5));
   EXPECT_TRUE(test::all_close(yl, linear(x, sl.sparse.to_dense(), sl.bias), 1e-5, 1e-5));
   EXPECT_EQ(yc.shape(), Shape({4, 8}));
   EXPECT_NE(report.find("1 fused kernels"), std::string::npos) << report;
