@@ -27,8 +27,17 @@ namespace {
 namespace fs = std::filesystem;
 
 // The eager elementwise kernels' flags (CMakeLists.txt): each op's own rounding, so a fused chain
-// equals the eager ops bit for bit, and whole AVX-512 registers where the CPU has them.
-constexpr const char* kFlags = "-std=c++20 -O3 -march=native -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
+// equals the eager ops bit for bit, and whole AVX-512 registers where the CPU has them. The
+// functors' explicit fused multiply-adds (src/ops/scalar_fns.h) follow the library's build: a
+// library built without FMA instructions has generated code round its products apart too.
+#if defined(__FMA__)
+#define SINTER_JIT_FMA "1"
+#else
+#define SINTER_JIT_FMA "0"
+#endif
+constexpr const char* kFlags =
+    "-std=c++20 -O3 -march=native -fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math "
+    "-DSINTER_FUNCTORS_FMA=" SINTER_JIT_FMA;
 constexpr const char* kSinterVersion = SINTER_VERSION;
 
 uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {

@@ -13,19 +13,49 @@
 // Forced inlining: a call left in a kernel loop keeps it from being vectorized.
 #define SINTER_INLINE SINTER_HD inline __attribute__((always_inline))
 
+// Whether the float functors use fused multiply-adds (one rounding per a * b + c, half the
+// instructions of a polynomial): where the build has FMA instructions. Generated code is told the
+// library's choice (src/compiler/jit.cpp), so both compute the same bits.
+#ifndef SINTER_FUNCTORS_FMA
+#if defined(__FMA__) || defined(__CUDA_ARCH__)
+#define SINTER_FUNCTORS_FMA 1
+#else
+#define SINTER_FUNCTORS_FMA 0
+#endif
+#endif
+
 namespace sinter::fn {
 
 SINTER_INLINE float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-// e^r for |r| <= ln2 / 2: degree-6 polynomial (Cephes), ~1 ulp. V: float or a GCC vector of floats.
+// a * b + c for floats: fused where SINTER_FUNCTORS_FMA (the same result in every kernel that uses it).
+SINTER_INLINE float madd(float a, float b, float c) {
+#if SINTER_FUNCTORS_FMA
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// e^r for |r| <= ln2 / 2: degree-6 polynomial (Cephes), ~1 ulp. V: float (Horner steps fused where
+// the build has FMA) or a GCC vector of floats (flash's tiles: multiplies and adds).
 template <class V> SINTER_INLINE V exp_reduced(V r) {
-  V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p;
+  if constexpr (std::is_same_v<V, float>) {
+    float p = madd(r, 1.9875691500e-4f, 1.3981999507e-3f);
+    p = madd(p, r, 8.3334519073e-3f);
+    p = madd(p, r, 4.1665795894e-2f);
+    p = madd(p, r, 1.6666665459e-1f);
+    p = madd(p, r, 5.0000001201e-1f);
+    return madd(p * r, r, r) + 1.0f;
+  } else {
+    V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p;
+  }
 }
 
 // expf: n = round(x / ln2) by the 1.5 * 2^23 trick (the integer lands in the mantissa bits),
@@ -33,12 +63,12 @@ template <class V> SINTER_INLINE V exp_reduced(V r) {
 SINTER_INLINE float exp_f32(float x) {
   const bool underflow = x < -87.3f;  // also -inf: exactly 0, as expf
   x = underflow ? -87.3f : (x > 88.8f ? 88.8f : x);  // past ln(FLT_MAX) the product overflows to inf
-  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float shifted = madd(x, 1.44269504088896341f, 12582912.0f);
   const float n = shifted - 12582912.0f;
   uint32_t sb;
   std::memcpy(&sb, &shifted, 4);
   const int32_t ni = int32_t(sb - 0x4B400000u);
-  const float p = exp_reduced(x - n * 0.693359375f - n * -2.12194440e-4f);
+  const float p = exp_reduced(madd(n, 2.12194440e-4f, madd(n, -0.693359375f, x)));
   const int32_t k = ni > 0 ? 1 : 0;  // 2^n as 2^(n-k) 2^k: n = 128 stays finite
   const float r2 = p * bits_to_float(uint32_t(ni - k + 127) << 23) * bits_to_float(uint32_t(k + 127) << 23);
   return underflow ? 0.0f : r2;
@@ -49,11 +79,11 @@ SINTER_INLINE float exp_f32(float x) {
 SINTER_INLINE float exp_nonpos_f32(float x) {
   const bool underflow = x < -87.3f;
   x = underflow ? -87.3f : x;
-  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float shifted = madd(x, 1.44269504088896341f, 12582912.0f);
   const float n = shifted - 12582912.0f;
   uint32_t sb;
   std::memcpy(&sb, &shifted, 4);
-  float p = exp_reduced(x - n * 0.693359375f - n * -2.12194440e-4f);
+  float p = exp_reduced(madd(n, 2.12194440e-4f, madd(n, -0.693359375f, x)));
   uint32_t pb;
   std::memcpy(&pb, &p, 4);
   pb += (sb - 0x4B400000u) << 23;  // p * 2^n, n in [-126, 0]
