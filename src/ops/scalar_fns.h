@@ -105,9 +105,9 @@ SINTER_INLINE float tanh_f32(float x) {
 SINTER_INLINE float erf_f32(float x) {
   const float ax = std::fabs(x), z = x * x;
   const float small = 1.1283791671f * x *
-      (1.0f + z * (-1.0f / 3 + z * (1.0f / 10 + z * (-1.0f / 42 + z * (1.0f / 216 + z * (-1.0f / 1320))))));
-  float q = 1.0f + ax * (0.0705230784f + ax * (0.0422820123f + ax * (0.0092705272f +
-            ax * (0.0001520143f + ax * (0.0002765672f + ax * 0.0000430638f)))));
+      madd(z, madd(z, madd(z, madd(z, madd(z, -1.0f / 1320, 1.0f / 216), -1.0f / 42), 1.0f / 10), -1.0f / 3), 1.0f);
+  float q = madd(ax, madd(ax, madd(ax, madd(ax, madd(ax, madd(ax, 0.0000430638f, 0.0002765672f), 0.0001520143f), 0.0092705272f),
+                                    0.0422820123f), 0.0705230784f), 1.0f);
   q = q * q;
   q = q * q;
   q = q * q;
