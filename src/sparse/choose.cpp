@@ -39,18 +39,22 @@ bool prepacked_serves(DType vt, int64_t M) {
 #endif
 }
 
-Kernel choose(const Call& c) {
-  if (c.x == DType::f64) return Kernel::reference_f64;
-  if (c.packed_only) {
+// The kernel that reads a prepacked weight for this call's dtypes.
+static Kernel prepacked_kernel(const Call& c) {
 #if defined(SINTER_TILES16)
 #if defined(__AVX512BF16__)
-    if (c.x == DType::bf16 && c.values == DType::bf16) return Kernel::pairs_prepacked16;
+  if (c.x == DType::bf16 && c.values == DType::bf16) return Kernel::pairs_prepacked16;
 #endif
-    return Kernel::prepacked16;
+  return Kernel::prepacked16;
 #else
-    return Kernel::prepacked8;
+  (void)c;
+  return Kernel::prepacked8;
 #endif
-  }
+}
+
+Kernel choose(const Call& c) {
+  if (c.x == DType::f64) return Kernel::reference_f64;
+  if (c.packed_only) return prepacked_kernel(c);
   if (c.dense_allowed && (c.x == DType::f32 || c.x == DType::bf16) && c.N * c.K * 4 <= kSmallLayerBytes) return Kernel::dense;
 #if defined(__AVX512BF16__)
   const bool pairs = c.x == DType::bf16 && c.values == DType::bf16 &&
@@ -69,16 +73,7 @@ Kernel choose(const Call& c) {
   // prepacked tiles stream their copy (kernels.h)
   if (c.values == DType::f32 && c.M >= 2 && c.M <= kSmallM) return Kernel::rows512;
 #endif
-  if (c.prepacked && prepacked_serves(c.values, c.M) && !pairs_first) {
-#if defined(SINTER_TILES16)
-#if defined(__AVX512BF16__)
-    if (c.x == DType::bf16 && c.values == DType::bf16) return Kernel::pairs_prepacked16;
-#endif
-    return Kernel::prepacked16;
-#else
-    return Kernel::prepacked8;
-#endif
-  }
+  if (c.prepacked && prepacked_serves(c.values, c.M) && !pairs_first) return prepacked_kernel(c);
   if (pairs) {
 #if defined(SINTER_TILES16)
     if (c.M > kPairsM) return Kernel::pairs_tiles16;

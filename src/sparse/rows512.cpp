@@ -13,15 +13,7 @@
 #if defined(SINTER_TILES16)
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstring>
-#include <type_traits>
-
-#include "core/parallel.h"
-#include "ops/scalar_fns.h"
-#include "sinter/error.h"
-#include "sinter/tensor.h"
-#include "sparse/kernel_common.h"
+#include "sparse/kernel_common.h"  // parallel_for, activate, byte_offsets, kPf
 
 // GCC 12's AVX-512 headers start some intrinsics (widenings, permutes) from an undefined vector
 // and then warn that it may be used uninitialized; the instructions read no such input.
