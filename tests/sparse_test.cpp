@@ -200,8 +200,10 @@ TEST(Sparse24, APrepackedLayoutAloneServesEveryRowCountAndUnpacksBitForBit) {
         EXPECT_EQ(s.dtype(), vt);
         EXPECT_EQ(s.nbytes(), s.packed.numel() + N * 4);
         EXPECT_TRUE(test::all_close(s.to_dense().to(DType::f64), wd, 0, 0));
+        EXPECT_FALSE(sparse_runs_densely(s, DType::f32));  // no dense copy: its bytes are not kept either
         for (int64_t M : {1, 2, 4, 7, 17, 41, 130}) {
           SCOPED_TRACE("M=" + std::to_string(M));
+          EXPECT_NE(sparse_kernel_for(s, DType::f32, M).find("prepacked"), std::string::npos) << sparse_kernel_for(s, DType::f32, M);
           NoGradGuard ng;
           Tensor x = randn({M, K});
           EXPECT_TRUE(test::all_close(linear(x, s, b, "relu"), relu(linear(x.to(DType::f64), wd, b.to(DType::f64))).to(DType::f32), 1e-5, 3e-5));
