@@ -139,6 +139,33 @@ template <class V> int64_t prepacked_at(int64_t N, int64_t K, int64_t ch, int64_
   return (ch * kTilesRowGroups * Q + q0 * groups + b * nq) * kBlockBytes<V>;
 }
 
+// f(n0, q, at) for every block of an 8-row prepacked weight (its first row n0, column block q, byte
+// offset at), chunks split over the threads: the one walk packing and unpacking share.
+template <class V, class F> void each_block8(int64_t N, int64_t K, const F& f) {
+  const int64_t Q = (K + 31) / 32, chunk = 8 * kTilesRowGroups;
+  parallel_for(0, (N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t groups = std::min(kTilesRowGroups, (N - ch * chunk + 7) / 8);
+      for (int64_t b = 0; b < groups; ++b)
+        for (int64_t q = 0; q < Q; ++q) {
+          const int64_t q0 = q / kTilesQb * kTilesQb;
+          f(ch * chunk + 8 * b, q, prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>);
+        }
+    }
+  });
+}
+
+// f(V{}) for the value dtypes the kernels and the prepacked layout hold (f32, bf16, i8); others are
+// an error naming op.
+template <class F> decltype(auto) with_value_type(DType vt, const char* op, const F& f) {
+  switch (vt) {
+    case DType::f32: return f(float{});
+    case DType::bf16: return f(bf16{});
+    case DType::i8: return f(int8_t{});
+    default: SINTER_THROW(DTypeError, "[", op, "] values must be f32, bf16 or i8, got ", vt);
+  }
+}
+
 
 // Row by row, plainly, accumulating in T: the f64 reference the gradient checks differentiate, and
 // f64 values met in the f32 entry point. value(i) is kept value i.

@@ -90,9 +90,9 @@ void unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values,
 
 #if defined(SINTER_TILES16)
 // The AVX-512 rows kernel (rows512.cpp) from values + meta at 2 <= M <= kRowsMaxM (int8 values
-// from M = 1). Intel Xeon (AVX-512), 2 threads, 4096 x 4096, 4096 x 11008 and 11008 x 4096, against
-// the kernels it replaces there (streaming to M = 4, 16-row tiles packed per call above): f32
-// M = 2-4 0.61-1.17x the time, 8 0.64-1.01x, 16 0.79-1.08x; bf16 and int8 values M = 2-4
+// from M = 1). Intel Xeon (AVX-512), 2 threads, 4096 x 4096, 4096 x 11008 and 11008 x 4096,
+// against the kernels that serve those sizes without it (streaming to M = 4, 16-row tiles packed
+// per call above): f32 M = 2-4 0.61-1.17x the time, 8 0.64-1.01x, 16 0.79-1.08x; bf16 and int8 values M = 2-4
 // 0.46-0.98x, 8 0.74-0.96x, 12-16 0.82-1.12x; M = 1 f32 0.89-1.17x, bf16 0.90-1.42x, int8
 // 0.68-0.81x. Against the prepacked tiles at M = 2-4: f32 values 0.54-0.76x the time on the two
 // 180 MB shapes (1.0-1.1x on 4096 x 4096, which stays in this CPU's L3), so f32 values take it even

@@ -38,7 +38,7 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
   const bool packed_only = a.b_or("packed_only", false);  // values and meta are empty placeholders
   const int64_t N = packed_only ? a.i("rows") : in[1].size(0), K = packed_only ? a.i("cols") : in[1].size(1) * 2;
   const int64_t M = in[0].numel() / std::max<int64_t>(K, 1);
-  Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true) && !packed_only, packed_only};
+  Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true), packed_only};
   Kernel k = choose(call);
   Tensor dense;
   if (k == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3])).defined()) {

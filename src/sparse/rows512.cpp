@@ -145,12 +145,9 @@ void rows_as(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 void run_rows512(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                  const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
-  switch (vt) {
-    case DType::f32: return rows_as(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-    case DType::bf16: return rows_as(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
-    case DType::i8: return rows_as(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-    default: SINTER_THROW(DTypeError, "[sparse24_linear] values must be f32, bf16 or i8, got ", vt);
-  }
+  with_value_type(vt, "sparse24_linear", [&](auto v) {
+    rows_as(x, M, K, static_cast<const decltype(v)*>(values), meta, scales, bias, act, y, N);
+  });
 }
 
 }  // namespace sinter::sparse

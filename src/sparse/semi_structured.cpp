@@ -349,12 +349,12 @@ bool prepack_helps(const SemiStructuredSparse& w, DType x, int64_t M) {
 
 std::string sparse_kernel_for(const SemiStructuredSparse& w, DType x, int64_t M) {
   SINTER_CHECK(w.defined() && w.values.dim() == 2, "[sparse_kernel_for] needs a 2:4 weight");
-  return sparse::kernel_name(sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), w.packed_current(), !w.packed_only(), w.packed_only()}));
+  return sparse::kernel_name(sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), w.packed_current(), true, w.packed_only()}));
 }
 
 bool sparse_runs_densely(const SemiStructuredSparse& w, DType x) {
   SINTER_CHECK(w.defined() && w.values.dim() == 2, "[sparse_runs_densely] needs a 2:4 weight");
-  return !w.packed_only() && sparse::choose({x, w.dtype(), 1, w.rows(), w.cols(), false, true}) == sparse::Kernel::dense;
+  return sparse::choose({x, w.dtype(), 1, w.rows(), w.cols(), false, true, w.packed_only()}) == sparse::Kernel::dense;
 }
 
 int64_t sparse_dense_copy_bytes() { return sparse::dense_copy_bytes(); }

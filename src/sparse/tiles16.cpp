@@ -27,6 +27,7 @@
 #include "ops/scalar_fns.h"
 #include "sinter/error.h"
 #include "sinter/tensor.h"
+#include "sparse/kernel_common.h"  // with_value_type
 
 // GCC 12's AVX-512 headers start some intrinsics (widenings, permutes) from an undefined vector
 // and then warn that it may be used uninitialized; the instructions read no such input.
@@ -243,17 +244,6 @@ void tile_rows(int rows, const uint8_t* wp, int64_t nb, const float* xt, float* 
   with_rows(std::min(rows, kTileRowsOf<W>), [&](auto R) { tile<R, W, Stream>(wp, nb, xt, c, ldc, cols, first); });
 }
 
-// f(V{}) for the value dtypes (f32, bf16, i8).
-template <class F> decltype(auto) with_value_type(DType vt, const F& f) {
-  switch (vt) {
-    case DType::f32: return f(float{});
-    case DType::bf16: return f(bf16{});
-    case DType::i8: return f(int8_t{});
-    default: SINTER_THROW(DTypeError, "[sparse24_linear] values must be f32, bf16 or i8, got ", vt);
-  }
-}
-
-
 #if defined(__AVX512BF16__)
 // bf16 x and bf16 values: vdpbf16ps on pairs. Per group of four columns, vpermw gives lane r the
 // pair (x[a], x[b]) of the two columns row r keeps, against the block's pair of values in lane r:
@@ -363,11 +353,11 @@ void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t*
 }  // namespace
 
 int64_t tiles16_bytes(DType vt, int64_t N, int64_t K) {
-  return with_value_type(vt, [&](auto v) { return (N + 15) / 16 * blocks_of(K) * kBytes<decltype(v)>; });
+  return with_value_type(vt, "prepack", [&](auto v) { return (N + 15) / 16 * blocks_of(K) * kBytes<decltype(v)>; });
 }
 
 void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-  with_value_type(vt, [&](auto v) {
+  with_value_type(vt, "prepack", [&](auto v) {
     using V = decltype(v);
     const int64_t NB = blocks_of(K), G = (N + 15) / 16;
     parallel_for(0, G, 4, [&](int64_t g0, int64_t g1) {
@@ -379,7 +369,7 @@ void tiles16_prepack(const void* values, DType vt, const uint8_t* meta, int64_t 
 }
 
 void tiles16_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
-  with_value_type(vt, [&](auto v) {
+  with_value_type(vt, "unpack", [&](auto v) {
     using V = decltype(v);
     const int64_t NB = blocks_of(K), G = (N + 15) / 16, K2 = K / 2, K8 = K / 8;
     V* out = static_cast<V*>(values);
@@ -410,7 +400,7 @@ void tiles16_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void*
 void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                     const float* scales, const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
-  with_value_type(vt, [&](auto v) {
+  with_value_type(vt, "sparse24_linear", [&](auto v) {
     using V = decltype(v);
     linear_as<float, V>(x, M, K, static_cast<const V*>(values), meta, prepacked, scales, bias, act, y, N);
   });

@@ -265,23 +265,15 @@ void prepacked_rows(const float* x, int64_t M, int64_t K, const uint8_t* packed,
 }
 
 template <class V> void prepack_as(const V* values, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-  const int64_t Q = (K + 31) / 32, K2 = K / 2, K8 = K / 8, chunk = 8 * kTilesRowGroups;
-  parallel_for(0, (N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t ch = c0; ch < c1; ++ch) {
-      const int64_t groups = std::min(kTilesRowGroups, (N - ch * chunk + 7) / 8);
-      for (int64_t b = 0; b < groups; ++b)
-        for (int64_t q = 0; q < Q; ++q) {
-          const int64_t q0 = q / kTilesQb * kTilesQb;
-          uint8_t* blk = out + prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>;
-          std::memset(blk, 0, size_t(kBlockBytes<V>));  // rows past N, columns past K: zero values, meta 0
-          V* vals = reinterpret_cast<V*>(blk + 32);
-          for (int64_t r = 0; r < 8; ++r) {
-            const int64_t n = ch * chunk + 8 * b + r;
-            if (n >= N) break;
-            std::memcpy(blk + 4 * r, meta + n * K8 + 4 * q, size_t(std::min<int64_t>(4, K8 - 4 * q)));
-            for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) vals[8 * j + r] = values[n * K2 + 16 * q + j];
-          }
-        }
+  const int64_t K2 = K / 2, K8 = K / 8;
+  each_block8<V>(N, K, [&](int64_t n0, int64_t q, int64_t at) {
+    uint8_t* blk = out + at;
+    std::memset(blk, 0, size_t(kBlockBytes<V>));  // rows past N, columns past K: zero values, meta 0
+    V* vals = reinterpret_cast<V*>(blk + 32);
+    for (int64_t r = 0; r < 8 && n0 + r < N; ++r) {
+      const int64_t n = n0 + r;
+      std::memcpy(blk + 4 * r, meta + n * K8 + 4 * q, size_t(std::min<int64_t>(4, K8 - 4 * q)));
+      for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) vals[8 * j + r] = values[n * K2 + 16 * q + j];
     }
   });
 }
@@ -289,44 +281,26 @@ template <class V> void prepack_as(const V* values, const uint8_t* meta, int64_t
 
 }  // namespace
 
-// f(V{}) for the value dtypes the prepacked layout holds (f32, bf16, i8); others are an error naming op.
-template <class F> static decltype(auto) with_packed_type(DType vt, const char* op, const F& f) {
-  switch (vt) {
-    case DType::f32: return f(float{});
-    case DType::bf16: return f(bf16{});
-    case DType::i8: return f(int8_t{});
-    default: SINTER_THROW(DTypeError, "[", op, "] values must be f32, bf16 or i8, got ", vt);
-  }
-}
-
 int64_t tiles8_bytes(DType vt, int64_t N, int64_t K) {
-  return with_packed_type(vt, "prepack", [&](auto v) { return (N + 7) / 8 * ((K + 31) / 32) * kBlockBytes<decltype(v)>; });
+  return with_value_type(vt, "prepack", [&](auto v) { return (N + 7) / 8 * ((K + 31) / 32) * kBlockBytes<decltype(v)>; });
 }
 
 void tiles8_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-  with_packed_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
+  with_value_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
 }
 
 void tiles8_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
-  with_packed_type(vt, "unpack", [&](auto v) {
+  with_value_type(vt, "unpack", [&](auto v) {
     using V = decltype(v);
-    const int64_t Q = (K + 31) / 32, K2 = K / 2, K8 = K / 8, chunk = 8 * kTilesRowGroups;
+    const int64_t K2 = K / 2, K8 = K / 8;
     V* out = static_cast<V*>(values);
-    parallel_for(0, (N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        const int64_t groups = std::min(kTilesRowGroups, (N - ch * chunk + 7) / 8);
-        for (int64_t b = 0; b < groups; ++b)
-          for (int64_t q = 0; q < Q; ++q) {
-            const int64_t q0 = q / kTilesQb * kTilesQb;
-            const uint8_t* blk = packed + prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>;
-            const V* vals = reinterpret_cast<const V*>(blk + 32);
-            for (int64_t r = 0; r < 8; ++r) {  // a row's meta bytes as they are, its kept values interleaved
-              const int64_t n = ch * chunk + 8 * b + r;
-              if (n >= N) break;
-              std::memcpy(meta + n * K8 + 4 * q, blk + 4 * r, size_t(std::min<int64_t>(4, K8 - 4 * q)));
-              for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) out[n * K2 + 16 * q + j] = vals[8 * j + r];
-            }
-          }
+    each_block8<V>(N, K, [&](int64_t n0, int64_t q, int64_t at) {
+      const uint8_t* blk = packed + at;
+      const V* vals = reinterpret_cast<const V*>(blk + 32);
+      for (int64_t r = 0; r < 8 && n0 + r < N; ++r) {  // a row's meta bytes as they are, its kept values interleaved
+        const int64_t n = n0 + r;
+        std::memcpy(meta + n * K8 + 4 * q, blk + 4 * r, size_t(std::min<int64_t>(4, K8 - 4 * q)));
+        for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) out[n * K2 + 16 * q + j] = vals[8 * j + r];
       }
     });
   });
@@ -335,7 +309,7 @@ void tiles8_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* 
 void run_tiles8(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
                 const float* scales, const float* bias, Act act, float* y, int64_t N) {
   if (M == 0 || N == 0) return;
-  with_packed_type(vt, "sparse24_linear", [&](auto v) {
+  with_value_type(vt, "sparse24_linear", [&](auto v) {
     using V = decltype(v);
 #if defined(__AVX2__)
     interleaved<V>(x, M, K, static_cast<const V*>(values), meta, prepacked, scales, bias, act, y, N);
