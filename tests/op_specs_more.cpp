@@ -177,6 +177,8 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              {{rn({2, 3, 4}), rn({4})}, {}},     {{rn({3, 0}), rn({0, 2})}, {}},
                              {{rn({0, 3}), rn({3, 2})}, {}},     {{rn({5, 4}).t(), rn({6, 5}).t()}, {}},
                              {{rn({2, 6, 3}), rn({3, 4})}, {}},  {{ints({2, 3}, -3, 4), ints({3, 2}, -3, 4)}, {}},
+                             // shared weights: transposed b folded into one GEMM; a batch that cannot fold
+                             {{rn({2, 6, 3}), rn({4, 3}).t()}, {}}, {{rn({2, 3, 6}).transpose(1, 2), rn({3, 4})}, {}},
                              {{rn({65, 70}), rn({70, 33})}, {}}, {{rn({3, 4}, DType::f64), rn({4, 2}, DType::f64)}, {}}};
   };
   mm.ref = [](const std::vector<R>& in, const Attrs&) {

@@ -37,15 +37,16 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   const Tensor &a = in[0], &b = in[1];
   const detail::MatmulPlan p = detail::plan_matmul({a.shape(), a.dtype(), {}}, {b.shape(), b.dtype(), {}});
   const int64_t B = p.batch.numel();
-  Tensor a3 = as_batched(a, p.batch, p.n, p.k, true), b3 = as_batched(b, p.batch, p.k, p.m, false);
+  Tensor a3 = as_batched(a, p.batch, p.n, p.k, true);
   if (B > 1 && b.dim() <= 2 && a3.stride(0) == p.n * a3.stride(1) && a3.stride(2) == 1) {
-    // Shared weights: fold the batch into the rows, one large GEMM instead of B small ones.
+    // Shared weights: fold the batch into the rows, one large GEMM instead of B small ones (and
+    // no copy of b per batch entry).
     a3 = raw_view(a3, {1, B * p.n, p.k}, {B * p.n * p.k, a3.stride(1), 1}, a3.offset());
-    b3 = raw_view(b3, {1, p.k, p.m}, {0, b3.stride(1), b3.stride(2)}, b3.offset());
+    const Tensor b3 = as_batched(b, {}, p.k, p.m, false);
     gemm(a3, b3, raw_view(out[0], {1, B * p.n, p.m}, {B * p.n * p.m, p.m, 1}, out[0].offset()));
     return;
   }
-  gemm(a3, b3, raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
+  gemm(a3, as_batched(b, p.batch, p.k, p.m, false), raw_view(out[0], {B, p.n, p.m}, {p.n * p.m, p.m, 1}, out[0].offset()));
 }
 
 // y = x w^T (+ bias) through the GEMM, w^T as a view; `ep` runs on the GEMM's output.
