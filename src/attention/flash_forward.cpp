@@ -277,21 +277,32 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
             const float* mr = mask_of[size_t(r)] + j0 * g.ms[3];
             for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] += mr[c * g.ms[3]];
           }
-        // Online softmax, a register of rows at a time: new max, P = exp(S - max), rescale.
+        // Online softmax, a register of rows at a time: new max, P = exp(S - max), rescale. The
+        // max runs as four independent chains (one chain waits out vmaxps's latency per key); the
+        // scratch through plain pointers, as the thread_local behind them is otherwise looked up
+        // again per block.
+        float *const st = sT.data(), *const mp = m.data(), *const lp = l.data(), *const ap = alpha.data();
         for (int64_t rb = 0; rb < rows; rb += kV) {  // lanes past `rows` hold finite padding
-          fvec mx = vload(m.data() + rb);
-          for (int64_t c = 0; c < cols; ++c) mx = vmax(mx, vload(sT.data() + c * ld + rb));
+          fvec mx = vload(mp + rb), mx1 = mx, mx2 = mx, mx3 = mx;
+          int64_t c = 0;
+          for (; c + 4 <= cols; c += 4) {
+            const float* sc4 = st + c * ld + rb;
+            mx = vmax(mx, vload(sc4)), mx1 = vmax(mx1, vload(sc4 + ld));
+            mx2 = vmax(mx2, vload(sc4 + 2 * ld)), mx3 = vmax(mx3, vload(sc4 + 3 * ld));
+          }
+          for (; c < cols; ++c) mx = vmax(mx, vload(st + c * ld + rb));
+          mx = vmax(vmax(mx, mx1), vmax(mx2, mx3));
           const fvec m_use = mx == ninf ? fvec{} : mx;  // nothing visible yet: p = 0, alpha = 0
-          const fvec a = vexp_nonpos(vload(m.data() + rb) - m_use);
+          const fvec a = vexp_nonpos(vload(mp + rb) - m_use);
           fvec sum = {};
-          for (int64_t c = 0; c < cols; ++c) {
-            const fvec p = vexp_nonpos(vload(sT.data() + c * ld + rb) - m_use);
-            vstore(sT.data() + c * ld + rb, p);
+          for (c = 0; c < cols; ++c) {
+            const fvec p = vexp_nonpos(vload(st + c * ld + rb) - m_use);
+            vstore(st + c * ld + rb, p);
             sum += p;
           }
-          vstore(l.data() + rb, vload(l.data() + rb) * a + sum);
-          vstore(m.data() + rb, mx);
-          vstore(alpha.data() + rb, a);
+          vstore(lp + rb, vload(lp + rb) * a + sum);
+          vstore(mp + rb, mx);
+          vstore(ap + rb, a);
         }
         for (int64_t r = 0; r < rows; ++r) {
           if (alpha[size_t(r)] != 1.0f) {

@@ -78,6 +78,22 @@ SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v
   for (int r = 0; r < MR; ++r) vstore(ar[r] + d0, a[r][0]), vstore(ar[r] + d0 + kV, a[r][1]);
 }
 
+// The same with p transposed (p(r, c) at p[c * p_cs + r]): one pointer walks the columns, where
+// six row pointers each stepping p_cs cost an add apiece per column (the loop is issue-bound).
+template <int MR>
+SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0, int64_t Dv) {
+  fvec a[MR][2];
+  for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
+  for (int64_t c = 0; c < cols; ++c, p += p_cs, v += Dv) {
+    const fvec v0 = vload(v + d0), v1 = vload(v + d0 + kV);
+    for (int r = 0; r < MR; ++r) {
+      a[r][0] += v0 * p[r];
+      a[r][1] += v1 * p[r];
+    }
+  }
+  for (int r = 0; r < MR; ++r) vstore(ar[r] + d0, a[r][0]), vstore(ar[r] + d0 + kV, a[r][1]);
+}
+
 // acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
 // tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
 // row r of acc at acc + r * acc_rs. With row_cols, p(r, c) = 0 for c >= row_cols[r] (a causal
@@ -95,7 +111,10 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
       for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
     }
     for (int64_t d0 = 0; d0 < Dv; d0 += kNr)
-      with_rows<kMr>(rows - r0, [&](auto mr) { pv_block<decltype(mr)::value>(pr, p_cs, v, ar, n, d0, Dv); });
+      with_rows<kMr>(rows - r0, [&](auto mr) {
+        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0, p_cs, v, ar, n, d0, Dv);
+        else pv_block<decltype(mr)::value>(pr, p_cs, v, ar, n, d0, Dv);
+      });
   }
 }
 
