@@ -25,14 +25,24 @@ void check_attention_mask(const Shape& m, const Shape& full, const char* op);
 
 constexpr int64_t kBr = 32, kBc = 64;  // query rows x key columns per tile (generic kernels)
 
+// Element strides of the batch, head and row (position) dims of a (B, H, L, D) operand whose
+// last dim is contiguous.
+struct RowLayout {
+  int64_t b = 0, h = 0, r = 0;
+  template <class T> T* at(T* base, int64_t bi, int64_t hi, int64_t i) const { return base + bi * b + hi * h + i * r; }
+};
+inline RowLayout contiguous_rows(int64_t H, int64_t L, int64_t D) { return {H * L * D, L * D, D}; }
+
 struct Geometry {
   int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
   double scale;
   bool causal;
   int64_t window = 0;  // sliding window (causal only): row i sees keys (i + offset - window, i + offset]
-  // Elements between consecutive heads of k and v: Lkv * D when contiguous, more for a view of
-  // the first Lkv positions of a KV cache (read in place, not copied).
-  int64_t k_hs = 0, v_hs = 0;
+  // Where each (B, H, L, D) operand's rows lie (geometry() sets contiguous layouts): q, k, v, o
+  // and, in the backward, dO, dQ, dK, dV. The kernels read and write any layout whose last dim is
+  // contiguous: a transposed view of a (B, L, H, D) projection or the first Lkv positions of a KV
+  // cache is used where it lies, not copied (lse and its gradient stay contiguous).
+  RowLayout lq, lk, lv, lo, ldo, ldq, ldk, ldv;
   bool has_mask = false;
   int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides, broadcast to (B, Hq, Lq, Lkv)
   double dropout = 0;

@@ -28,39 +28,46 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
         delta(static_cast<size_t>(group * g.Lq)), z(static_cast<size_t>(kFBc));
     for (int64_t job; (job = next()) >= 0;) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
-      const float* K = k + (b * g.Hkv + hk) * g.Lkv * D;
-      const float* V = v + (b * g.Hkv + hk) * g.Lkv * Dv;
-      float* dK = dk + (b * g.Hkv + hk) * g.Lkv * D;
-      float* dV = dv + (b * g.Hkv + hk) * g.Lkv * Dv;
-      std::fill(dK, dK + g.Lkv * D, 0.0f);
-      std::fill(dV, dV + g.Lkv * Dv, 0.0f);
+      // Every operand's rows where they lie (g's layouts); lse and dlse contiguous.
+      const int64_t k_rs = g.lk.r, v_rs = g.lv.r, dk_rs = g.ldk.r, dv_rs = g.ldv.r, q_rs = g.lq.r, do_rs = g.ldo.r, dq_rs = g.ldq.r;
+      const float* K = g.lk.at(k, b, hk, 0);
+      const float* V = g.lv.at(v, b, hk, 0);
+      float* dK = g.ldk.at(dk, b, hk, 0);
+      float* dV = g.ldv.at(dv, b, hk, 0);
+      for (int64_t j = 0; j < g.Lkv; ++j) {
+        std::fill(dK + j * dk_rs, dK + j * dk_rs + D, 0.0f);
+        std::fill(dV + j * dv_rs, dV + j * dv_rs + Dv, 0.0f);
+      }
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         // delta_i = rowsum(dO_i * O_i) - dLSE_i (dLSE_i / dS_ij = P_ij)
         const int64_t base = (b * g.Hq + h) * g.Lq;
-        const float *O = o + base * Dv, *dO = dout + base * Dv;
-        for (int64_t i = 0; i < g.Lq; ++i)
+        for (int64_t i = 0; i < g.Lq; ++i) {
+          const float *O = g.lo.at(o, b, h, i), *dO = g.ldo.at(dout, b, h, i);
           delta[size_t((h - hk * group) * g.Lq + i)] =
-              cpu::simd::lane_sum<float>(Dv, [&](int64_t d) { return dO[i * Dv + d] * O[i * Dv + d]; }) - dlse[base + i];
-        std::fill(dq + base * D, dq + (base + g.Lq) * D, 0.0f);
+              cpu::simd::lane_sum<float>(Dv, [&](int64_t d) { return dO[d] * O[d]; }) - dlse[base + i];
+          float* dQ = g.ldq.at(dq, b, h, i);
+          std::fill(dQ, dQ + D, 0.0f);
+        }
       }
       for (int64_t j0 = 0; j0 < g.Lkv; j0 += kFBc) {
         const int64_t cols = std::min(kFBc, g.Lkv - j0), cols_r = (cols + kNr - 1) / kNr * kNr;
-        transpose_tile(K + j0 * D, D, kt.data(), cols, D);  // kt(D, kFBc) = K_j^T
-        transpose_tile(V + j0 * Dv, Dv, vt.data(), cols, Dv);
+        transpose_tile(K + j0 * k_rs, k_rs, kt.data(), cols, D);  // kt(D, kFBc) = K_j^T
+        transpose_tile(V + j0 * v_rs, v_rs, vt.data(), cols, Dv);
         // Query rows that see any key of this tile: i + offset >= j0 (causal), and with a window
         // i + offset + 1 - window < j0 + cols.
         const int64_t i_first = g.causal ? std::max<int64_t>(0, j0 - g.offset()) : 0;
         const int64_t i_end = g.window > 0 ? std::clamp<int64_t>(j0 + cols + g.window - 1 - g.offset(), 0, g.Lq) : g.Lq;
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
           const int64_t base = (b * g.Hq + h) * g.Lq;
-          const float *Q = q + base * D, *dO = dout + base * Dv, *LSE = lse + base;
+          const float *Q = g.lq.at(q, b, h, 0), *dO = g.ldo.at(dout, b, h, 0), *LSE = lse + base;
           const float* dl_h = delta.data() + (h - hk * group) * g.Lq;
-          float* dQ = dq + base * D;
+          float* dQ = g.ldq.at(dq, b, h, 0);
           for (int64_t i0 = i_first / kFBr * kFBr; i0 < i_end; i0 += kFBr) {
             const int64_t rows = std::min(kFBr, g.Lq - i0);
-            for (int64_t x = 0; x < rows * D; ++x) qs[size_t(x)] = Q[i0 * D + x] * scale;
-            scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D);            // S
-            scores_tile(dO + i0 * Dv, vt.data(), dp.data(), rows, cols_r, Dv);      // dP = dO V^T
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t d = 0; d < D; ++d) qs[size_t(r * D + d)] = Q[(i0 + r) * q_rs + d] * scale;
+            scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D);                  // S
+            scores_tile(dO + i0 * do_rs, vt.data(), dp.data(), rows, cols_r, Dv, do_rs);  // dP = dO V^T
             for (int64_t r = 0; r < rows; ++r) {
               float *pr = p.data() + r * kFBc, *dpr = dp.data() + r * kFBc;
               const float l = LSE[i0 + r], dl = dl_h[i0 + r];
@@ -95,9 +102,9 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
               for (int64_t c = lim; c < kFBc; ++c) pr[c] = dpr[c] = 0.0f;
             }
             // dV_j += P^T dO_i and dK_j += dS^T Q_i: the same kernel reading P and dS transposed.
-            pv_tile(p.data(), dO + i0 * Dv, dV + j0 * Dv, cols, rows, Dv, 1, kFBc);
-            pv_tile(dp.data(), Q + i0 * D, dK + j0 * D, cols, rows, D, 1, kFBc);
-            pv_tile(dp.data(), K + j0 * D, dQ + i0 * D, rows, cols, D);  // dQ_i += dS K_j
+            pv_tile(p.data(), dO + i0 * do_rs, dV + j0 * dv_rs, cols, rows, Dv, 1, kFBc, dv_rs, nullptr, do_rs);
+            pv_tile(dp.data(), Q + i0 * q_rs, dK + j0 * dk_rs, cols, rows, D, 1, kFBc, dk_rs, nullptr, q_rs);
+            pv_tile(dp.data(), K + j0 * k_rs, dQ + i0 * dq_rs, rows, cols, D, kFBc, 1, dq_rs, nullptr, k_rs);  // dQ_i += dS K_j
           }
         }
       }
@@ -115,32 +122,36 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
         z(static_cast<size_t>(kBc), T(1));
     for (int64_t job; (job = next()) >= 0;) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
-      const T* K = k + (b * g.Hkv + hk) * g.Lkv * g.D;
-      const T* V = v + (b * g.Hkv + hk) * g.Lkv * g.Dv;
-      T* dK = dk + (b * g.Hkv + hk) * g.Lkv * g.D;
-      T* dV = dv + (b * g.Hkv + hk) * g.Lkv * g.Dv;
-      std::fill(dK, dK + g.Lkv * g.D, T(0));
-      std::fill(dV, dV + g.Lkv * g.Dv, T(0));
+      const int64_t k_rs = g.lk.r, v_rs = g.lv.r, dk_rs = g.ldk.r, dv_rs = g.ldv.r;
+      const T* K = g.lk.at(k, b, hk, 0);
+      const T* V = g.lv.at(v, b, hk, 0);
+      T* dK = g.ldk.at(dk, b, hk, 0);
+      T* dV = g.ldv.at(dv, b, hk, 0);
+      for (int64_t j = 0; j < g.Lkv; ++j) {
+        std::fill(dK + j * dk_rs, dK + j * dk_rs + g.D, T(0));
+        std::fill(dV + j * dv_rs, dV + j * dv_rs + g.Dv, T(0));
+      }
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         const int64_t base = (b * g.Hq + h) * g.Lq;
-        const T *Q = q + base * g.D, *O = o + base * g.Dv, *dO = dout + base * g.Dv, *LSE = lse + base;
-        T* dQ = dq + base * g.D;
-        std::fill(dQ, dQ + g.Lq * g.D, T(0));
+        const T *Q = g.lq.at(q, b, h, 0), *O = g.lo.at(o, b, h, 0), *dO = g.ldo.at(dout, b, h, 0), *LSE = lse + base;
+        const int64_t q_rs = g.lq.r, o_rs = g.lo.r, do_rs = g.ldo.r, dq_rs = g.ldq.r;
+        T* dQ = g.ldq.at(dq, b, h, 0);
         for (int64_t i = 0; i < g.Lq; ++i) {  // delta_i = rowsum(dO_i * O_i) - dLSE_i (dLSE_i / dS_ij = P_ij)
+          std::fill(dQ + i * dq_rs, dQ + i * dq_rs + g.D, T(0));
           T s = 0;
-          for (int64_t d = 0; d < g.Dv; ++d) s += dO[i * g.Dv + d] * O[i * g.Dv + d];
+          for (int64_t d = 0; d < g.Dv; ++d) s += dO[i * do_rs + d] * O[i * o_rs + d];
           delta[size_t(i)] = s - dlse[base + i];
         }
         for (int64_t i = 0; i < g.Lq; ++i) {
           if (std::isinf(LSE[i]) || std::isnan(LSE[i])) continue;  // a row that saw no key
           const int64_t kend = key_limit(g, i), kfirst = key_first(g, i);
-          const T *qi = Q + i * g.D, *doi = dO + i * g.Dv, *mr = mask_row(g, mask, b, h, i);
-          T* dqi = dQ + i * g.D;
+          const T *qi = Q + i * q_rs, *doi = dO + i * do_rs, *mr = mask_row(g, mask, b, h, i);
+          T* dqi = dQ + i * dq_rs;
           for (int64_t j0 = kfirst; j0 < kend; j0 += kBc) {
             const int64_t cols = std::min(kBc, kend - j0);
             if (g.dropout > 0) dropout_multipliers(g, element_index(g, b, h, i, j0), cols, z.data());
             for (int64_t c = 0; c < cols; ++c) {  // recompute P and dP for this row and key tile
-              const T *kc = K + (j0 + c) * g.D, *vc = V + (j0 + c) * g.Dv;
+              const T *kc = K + (j0 + c) * k_rs, *vc = V + (j0 + c) * v_rs;
               T dot = 0, dpv = 0;
 #pragma omp simd reduction(+ : dot)
               for (int64_t d = 0; d < g.D; ++d) dot += qi[d] * kc[d];
@@ -152,8 +163,8 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
             }
             for (int64_t c = 0; c < cols; ++c) {
               const T pc = p[size_t(c)], dsc = ds[size_t(c)];
-              const T *kc = K + (j0 + c) * g.D;
-              T *dkc = dK + (j0 + c) * g.D, *dvc = dV + (j0 + c) * g.Dv;
+              const T *kc = K + (j0 + c) * k_rs;
+              T *dkc = dK + (j0 + c) * dk_rs, *dvc = dV + (j0 + c) * dv_rs;
 #pragma omp simd
               for (int64_t d = 0; d < g.Dv; ++d) dvc[d] += pc * doi[d];
 #pragma omp simd

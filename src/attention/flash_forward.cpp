@@ -18,14 +18,14 @@ SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
 }
 
 template <int ROWS, int KC>
-SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld) {
-  for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * D, D);
+SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld, int64_t k_rs) {
+  for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * k_rs, D);
   fvec acc[ROWS][KC];
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < KC; ++j) acc[r][j] = fvec{};
   for (int64_t d = 0; d < D; d += kV) {
     fvec kv[KC];
-    for (int j = 0; j < KC; ++j) kv[j] = vload(K + (c + j) * D + d);
+    for (int j = 0; j < KC; ++j) kv[j] = vload(K + (c + j) * k_rs + d);
     for (int r = 0; r < ROWS; ++r) {
       const fvec qv = vload(q + r * D + d);
       for (int j = 0; j < KC; ++j) acc[r][j] += qv * kv[j];
@@ -52,48 +52,51 @@ SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, i
       sT[(c + j) * ld + r] = t;
     }
 }
-template <int ROWS> void scores_few(const float* q, const float* K, float* sT, int64_t cols, int64_t D, int64_t ld) {
+template <int ROWS>
+void scores_few(const float* q, const float* K, float* sT, int64_t cols, int64_t D, int64_t ld, int64_t k_rs) {
   constexpr int KC = ROWS == 1 ? 8 : ROWS == 2 ? 4 : 2;
   int64_t c = 0;
-  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, sT, c, D, ld);
-  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, sT, c, D, ld);
+  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, sT, c, D, ld, k_rs);
+  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, sT, c, D, ld, k_rs);
 }
-void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, int64_t cols, int64_t D, int64_t ld) {
+// Row c of K at K + c * k_rs.
+void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, int64_t cols, int64_t D, int64_t ld, int64_t k_rs) {
   switch (rows) {
-    case 1: return scores_few<1>(q, K, sT, cols, D, ld);
-    case 2: return scores_few<2>(q, K, sT, cols, D, ld);
-    case 3: return scores_few<3>(q, K, sT, cols, D, ld);
-    default: return scores_few<4>(q, K, sT, cols, D, ld);
+    case 1: return scores_few<1>(q, K, sT, cols, D, ld, k_rs);
+    case 2: return scores_few<2>(q, K, sT, cols, D, ld, k_rs);
+    case 3: return scores_few<3>(q, K, sT, cols, D, ld, k_rs);
+    default: return scores_few<4>(q, K, sT, cols, D, ld, k_rs);
   }
 }
 
 // acc(rows, Dv) += sum over c of p(r, c) V(c, :) for a few rows (decode): V streamed row by row
-// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r].
-template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv) {
+// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r],
+// row c of V at V + c * v_rs.
+template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv, int64_t v_rs) {
   int64_t c = 0;
   for (; c + 4 <= cols; c += 4) {
     float p[4][ROWS];
     for (int j = 0; j < 4; ++j)
       for (int r = 0; r < ROWS; ++r) p[j][r] = pT[(c + j) * ld + r];
-    const float* v = V + c * Dv;
-    for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * Dv, Dv);
+    const float* v = V + c * v_rs;
+    for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * v_rs, Dv);
     for (int64_t d = 0; d < Dv; d += kV) {
-      const fvec v0 = vload(v + d), v1 = vload(v + Dv + d), v2 = vload(v + 2 * Dv + d), v3 = vload(v + 3 * Dv + d);
+      const fvec v0 = vload(v + d), v1 = vload(v + v_rs + d), v2 = vload(v + 2 * v_rs + d), v3 = vload(v + 3 * v_rs + d);
       for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
     }
   }
   for (; c < cols; ++c)
     for (int64_t d = 0; d < Dv; d += kV) {
-      const fvec v0 = vload(V + c * Dv + d);
+      const fvec v0 = vload(V + c * v_rs + d);
       for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * pT[c * ld + r]);
     }
 }
-void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv) {
+void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t v_rs) {
   switch (rows) {
-    case 1: return pv_few<1>(pT, ld, V, acc, cols, Dv);
-    case 2: return pv_few<2>(pT, ld, V, acc, cols, Dv);
-    case 3: return pv_few<3>(pT, ld, V, acc, cols, Dv);
-    default: return pv_few<4>(pT, ld, V, acc, cols, Dv);
+    case 1: return pv_few<1>(pT, ld, V, acc, cols, Dv, v_rs);
+    case 2: return pv_few<2>(pT, ld, V, acc, cols, Dv, v_rs);
+    case 3: return pv_few<3>(pT, ld, V, acc, cols, Dv, v_rs);
+    default: return pv_few<4>(pT, ld, V, acc, cols, Dv, v_rs);
   }
 }
 
@@ -108,9 +111,9 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const 
     for (int64_t job; (job = next()) >= 0;) {
       const int64_t qt = q_tiles - 1 - job % q_tiles, bh = job / q_tiles, b = bh / g.Hq, h = bh % g.Hq, hk = h / group;  // late (costly) tiles first
       const int64_t i0 = qt * kBr, rows = std::min(kBr, g.Lq - i0);
-      const T* Q = q + ((b * g.Hq + h) * g.Lq + i0) * g.D;
-      const T* K = k + (b * g.Hkv + hk) * g.k_hs;
-      const T* V = v + (b * g.Hkv + hk) * g.v_hs;
+      const T* Q = g.lq.at(q, b, h, i0);
+      const T* K = g.lk.at(k, b, hk, 0);
+      const T* V = g.lv.at(v, b, hk, 0);
       std::fill(acc.begin(), acc.end(), T(0));
       std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
       std::fill(l.begin(), l.end(), T(0));
@@ -119,10 +122,10 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const 
         const int64_t cols = std::min(kBc, kend - j0);
         // K tile transposed to (D, cols): scores then vectorize across keys instead of reducing over D.
         for (int64_t c = 0; c < cols; ++c)
-          for (int64_t d = 0; d < g.D; ++d) kt[size_t(d * kBc + c)] = K[(j0 + c) * g.D + d];
+          for (int64_t d = 0; d < g.D; ++d) kt[size_t(d * kBc + c)] = K[(j0 + c) * g.lk.r + d];
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t lim = key_limit(g, i0 + r) - j0, first = key_first(g, i0 + r) - j0;
-          const T* qr = Q + r * g.D;
+          const T* qr = Q + r * g.lq.r;
           T* sr = s.data() + r * kBc;
           std::fill(sr, sr + cols, T(0));
           for (int64_t d = 0; d < g.D; ++d) {
@@ -159,14 +162,14 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const 
           for (int64_t c = 0; c < cols; ++c) {
             const T p = sr[c];
             if (p == T(0)) continue;
-            const T* vc = V + (j0 + c) * g.Dv;
+            const T* vc = V + (j0 + c) * g.lv.r;
 #pragma omp simd
             for (int64_t d = 0; d < g.Dv; ++d) ar[d] += p * vc[d];
           }
         }
       }
       for (int64_t r = 0; r < rows; ++r) {
-        T* orow = o + ((b * g.Hq + h) * g.Lq + i0 + r) * g.Dv;
+        T* orow = g.lo.at(o, b, h, i0 + r);
         const T inv = l[size_t(r)] > 0 ? T(1) / l[size_t(r)] : T(0);  // no visible key: 0, lse -inf
         for (int64_t d = 0; d < g.Dv; ++d) orow[d] = acc[size_t(r * g.Dv + d)] * inv;
         lse[(b * g.Hq + h) * g.Lq + i0 + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -std::numeric_limits<T>::infinity();
@@ -222,16 +225,23 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       // cheap ones come last and even the threads out.
       const int64_t t = tiles - 1 - job % tiles, bk = job / tiles, b = bk / g.Hkv, hk = bk % g.Hkv;
       const int64_t r0 = t * kFBr, rows = std::min(kFBr, R - r0), rows_r = (rows + kNr - 1) / kNr * kNr;
-      const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // rows are contiguous in q, o and lse
-      const float* Q = q + row_base * D;
-      const float* K = k + (b * g.Hkv + hk) * g.k_hs;
-      const float* V = v + (b * g.Hkv + hk) * g.v_hs;
+      const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // the job's rows are contiguous in lse
+      // Row r of the job: query head hk * group + (r0 + r) / Lq, position (r0 + r) % Lq.
+      auto q_row = [&](int64_t r) { return g.lq.at(q, b, hk * group + (r0 + r) / g.Lq, (r0 + r) % g.Lq); };
+      const float* K = g.lk.at(k, b, hk, 0);
+      const float* V = g.lv.at(v, b, hk, 0);
+      const int64_t k_rs = g.lk.r, v_rs = g.lv.r;
       const bool few = rows <= 4;
       if (few) {
-        for (int64_t i = 0; i < rows * D; ++i) qs[size_t(i)] = Q[i] * scale;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* Qr = q_row(r);
+          for (int64_t d = 0; d < D; ++d) qs[size_t(r * D + d)] = Qr[d] * scale;
+        }
       } else {  // qt(D, kFBr) = scale Q^T, zero past the last row
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t d = 0; d < D; ++d) qt[size_t(d * kFBr + r)] = Q[r * D + d] * scale;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* Qr = q_row(r);
+          for (int64_t d = 0; d < D; ++d) qt[size_t(d * kFBr + r)] = Qr[d] * scale;
+        }
         for (int64_t d = 0; d < D; ++d)
           for (int64_t r = rows; r < rows_r; ++r) qt[size_t(d * kFBr + r)] = 0.0f;
       }
@@ -262,8 +272,8 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         }
         if (few && rows < kV)  // the softmax below reads whole registers of rows: padding lanes finite
           for (int64_t c = 0; c < cols; ++c) vstore(sT.data() + c * ld, fvec{});  // ld == kV; the rows are written next
-        if (few) scores_few_rows(qs.data(), K + j0 * D, sT.data(), rows, cols, D, ld);
-        else scores_tile(K + j0 * D, qt.data(), sT.data(), cols, rows_r, D, D, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
+        if (few) scores_few_rows(qs.data(), K + j0 * k_rs, sT.data(), rows, cols, D, ld, k_rs);
+        else scores_tile(K + j0 * k_rs, qt.data(), sT.data(), cols, rows_r, D, k_rs, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
         // Keys outside a row's [first, lim) are -inf; then the explicit mask.
         if (!(j0 + cols <= min_lim && j0 >= max_first))
           for (int64_t r = 0; r < rows; ++r) {
@@ -315,11 +325,11 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
             for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] *= z[size_t(c)];
           }
         }
-        if (few) pv_few_rows(sT.data(), ld, V + j0 * Dv, acc.data(), rows, cols, Dv);
-        else pv_tile(sT.data(), V + j0 * Dv, acc.data(), rows, cols, Dv, 1, ld, -1, cut ? row_keys.data() : nullptr);  // acc += P V, P from P^T
+        if (few) pv_few_rows(sT.data(), ld, V + j0 * v_rs, acc.data(), rows, cols, Dv, v_rs);
+        else pv_tile(sT.data(), V + j0 * v_rs, acc.data(), rows, cols, Dv, 1, ld, -1, cut ? row_keys.data() : nullptr, v_rs);  // acc += P V, P from P^T
       }
       for (int64_t r = 0; r < rows; ++r) {
-        float* orow = o + (row_base + r) * Dv;
+        float* orow = g.lo.at(o, b, hk * group + (r0 + r) / g.Lq, (r0 + r) % g.Lq);
         const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;  // no visible key: 0, lse -inf
         for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
         lse[row_base + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : ninf;

@@ -64,11 +64,11 @@ void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_
 // One block of MR rows: acc rows [.., d0, d0 + kNr) += sum over c of p(r, c) v(c, ..).
 template <int MR>
 SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
-                            int64_t Dv) {
+                            int64_t v_rs) {
   fvec a[MR][2];
   for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
   for (int64_t c = 0; c < cols; ++c) {
-    const fvec v0 = vload(v + c * Dv + d0), v1 = vload(v + c * Dv + d0 + kV);
+    const fvec v0 = vload(v + c * v_rs + d0), v1 = vload(v + c * v_rs + d0 + kV);
     for (int r = 0; r < MR; ++r) {
       const float pv = pr[r][c * p_cs];
       a[r][0] += v0 * pv;
@@ -81,10 +81,11 @@ SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v
 // The same with p transposed (p(r, c) at p[c * p_cs + r]): one pointer walks the columns, where
 // six row pointers each stepping p_cs cost an add apiece per column (the loop is issue-bound).
 template <int MR>
-SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0, int64_t Dv) {
+SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
+                              int64_t v_rs) {
   fvec a[MR][2];
   for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
-  for (int64_t c = 0; c < cols; ++c, p += p_cs, v += Dv) {
+  for (int64_t c = 0; c < cols; ++c, p += p_cs, v += v_rs) {
     const fvec v0 = vload(v + d0), v1 = vload(v + d0 + kV);
     for (int r = 0; r < MR; ++r) {
       a[r][0] += v0 * p[r];
@@ -96,11 +97,13 @@ SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, floa
 
 // acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
 // tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
-// row r of acc at acc + r * acc_rs. With row_cols, p(r, c) = 0 for c >= row_cols[r] (a causal
-// tile on the diagonal): each block of rows stops at its rows' last nonzero column.
+// row r of acc at acc + r * acc_rs, row c of v at v + c * v_rs. With row_cols, p(r, c) = 0 for
+// c >= row_cols[r] (a causal tile on the diagonal): each block of rows stops at its rows' last
+// nonzero column.
 void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
-             int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr) {
+             int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr, int64_t v_rs = -1) {
   if (acc_rs < 0) acc_rs = Dv;
+  if (v_rs < 0) v_rs = Dv;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
     const float* pr[kMr];
     float* ar[kMr];
@@ -112,8 +115,8 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
     }
     for (int64_t d0 = 0; d0 < Dv; d0 += kNr)
       with_rows<kMr>(rows - r0, [&](auto mr) {
-        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0, p_cs, v, ar, n, d0, Dv);
-        else pv_block<decltype(mr)::value>(pr, p_cs, v, ar, n, d0, Dv);
+        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0, p_cs, v, ar, n, d0, v_rs);
+        else pv_block<decltype(mr)::value>(pr, p_cs, v, ar, n, d0, v_rs);
       });
   }
 }

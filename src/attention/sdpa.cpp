@@ -41,7 +41,11 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a, const char* op
   const int64_t window = a.i_or("window", 0);
   SINTER_CHECK(window >= 0 && (window == 0 || a.b("causal")), "[", op, "] a sliding window (", window,
                ") needs causal attention and a positive size");
-  Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window, k[2] * q[3], v[2] * v[3]};
+  Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window};
+  g.lq = g.ldq = contiguous_rows(g.Hq, g.Lq, g.D);
+  g.lk = g.ldk = contiguous_rows(g.Hkv, g.Lkv, g.D);
+  g.lv = g.ldv = contiguous_rows(g.Hkv, g.Lkv, g.Dv);
+  g.lo = g.ldo = contiguous_rows(g.Hq, g.Lq, g.Dv);
   if (a.has("dropout_p")) {
     g.dropout = a.f("dropout_p");
     SINTER_CHECK(g.dropout >= 0 && g.dropout < 1, "[", op, "] dropout_p must be in [0, 1), got ", g.dropout);

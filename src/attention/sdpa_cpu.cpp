@@ -43,13 +43,13 @@ Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
   return raw_view(m, full, strides, m.offset());
 }
 
-// k and v whose rows are contiguous and whose heads are evenly spaced (a KV cache's first Lkv
-// positions) are read where they are; anything else is copied (and bf16 widened) to contiguous.
-Tensor rows_in_place(const Tensor& t, DType ct, int64_t& head_stride) {
-  const bool ok = t.dtype() == ct && t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) == t.size(3)) &&
-                  (t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1)) && t.stride(1) >= t.size(2) * t.size(3);
-  if (ok) head_stride = t.stride(1);
-  return ok ? t : cpu::contiguous_as(t, ct);
+// t where it lies when it is in the compute dtype with a contiguous last dim (a transposed view of
+// a (B, L, H, D) projection, the first positions of a KV cache), else a contiguous copy (bf16
+// widened); its layout goes to `l`.
+Tensor rows_of(const Tensor& t, DType ct, RowLayout& l) {
+  const Tensor r = t.dtype() == ct && (t.size(3) <= 1 || t.stride(3) == 1) ? t : cpu::contiguous_as(t, ct);
+  l = {r.stride(0), r.stride(1), r.stride(2)};
+  return r;
 }
 
 // Runs `body` with pointers of the compute type T (f64, or f32 also for bf16 tensors, widened).
@@ -69,8 +69,8 @@ void flash_forward_into(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   const DType ct = compute_dtype(q_in.dtype());
   Tensor m = mask.defined() ? mask_view(mask, ct, g) : Tensor();
   with_compute_type(q_in.dtype(), [&]<class T>() {
-    Tensor q = cpu::contiguous_as(q_in, ct), k = rows_in_place(k_in, ct, g.k_hs), v = rows_in_place(v_in, ct, g.v_hs);
-    Tensor o = o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct);
+    Tensor q = rows_of(q_in, ct, g.lq), k = rows_of(k_in, ct, g.lk), v = rows_of(v_in, ct, g.lv);
+    Tensor o = rows_of(o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct), ct, g.lo);
     const T* mp = m.defined() ? static_cast<const T*>(m.data_ptr()) : nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (g.D % kV == 0 && g.Dv % kNr == 0)  // the register-blocked kernel (D: vectors, Dv: pairs of them)
@@ -115,10 +115,14 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
   const DType ct = compute_dtype(in[0].dtype());
   Tensor mask = in.size() > 7 ? mask_view(in[7], ct, g) : Tensor();
   with_compute_type(in[0].dtype(), [&]<class T>() {
+    // q, k, v, o, dO where they lie; lse and dlse contiguous; the gradients' layouts as allocated.
+    RowLayout* const layouts[] = {&g.lq, &g.lk, &g.lv, &g.lo, nullptr, &g.ldo, nullptr};
     std::vector<Tensor> c;
-    for (size_t i = 0; i < 7; ++i) c.push_back(cpu::contiguous_as(in[i], ct));
+    for (size_t i = 0; i < 7; ++i) c.push_back(layouts[i] ? rows_of(in[i], ct, *layouts[i]) : cpu::contiguous_as(in[i], ct));
+    RowLayout* const grad_layouts[] = {&g.ldq, &g.ldk, &g.ldv};
     std::vector<Tensor> grads;
-    for (size_t i = 0; i < 3; ++i) grads.push_back(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct));
+    for (size_t i = 0; i < 3; ++i)
+      grads.push_back(rows_of(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct), ct, *grad_layouts[i]));
     const T* m = mask.defined() ? static_cast<const T*>(mask.data_ptr()) : nullptr;
     bool done = false;
     if constexpr (std::is_same_v<T, float>) {
