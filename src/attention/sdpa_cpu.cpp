@@ -52,6 +52,14 @@ Tensor rows_of(const Tensor& t, DType ct, RowLayout& l) {
   return r;
 }
 
+// An output the kernels write in place (its layout to `l`): outputs are allocated by the op, with
+// a contiguous last dim.
+Tensor out_rows(const Tensor& t, RowLayout& l) {
+  SINTER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "[sdpa] an output's last dim must be contiguous");
+  l = {t.stride(0), t.stride(1), t.stride(2)};
+  return t;
+}
+
 // Runs `body` with pointers of the compute type T (f64, or f32 also for bf16 tensors, widened).
 template <class F> void with_compute_type(DType dt, F&& body) {
   if (dt == DType::f64) body.template operator()<double>();
@@ -70,7 +78,7 @@ void flash_forward_into(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   Tensor m = mask.defined() ? mask_view(mask, ct, g) : Tensor();
   with_compute_type(q_in.dtype(), [&]<class T>() {
     Tensor q = rows_of(q_in, ct, g.lq), k = rows_of(k_in, ct, g.lk), v = rows_of(v_in, ct, g.lv);
-    Tensor o = rows_of(o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct), ct, g.lo);
+    Tensor o = out_rows(o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct), g.lo);
     const T* mp = m.defined() ? static_cast<const T*>(m.data_ptr()) : nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (g.D % kV == 0 && g.Dv % kNr == 0)  // the register-blocked kernel (D: vectors, Dv: pairs of them)
@@ -122,7 +130,7 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
     RowLayout* const grad_layouts[] = {&g.ldq, &g.ldk, &g.ldv};
     std::vector<Tensor> grads;
     for (size_t i = 0; i < 3; ++i)
-      grads.push_back(rows_of(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct), ct, *grad_layouts[i]));
+      grads.push_back(out_rows(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct), *grad_layouts[i]));
     const T* m = mask.defined() ? static_cast<const T*>(mask.data_ptr()) : nullptr;
     bool done = false;
     if constexpr (std::is_same_v<T, float>) {
