@@ -144,7 +144,7 @@ TEST(FlashSweep, StridedOperandsFromAPackedProjection) {
     const Tensor x = randn({B, c.L, W}).to(c.dt), w = randn({B, c.L, Hq * c.D});
     auto heads = [&](const Tensor& t, int64_t at, int64_t h) { return t.narrow(2, at * c.D, h * c.D).reshape({B, c.L, h, c.D}).transpose(1, 2); };
     auto run = [&](SDPABackend backend, bool packed) {
-      Tensor xx = (packed ? x : x.contiguous()).detach().requires_grad_();
+      Tensor xx = x.detach().requires_grad_();
       Tensor q = heads(xx, 0, Hq), k = heads(xx, Hq, c.Hkv), v = heads(xx, Hq + c.Hkv, c.Hkv);
       if (!packed) q = q.contiguous(), k = k.contiguous(), v = v.contiguous();
       Tensor o = scaled_dot_product_attention(q, k, v, {}, 0.0, c.causal, {}, c.group > 1, backend);

@@ -42,7 +42,7 @@ struct Geometry {
   // and, in the backward, dO, dQ, dK, dV. The kernels read and write any layout whose last dim is
   // contiguous: a transposed view of a (B, L, H, D) projection or the first Lkv positions of a KV
   // cache is used where it lies, not copied (lse and its gradient stay contiguous).
-  RowLayout lq, lk, lv, lo, ldo, ldq, ldk, ldv;
+  RowLayout lq{}, lk{}, lv{}, lo{}, ldo{}, ldq{}, ldk{}, ldv{};
   bool has_mask = false;
   int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides, broadcast to (B, Hq, Lq, Lkv)
   double dropout = 0;

@@ -75,8 +75,8 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   // matrix in one pass. Measured (B = 1, H = 8, D = 64, flash and math alternating in one process,
   // Intel Xeon, 2 threads): math 0.96-1.02x flash's time at L = 512, 0.99-1.06x at 640, and flash
   // the faster from 768 (1.2-1.3x) and 1000 (1.4-1.5x) on; so math up to 2^19 scores per head
-  // (Zen 5 measured math 11-20% faster at L = 1000 with flash's earlier kernels). Boolean masks:
-  // flash at every length (Xeon: 1.2-1.7x).
+  // (on a Zen 5, math measured 11-20% faster at L = 1000 with a slower flash forward; not measured
+  // there since). Boolean masks: flash at every length (Xeon: 1.2-1.7x).
   const bool additive = a.b_or("mask", false) && in.size() > 3 && in[3].dtype != DType::boolean;
   const int64_t scores = in[0].shape[2] * in[1].shape[2];
   if (additive && scores <= (int64_t(1) << 19))

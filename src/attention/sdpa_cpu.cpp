@@ -43,12 +43,14 @@ Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
   return raw_view(m, full, strides, m.offset());
 }
 
+RowLayout layout_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
 // t where it lies when it is in the compute dtype with a contiguous last dim (a transposed view of
 // a (B, L, H, D) projection, the first positions of a KV cache), else a contiguous copy (bf16
 // widened); its layout goes to `l`.
 Tensor rows_of(const Tensor& t, DType ct, RowLayout& l) {
   const Tensor r = t.dtype() == ct && (t.size(3) <= 1 || t.stride(3) == 1) ? t : cpu::contiguous_as(t, ct);
-  l = {r.stride(0), r.stride(1), r.stride(2)};
+  l = layout_of(r);
   return r;
 }
 
@@ -56,7 +58,7 @@ Tensor rows_of(const Tensor& t, DType ct, RowLayout& l) {
 // a contiguous last dim.
 Tensor out_rows(const Tensor& t, RowLayout& l) {
   SINTER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "[sdpa] an output's last dim must be contiguous");
-  l = {t.stride(0), t.stride(1), t.stride(2)};
+  l = layout_of(t);
   return t;
 }
 
