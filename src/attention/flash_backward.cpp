@@ -26,6 +26,7 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
     std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
         dp(static_cast<size_t>(kFBr * kFBc)), qs(static_cast<size_t>(kFBr * D)),
         delta(static_cast<size_t>(group * g.Lq)), z(static_cast<size_t>(kFBc));
+    std::vector<int64_t> lim_of(static_cast<size_t>(kFBr)), first_of(static_cast<size_t>(kFBr)), query_first(static_cast<size_t>(kFBc));
     for (int64_t job; (job = next()) >= 0;) {
       const int64_t b = job / g.Hkv, hk = job % g.Hkv;
       // Every operand's rows where they lie (g's layouts); lse and dlse contiguous.
@@ -66,14 +67,31 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
             const int64_t rows = std::min(kFBr, g.Lq - i0);
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t d = 0; d < D; ++d) qs[size_t(r * D + d)] = Q[(i0 + r) * q_rs + d] * scale;
-            scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D);                  // S
-            scores_tile(dO + i0 * do_rs, vt.data(), dp.data(), rows, cols_r, Dv, do_rs);  // dP = dO V^T
+            // Row r sees keys [first_of[r], lim_of[r]) of the tile. On the causal diagonal the
+            // tile GEMMs skip what no row sees: S and dP a row block's columns past its last key,
+            // dQ the same, dV and dK (P and dS read transposed) a key block's rows before the
+            // first query that sees it (query_first).
+            bool partial = false;
+            for (int64_t r = 0; r < rows; ++r) {
+              const float l = LSE[i0 + r];
+              lim_of[size_t(r)] = (std::isinf(l) || std::isnan(l)) ? 0 : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
+              first_of[size_t(r)] = std::clamp<int64_t>(key_first(g, i0 + r) - j0, 0, lim_of[size_t(r)]);
+              partial = partial || lim_of[size_t(r)] < cols;
+            }
+            if (partial) {
+              int64_t seen = 0;
+              for (int64_t r = 0; r < rows; ++r)
+                for (; seen < lim_of[size_t(r)]; ++seen) query_first[size_t(seen)] = r;
+              for (; seen < cols; ++seen) query_first[size_t(seen)] = rows;
+            }
+            const int64_t* row_lim = partial ? lim_of.data() : nullptr;
+            const int64_t* key_first_query = partial ? query_first.data() : nullptr;
+            scores_tile(qs.data(), kt.data(), p.data(), rows, cols_r, D, -1, nullptr, row_lim);                  // S
+            scores_tile(dO + i0 * do_rs, vt.data(), dp.data(), rows, cols_r, Dv, do_rs, nullptr, row_lim);  // dP = dO V^T
             for (int64_t r = 0; r < rows; ++r) {
               float *pr = p.data() + r * kFBc, *dpr = dp.data() + r * kFBc;
               const float l = LSE[i0 + r], dl = dl_h[i0 + r];
-              const int64_t lim = (std::isinf(l) || std::isnan(l)) ? 0
-                                  : std::clamp<int64_t>(key_limit(g, i0 + r) - j0, 0, cols);
-              const int64_t first = std::clamp<int64_t>(key_first(g, i0 + r) - j0, 0, lim);
+              const int64_t lim = lim_of[size_t(r)], first = first_of[size_t(r)];
               for (int64_t c = 0; c < first; ++c) pr[c] = dpr[c] = 0.0f;
               if (const float* mr = mask_row(g, mask, b, h, i0 + r))
                 for (int64_t c = first; c < lim; ++c) pr[c] += mr[(j0 + c) * g.ms[3]];
@@ -102,9 +120,9 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
               for (int64_t c = lim; c < kFBc; ++c) pr[c] = dpr[c] = 0.0f;
             }
             // dV_j += P^T dO_i and dK_j += dS^T Q_i: the same kernel reading P and dS transposed.
-            pv_tile(p.data(), dO + i0 * do_rs, dV + j0 * dv_rs, cols, rows, Dv, 1, kFBc, dv_rs, nullptr, do_rs);
-            pv_tile(dp.data(), Q + i0 * q_rs, dK + j0 * dk_rs, cols, rows, D, 1, kFBc, dk_rs, nullptr, q_rs);
-            pv_tile(dp.data(), K + j0 * k_rs, dQ + i0 * dq_rs, rows, cols, D, kFBc, 1, dq_rs, nullptr, k_rs);  // dQ_i += dS K_j
+            pv_tile(p.data(), dO + i0 * do_rs, dV + j0 * dv_rs, cols, rows, Dv, 1, kFBc, dv_rs, nullptr, do_rs, key_first_query);
+            pv_tile(dp.data(), Q + i0 * q_rs, dK + j0 * dk_rs, cols, rows, D, 1, kFBc, dk_rs, nullptr, q_rs, key_first_query);
+            pv_tile(dp.data(), K + j0 * k_rs, dQ + i0 * dq_rs, rows, cols, D, kFBc, 1, dq_rs, row_lim, k_rs);  // dQ_i += dS K_j
           }
         }
       }

@@ -47,15 +47,22 @@ template <int MR> SINTER_INLINE void scores_block(const float* const* qr, const 
 
 // s(rows, kFBc) = q(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
 // kt is zero-padded there); row r of q at q + r * q_rs. With col_rows, column block c0 needs only
-// rows below col_rows[c0 / kNr] (a causal tile on the diagonal): blocks past it are not written.
+// rows below col_rows[c0 / kNr] (a causal tile on the diagonal, S^T): blocks past it are not
+// written. With row_cols, row r needs only its first row_cols[r] columns (the diagonal, S): a block
+// of rows stops at the column block holding its rows' last.
 void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t D, int64_t q_rs = -1,
-                 const int64_t* col_rows = nullptr) {
+                 const int64_t* col_rows = nullptr, const int64_t* row_cols = nullptr) {
   if (q_rs < 0) q_rs = D;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
     const float* qr[kMr];
     for (int64_t r = 0; r < kMr; ++r) qr[r] = q + std::min(r0 + r, rows - 1) * q_rs;
     float* sr = s + r0 * kFBc;
-    for (int64_t c0 = 0; c0 < cols; c0 += kNr)
+    int64_t n = cols;
+    if (row_cols) {
+      n = 0;
+      for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
+    }
+    for (int64_t c0 = 0; c0 < n; c0 += kNr)
       if (!col_rows || r0 < col_rows[c0 / kNr])
         with_rows<kMr>(rows - r0, [&](auto mr) { scores_block<decltype(mr)::value>(qr, kt, sr, c0, D); });
   }
@@ -99,24 +106,33 @@ SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, floa
 // tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
 // row r of acc at acc + r * acc_rs, row c of v at v + c * v_rs. With row_cols, p(r, c) = 0 for
 // c >= row_cols[r] (a causal tile on the diagonal): each block of rows stops at its rows' last
-// nonzero column.
+// nonzero column; with row_first, p(r, c) = 0 for c < row_first[r] (the diagonal read transposed):
+// each block of rows starts at its rows' first nonzero column.
 void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
-             int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr, int64_t v_rs = -1) {
+             int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr, int64_t v_rs = -1,
+             const int64_t* row_first = nullptr) {
   if (acc_rs < 0) acc_rs = Dv;
   if (v_rs < 0) v_rs = Dv;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
-    const float* pr[kMr];
-    float* ar[kMr];
-    for (int64_t r = 0; r < kMr; ++r) pr[r] = p + std::min(r0 + r, rows - 1) * p_rs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
-    int64_t n = cols;
+    int64_t n = cols, c0 = 0;
     if (row_cols) {
       n = 0;
       for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
     }
+    if (row_first) {
+      c0 = n;
+      for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) c0 = std::min(c0, row_first[r]);
+    }
+    if (c0 >= n) continue;
+    const float* pr[kMr];
+    float* ar[kMr];
+    for (int64_t r = 0; r < kMr; ++r)
+      pr[r] = p + std::min(r0 + r, rows - 1) * p_rs + c0 * p_cs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
+    const float* vc = v + c0 * v_rs;
     for (int64_t d0 = 0; d0 < Dv; d0 += kNr)
       with_rows<kMr>(rows - r0, [&](auto mr) {
-        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0, p_cs, v, ar, n, d0, v_rs);
-        else pv_block<decltype(mr)::value>(pr, p_cs, v, ar, n, d0, v_rs);
+        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs);
+        else pv_block<decltype(mr)::value>(pr, p_cs, vc, ar, n - c0, d0, v_rs);
       });
   }
 }
