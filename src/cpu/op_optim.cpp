@@ -30,15 +30,19 @@ void adamw_update_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
   const float b1 = float(beta1), b2 = float(beta2), eps = float(a.f("eps"));
   const float decay = float(1.0 - lr * a.f("weight_decay"));
   const Updated pw(out[0]), mw(out[1]), vw(out[2]);
-  float *w = pw.data(), *m = mw.data(), *v = vw.data();
+  float *const w = pw.data(), *const m = mw.data(), *const v = vw.data();
   const Tensor g = contiguous_as(in[1], DType::f32);
-  const float* gp = g.data<float>();
-  parallel_for(0, out[0].numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
+  const float* const gp = g.data<float>();
+  // Everything by value and the arrays restrict: with the scalars read through the closure, a
+  // store to w, m or v might change them, and the loop stayed scalar (1.9 ns per element).
+  parallel_for(0, out[0].numel(), 1 << 15, [=](int64_t lo, int64_t hi) {
+    float *__restrict pw = w, *__restrict pm = m, *__restrict pv = v;
+    const float* __restrict pg = gp;
     for (int64_t i = lo; i < hi; ++i) {
-      w[i] *= decay;
-      m[i] = b1 * m[i] + (1 - b1) * gp[i];
-      v[i] = b2 * v[i] + (1 - b2) * gp[i] * gp[i];
-      w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+      pw[i] *= decay;
+      pm[i] = b1 * pm[i] + (1 - b1) * pg[i];
+      pv[i] = b2 * pv[i] + (1 - b2) * pg[i] * pg[i];
+      pw[i] -= step_size * pm[i] / (std::sqrt(pv[i]) / bc2_sqrt + eps);
     }
   });
 }
@@ -51,11 +55,13 @@ template <bool with_momentum> void sgd_kernel(std::span<const Tensor> in, std::s
   const bool nesterov = with_momentum && a.b("nesterov");
   const Updated pw(out[0]);
   const Updated bw(with_momentum ? out[1] : out[0]);
-  float* p = pw.data();
-  float* buf = with_momentum ? bw.data() : nullptr;
+  float* const p_ = pw.data();
+  float* const buf_ = with_momentum ? bw.data() : nullptr;
   const Tensor g = contiguous_as(in[1], DType::f32);
-  const float* gp = g.data<float>();
-  parallel_for(0, out[0].numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
+  const float* const gp_ = g.data<float>();
+  parallel_for(0, out[0].numel(), 1 << 15, [=](int64_t lo, int64_t hi) {  // by value, restrict: as AdamW's
+    float *__restrict p = p_, *__restrict buf = buf_;
+    const float* __restrict gp = gp_;
     for (int64_t i = lo; i < hi; ++i) {
       float d = wd != 0 ? gp[i] + p[i] * wd : gp[i];
       if constexpr (with_momentum) {
