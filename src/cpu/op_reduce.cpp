@@ -3,6 +3,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "cpu/cpu.h"
+#include "cpu/simd/lanes.h"
 #include "ops/common.h"
 
 namespace sinter::cpu {
@@ -123,9 +124,12 @@ void sum_squares_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
         const T* p = c.data<T>();
         parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
           for (int64_t b = lo; b < hi; ++b) {
-            double s = 0;
-            for (int64_t i = b * n / blocks; i < (b + 1) * n / blocks; ++i) s += double(p[i]) * double(p[i]);
-            part[size_t(b)] = s;
+            // kLanes partial sums: one chain of dependent adds ran at 4 cycles per element
+            const T* q = p + b * n / blocks;
+            part[size_t(b)] = simd::lane_sum<double>((b + 1) * n / blocks - b * n / blocks, [&](int64_t i) {
+              const double x = double(compute_t<T>(q[i]));
+              return x * x;
+            });
           }
         });
       }
