@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <sinter/compile.h>
 #include <sinter/train.h>
@@ -177,6 +178,28 @@ TEST(Compile, ALinearWithBiasAndGeluIsOneGemmAndNoExtraPass) {
   EXPECT_TRUE(bitwise_equal(got[0], want[0]));
   EXPECT_TRUE(bitwise_equal(got[1], want[1]));
   EXPECT_EQ(h.explain({x}).library, std::vector<std::string>{"linear"});
+}
+
+TEST(Compile, TheOpProfileListsACompiledProgramsLibraryCallsAndFusedKernels) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("profile"));
+  Tensor x = randn({64, 96}), w = randn({256, 96}) * 0.1, b = randn({256});
+  auto fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{sigmoid(linear(in[0], w, b) * 2.0 + 1.0)}; };
+  CompiledFunction f = compile(fn, {.name = "profiled"});
+  (void)f({x});
+  reset_op_profile();
+  set_op_profiling(true);
+  for (int i = 0; i < 3; ++i) (void)f({x});
+  set_op_profiling(false);
+  const std::string table = op_profile_table();
+  reset_op_profile();
+  // One line per library op of the program (with its three calls), one for the rest of its time.
+  EXPECT_NE(table.find("linear < compiled profiled"), std::string::npos) << table;
+  EXPECT_NE(table.find("fused kernels < compiled profiled"), std::string::npos) << table;
+  EXPECT_EQ(f.explain({x}).library, std::vector<std::string>{"linear"}) << f.explain({x}).text;
+  EXPECT_EQ(table.find("sigmoid"), std::string::npos) << "a fused op has no line of its own:\n" << table;
+  std::istringstream rows(table);
+  for (std::string line; std::getline(rows, line);)
+    if (line.starts_with("linear < compiled profiled")) EXPECT_NE(line.find(" 3 "), std::string::npos) << line;
 }
 
 TEST(Compile, TwoFourSparseLinearsAreNodesWithTheirActivationFused) {

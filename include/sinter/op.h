@@ -145,8 +145,12 @@ int op_call_depth();
 // functions included); the table lists ops by total time. Also switched on by SINTER_PROFILE=1,
 // which prints the table at exit.
 void set_op_profiling(bool on);
+bool op_profiling();
 std::string op_profile_table();
 void reset_op_profile();
+// Adds one call taking `seconds` under `key`, as written (how compiled programs report their
+// library calls and fused kernels, which run without the op table's dispatch).
+void record_op_time(const std::string& key, double seconds);
 // Ops called inside the scope are profiled as "op < scope" (the autograd engine opens one per
 // backward function, so composite backward formulas show where their time goes).
 class ProfileScope {

@@ -55,6 +55,10 @@ struct Entry {
     const Attrs* attrs;
   };
   std::vector<ExternCall> externs;  // by step (empty for fused steps)
+  // Under op profiling (SINTER_PROFILE=1): library calls are listed as "op < compiled NAME", the
+  // rest of the program's time as "fused kernels < compiled NAME".
+  std::string profile_name;
+  double extern_seconds = 0;
   std::vector<int> random_nodes;    // nodes whose seed and counter each call sets
   std::vector<std::string> guard_text;
   // Outputs that require grad: `graph` is the forward, returning the function's outputs and then
@@ -173,6 +177,7 @@ Tensor over_slot(const Entry& e, const Graph& g, int v) {
 void build(Entry& e, const CompileOptions& opts) {
   Graph& g = e.graph;
   const std::string name = opts.name + "_" + std::to_string(g.nodes.size());
+  if (e.profile_name.empty()) e.profile_name = "compiled " + opts.name;
   debug_write(opts.name + ".graph.txt", dump(g));
   eliminate_common_subexpressions(g);  // (dead code too)
   fuse_gemm_epilogues(g);
@@ -209,7 +214,15 @@ void build(Entry& e, const CompileOptions& opts) {
 void call_extern(void* ctx, int step) {
   Entry& e = *static_cast<Entry*>(ctx);
   Entry::ExternCall& c = e.externs[size_t(step)];
-  (*c.kernel)(c.in, c.out, *c.attrs);
+  if (op_profiling()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (*c.kernel)(c.in, c.out, *c.attrs);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    record_op_time(c.op->name + " < " + e.profile_name, s);
+    e.extern_seconds += s;
+  } else {
+    (*c.kernel)(c.in, c.out, *c.attrs);
+  }
   if (c.op->mutates)
     for (Tensor& t : c.out) ++t.storage()->version;
 }
@@ -257,7 +270,15 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
   if (e.plan.arena_bytes > 0 && (!arena.defined() || arena.numel() < e.plan.arena_bytes))
     arena = Tensor::empty({e.plan.arena_bytes}, DType::u8);
   if (e.slots.arena >= 0) set(e.slots.arena, e.plan.arena_bytes > 0 ? arena.storage()->data : nullptr, e.plan.arena_bytes);
-  e.module->run(slots.data(), e.params.data(), call_extern, &e);
+  if (op_profiling()) {
+    e.extern_seconds = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    e.module->run(slots.data(), e.params.data(), call_extern, &e);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    record_op_time("fused kernels < " + e.profile_name, s - e.extern_seconds);
+  } else {
+    e.module->run(slots.data(), e.params.data(), call_extern, &e);
+  }
   std::vector<Tensor> out;
   for (int v : g.outputs) {
     const Value& x = g.values[size_t(v)];
@@ -464,6 +485,7 @@ struct CompiledFunction::State {
       build(*e);
       count_program(*e);
       if (e->backward && !e->eager) {
+        e->backward->entry->profile_name = "compiled " + opts.name + " (backward)";
         build(*e->backward->entry);
         count_program(*e->backward->entry);
         if (e->backward->entry->eager) e->eager = true;  // the function runs eagerly, autograd and all

@@ -191,15 +191,16 @@ ProfileScope::ProfileScope(const std::string& name) : prev_(g_scope) { g_scope =
 ProfileScope::~ProfileScope() { g_scope = prev_; }
 
 namespace {
-void record(const std::string& op, double seconds) {
-  std::string key = g_scope ? op + " < " + *g_scope : op;
+void record(const std::string& op, double seconds) { record_op_time(g_scope ? op + " < " + *g_scope : op, seconds); }
+}  // namespace
+
+void set_op_profiling(bool on) { g_profiling = on; }
+bool op_profiling() { return g_profiling.load(std::memory_order_relaxed); }
+void record_op_time(const std::string& key, double seconds) {
   std::lock_guard lock(profile().mu);
   OpStats& s = profile().stats[key];
   s.calls++, s.seconds += seconds;
 }
-}  // namespace
-
-void set_op_profiling(bool on) { g_profiling = on; }
 void reset_op_profile() {
   std::lock_guard lock(profile().mu);
   profile().stats.clear();
