@@ -21,7 +21,9 @@ void transpose_tile(const float* src, int64_t ld_src, float* dst, int64_t rows, 
 void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
                         const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv) {
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv;
-  const float scale = float(g.scale);
+  // Scores recomputed in log2 units, as the forward makes them (q scaled by scale log2(e), lse and
+  // the mask by log2(e)); dS takes the natural scale.
+  const float scale = float(g.scale), q_scale = float(g.scale * double(kLog2e));
   parallel_dynamic(0, g.B * g.Hkv, [&](const auto& next) {
     std::vector<float> kt(static_cast<size_t>(D * kFBc)), vt(static_cast<size_t>(Dv * kFBc)), p(static_cast<size_t>(kFBr * kFBc)),
         dp(static_cast<size_t>(kFBr * kFBc)), qs(static_cast<size_t>(kFBr * D)),
@@ -66,7 +68,7 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
           for (int64_t i0 = i_first / kFBr * kFBr; i0 < i_end; i0 += kFBr) {
             const int64_t rows = std::min(kFBr, g.Lq - i0);
             for (int64_t r = 0; r < rows; ++r)
-              for (int64_t d = 0; d < D; ++d) qs[size_t(r * D + d)] = Q[(i0 + r) * q_rs + d] * scale;
+              for (int64_t d = 0; d < D; ++d) qs[size_t(r * D + d)] = Q[(i0 + r) * q_rs + d] * q_scale;
             // Row r sees keys [first_of[r], lim_of[r]) of the tile. On the causal diagonal the
             // tile GEMMs skip what no row sees: S and dP a row block's columns past its last key,
             // dQ the same, dV and dK (P and dS read transposed) a key block's rows before the
@@ -90,30 +92,32 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
             scores_tile(dO + i0 * do_rs, vt.data(), dp.data(), rows, cols_r, Dv, do_rs, nullptr, row_lim);  // dP = dO V^T
             for (int64_t r = 0; r < rows; ++r) {
               float *pr = p.data() + r * kFBc, *dpr = dp.data() + r * kFBc;
-              const float l = LSE[i0 + r], dl = dl_h[i0 + r];
+              const float l = LSE[i0 + r] * kLog2e, dl = dl_h[i0 + r];
               const int64_t lim = lim_of[size_t(r)], first = first_of[size_t(r)];
               for (int64_t c = 0; c < first; ++c) pr[c] = dpr[c] = 0.0f;
               if (const float* mr = mask_row(g, mask, b, h, i0 + r))
-                for (int64_t c = first; c < lim; ++c) pr[c] += mr[(j0 + c) * g.ms[3]];
+                for (int64_t c = first; c < lim; ++c) pr[c] += mr[(j0 + c) * g.ms[3]] * kLog2e;
               if (g.dropout > 0) {  // dP = dP' z; dV takes the kept P z
                 dropout_multipliers(g, element_index(g, b, h, i0 + r, j0 + first), lim - first, z.data());
                 for (int64_t c = first; c < lim; ++c) {
-                  const float pc = fn::exp_(pr[c] - l), zc = z[size_t(c - first)];
+                  const float pc = std::exp2(pr[c] - l), zc = z[size_t(c - first)];
                   dpr[c] = pc * (dpr[c] * zc - dl) * scale;
                   pr[c] = pc * zc;
                 }
               } else {
-                // P = exp(S - LSE) <= 1 and dS, a register at a time (the compiler's own
+                // P = 2^(S - LSE) <= 1 (log2 units) and dS, a register at a time (the compiler's own
                 // vectorization of this loop stays at 256 bits on AVX-512).
                 const fvec lv = fvec{} + l, dlv = fvec{} + dl, sv = fvec{} + scale;
+                // Whole registers up to the row's end (past lim is cleared below): a scalar tail
+                // costs more on the diagonal tiles, where most rows end mid-register.
                 int64_t c = first;
-                for (; c + kV <= lim; c += kV) {
-                  const fvec pc = vexp_nonpos(vload(pr + c) - lv);
+                for (; c < lim && c + kV <= kFBc; c += kV) {
+                  const fvec pc = vexp2_nonpos(vload(pr + c) - lv);
                   vstore(pr + c, pc);
                   vstore(dpr + c, pc * (vload(dpr + c) - dlv) * sv);  // dS
                 }
                 for (; c < lim; ++c) {
-                  pr[c] = fn::exp_nonpos_(pr[c] - l);
+                  pr[c] = std::exp2(pr[c] - l);
                   dpr[c] = pr[c] * (dpr[c] - dl) * scale;
                 }
               }

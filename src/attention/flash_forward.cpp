@@ -210,7 +210,9 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
                        float* lse) {
   static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
-  const float scale = float(g.scale), ninf = -std::numeric_limits<float>::infinity();
+  // Scores in log2 units (q scaled by scale log2(e)): the softmax takes 2^t (vexp2_nonpos), the
+  // mask is scaled to match, and lse goes back to natural units.
+  const float scale = float(g.scale * double(kLog2e)), ninf = -std::numeric_limits<float>::infinity();
   parallel_dynamic(0, g.B * g.Hkv * tiles, [&](const auto& next) {
     // Each thread's scratch lives across calls: a decode step's attention is a few microseconds,
     // and allocating (and zeroing) ~50 KiB of it per call had cost half of that.
@@ -285,7 +287,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         if (g.has_mask)
           for (int64_t r = 0; r < rows; ++r) {
             const float* mr = mask_of[size_t(r)] + j0 * g.ms[3];
-            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] += mr[c * g.ms[3]];
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] += mr[c * g.ms[3]] * kLog2e;
           }
         // Online softmax, a register of rows at a time: new max, P = exp(S - max), rescale. The
         // max runs as four independent chains (one chain waits out vmaxps's latency per key); the
@@ -303,10 +305,10 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           for (; c < cols; ++c) mx = vmax(mx, vload(st + c * ld + rb));
           mx = vmax(vmax(mx, mx1), vmax(mx2, mx3));
           const fvec m_use = mx == ninf ? fvec{} : mx;  // nothing visible yet: p = 0, alpha = 0
-          const fvec a = vexp_nonpos(vload(mp + rb) - m_use);
+          const fvec a = vexp2_nonpos(vload(mp + rb) - m_use);
           fvec sum = {};
           for (c = 0; c < cols; ++c) {
-            const fvec p = vexp_nonpos(vload(st + c * ld + rb) - m_use);
+            const fvec p = vexp2_nonpos(vload(st + c * ld + rb) - m_use);
             vstore(st + c * ld + rb, p);
             sum += p;
           }
@@ -332,7 +334,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         float* orow = g.lo.at(o, b, hk * group + (r0 + r) / g.Lq, (r0 + r) % g.Lq);
         const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;  // no visible key: 0, lse -inf
         for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
-        lse[row_base + r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : ninf;
+        lse[row_base + r] = l[size_t(r)] > 0 ? m[size_t(r)] * kLn2 + std::log(l[size_t(r)]) : ninf;
       }
     }
   });
