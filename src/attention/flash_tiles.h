@@ -20,6 +20,11 @@ SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
 // FMAs (the BLAS shape for 16 registers): FMA-bound rather than load-bound.
 // (8 or 12 rows on AVX-512's 32 registers measured the same: the tiles' other work bounds them.)
 constexpr int kMr = 6;
+#if defined(__AVX512F__)
+constexpr bool kWide = true;  // 6 x 4 register blocks where the head dim allows (pv_block_t)
+#else
+constexpr bool kWide = false;
+#endif
 
 // f(std::integral_constant<int, m>) for 1 <= m <= MR: a block kernel for the rows left.
 template <int MR, class F> SINTER_INLINE void with_rows(int64_t m, F&& f) {
@@ -28,21 +33,19 @@ template <int MR, class F> SINTER_INLINE void with_rows(int64_t m, F&& f) {
   else with_rows<MR - 1>(m, f);
 }
 
-// One block of MR rows: s(MR, 2 registers) = q rows x kt columns [c0, c0 + kNr).
-template <int MR> SINTER_INLINE void scores_block(const float* const* qr, const float* kt, float* s, int64_t c0, int64_t D) {
-  fvec acc[MR][2] = {};
+// One block of MR rows: s(MR, NV registers) = q rows x kt columns [c0, c0 + NV kV).
+template <int MR, int NV = 2> SINTER_INLINE void scores_block(const float* const* qr, const float* kt, float* s, int64_t c0, int64_t D) {
+  fvec acc[MR][NV] = {};
   for (int64_t d = 0; d < D; ++d) {
-    const fvec k0 = vload(kt + d * kFBc + c0), k1 = vload(kt + d * kFBc + c0 + kV);
+    fvec k[NV];
+    for (int j = 0; j < NV; ++j) k[j] = vload(kt + d * kFBc + c0 + j * kV);
     for (int r = 0; r < MR; ++r) {
       const float qv = qr[r][d];
-      acc[r][0] += k0 * qv;
-      acc[r][1] += k1 * qv;
+      for (int j = 0; j < NV; ++j) acc[r][j] += k[j] * qv;
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    vstore(s + r * kFBc + c0, acc[r][0]);
-    vstore(s + r * kFBc + c0 + kV, acc[r][1]);
-  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) vstore(s + r * kFBc + c0 + j * kV, acc[r][j]);
 }
 
 // s(rows, kFBc) = q(rows, D) kt(D, kFBc) over the first `cols` columns (cols rounded up to kNr;
@@ -62,44 +65,60 @@ void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_
       n = 0;
       for (int64_t r = r0; r < std::min(rows, r0 + kMr); ++r) n = std::max(n, row_cols[r]);
     }
-    for (int64_t c0 = 0; c0 < n; c0 += kNr)
-      if (!col_rows || r0 < col_rows[c0 / kNr])
-        with_rows<kMr>(rows - r0, [&](auto mr) { scores_block<decltype(mr)::value>(qr, kt, sr, c0, D); });
+    for (int64_t c0 = 0; c0 < n;) {
+      const bool here = !col_rows || r0 < col_rows[c0 / kNr];
+      const bool next = c0 + kNr < n && (!col_rows || r0 < col_rows[c0 / kNr + 1]);
+      if (kWide && here && next) {  // two column blocks at once (6 x 4 registers)
+        with_rows<kMr>(rows - r0, [&](auto mr) { scores_block<decltype(mr)::value, 4>(qr, kt, sr, c0, D); });
+        c0 += 2 * kNr;
+        continue;
+      }
+      if (here) with_rows<kMr>(rows - r0, [&](auto mr) { scores_block<decltype(mr)::value>(qr, kt, sr, c0, D); });
+      c0 += kNr;
+    }
   }
 }
 
-// One block of MR rows: acc rows [.., d0, d0 + kNr) += sum over c of p(r, c) v(c, ..).
-template <int MR>
+// One block of MR rows: acc rows [.., d0, d0 + NV kV) += sum over c of p(r, c) v(c, ..).
+template <int MR, int NV = 2>
 SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
                             int64_t v_rs) {
-  fvec a[MR][2];
-  for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
+  fvec a[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) a[r][j] = vload(ar[r] + d0 + j * kV);
   for (int64_t c = 0; c < cols; ++c) {
-    const fvec v0 = vload(v + c * v_rs + d0), v1 = vload(v + c * v_rs + d0 + kV);
+    fvec vv[NV];
+    for (int j = 0; j < NV; ++j) vv[j] = vload(v + c * v_rs + d0 + j * kV);
     for (int r = 0; r < MR; ++r) {
       const float pv = pr[r][c * p_cs];
-      a[r][0] += v0 * pv;
-      a[r][1] += v1 * pv;
+      for (int j = 0; j < NV; ++j) a[r][j] += vv[j] * pv;
     }
   }
-  for (int r = 0; r < MR; ++r) vstore(ar[r] + d0, a[r][0]), vstore(ar[r] + d0 + kV, a[r][1]);
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) vstore(ar[r] + d0 + j * kV, a[r][j]);
 }
 
 // The same with p transposed (p(r, c) at p[c * p_cs + r]): one pointer walks the columns, where
 // six row pointers each stepping p_cs cost an add apiece per column (the loop is issue-bound).
-template <int MR>
+// NV registers of the head dim per block (2, or 4 where AVX-512's 32 registers hold 6 x 4
+// accumulators: a broadcast of p then feeds four FMAs instead of two; the same in pv_block and
+// scores_block).
+template <int MR, int NV = 2>
 SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
                               int64_t v_rs) {
-  fvec a[MR][2];
-  for (int r = 0; r < MR; ++r) a[r][0] = vload(ar[r] + d0), a[r][1] = vload(ar[r] + d0 + kV);
+  fvec a[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) a[r][j] = vload(ar[r] + d0 + j * kV);
   for (int64_t c = 0; c < cols; ++c, p += p_cs, v += v_rs) {
-    const fvec v0 = vload(v + d0), v1 = vload(v + d0 + kV);
+    fvec vv[NV];
+    for (int j = 0; j < NV; ++j) vv[j] = vload(v + d0 + j * kV);
     for (int r = 0; r < MR; ++r) {
-      a[r][0] += v0 * p[r];
-      a[r][1] += v1 * p[r];
+      const float pr = p[r];
+      for (int j = 0; j < NV; ++j) a[r][j] += vv[j] * pr;
     }
   }
-  for (int r = 0; r < MR; ++r) vstore(ar[r] + d0, a[r][0]), vstore(ar[r] + d0 + kV, a[r][1]);
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) vstore(ar[r] + d0 + j * kV, a[r][j]);
 }
 
 // acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
@@ -129,11 +148,21 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
     for (int64_t r = 0; r < kMr; ++r)
       pr[r] = p + std::min(r0 + r, rows - 1) * p_rs + c0 * p_cs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
     const float* vc = v + c0 * v_rs;
-    for (int64_t d0 = 0; d0 < Dv; d0 += kNr)
+    for (int64_t d0 = 0; d0 < Dv;) {
+      if (kWide && Dv - d0 >= 2 * kNr) {
+        with_rows<kMr>(rows - r0, [&](auto mr) {
+          if (p_rs == 1) pv_block_t<decltype(mr)::value, 4>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs);
+          else pv_block<decltype(mr)::value, 4>(pr, p_cs, vc, ar, n - c0, d0, v_rs);
+        });
+        d0 += 2 * kNr;
+        continue;
+      }
       with_rows<kMr>(rows - r0, [&](auto mr) {
         if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs);
         else pv_block<decltype(mr)::value>(pr, p_cs, vc, ar, n - c0, d0, v_rs);
       });
+      d0 += kNr;
+    }
   }
 }
 
