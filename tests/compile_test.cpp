@@ -276,14 +276,15 @@ TEST(Compile, OneGptBlockForwardAndBackwardKernelCounts) {
   const Explanation ef = f.explain({x}), eb = fb.explain({x});
   std::printf("one GPT block (tiny), forward: %d fused kernels + %d library calls; forward + backward: %d + %d\n",
               ef.fused_kernels, ef.library_calls, eb.fused_kernels, eb.library_calls);
-  // Forward: the two norms, q, k and v as one call, the output projection with its residual, fc
-  // with GELU, proj with its residual, attention and the copy that joins its heads: 8 steps.
-  // With backward (a GEMM whose output backward reads keeps its activation as a kernel): 42.
-  EXPECT_EQ(ef.library, (std::vector<std::string>{"linear3", "sdpa", "copy", "linear_fused: bias + residual",
+  // Forward: the two norms, q, k and v as one call, attention (writing its heads joined, so no
+  // copy), the output projection with its residual, fc with GELU, proj with its residual: 7 steps.
+  // With backward (a GEMM whose output backward reads keeps its activation as a kernel; attention's
+  // gradients written joined too): 36.
+  EXPECT_EQ(ef.library, (std::vector<std::string>{"linear3", "sdpa", "linear_fused: bias + residual",
                                                   "linear_fused: bias + gelu_tanh", "linear_fused: bias + residual"}))
       << ef.text;
-  EXPECT_LE(ef.fused_kernels + ef.library_calls, 8) << ef.text;
-  EXPECT_LE(eb.fused_kernels + eb.library_calls, 42) << eb.text;
+  EXPECT_LE(ef.fused_kernels + ef.library_calls, 7) << ef.text;
+  EXPECT_LE(eb.fused_kernels + eb.library_calls, 36) << eb.text;
 }
 
 TEST(Compile, AWholeTrainingStepMatchesEager) {

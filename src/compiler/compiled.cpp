@@ -182,6 +182,7 @@ void build(Entry& e, const CompileOptions& opts) {
   eliminate_common_subexpressions(g);  // (dead code too)
   fuse_gemm_epilogues(g);
   fuse_sibling_linears(g);
+  absorb_layout_copies(g);
   verify(g);
   debug_write(opts.name + ".passes.txt", dump(g));
   e.plan = plan(g);

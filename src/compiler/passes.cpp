@@ -183,6 +183,61 @@ void fuse_sibling_linears(Graph& g) {
   remove_nodes(g, removed);
 }
 
+// Ops whose kernels write the output in any layout with a contiguous last dim (attention's o and
+// its gradients: the flash kernels take a row layout per operand).
+namespace {
+bool writes_any_row_layout(const Graph& g, int v) {
+  const Value& x = g.values[size_t(v)];
+  if (x.kind != ValueKind::node || !x.owns_buffer()) return false;
+  const std::string& op = g.nodes[size_t(x.node)].op->name;
+  return (op == "sdpa" && x.output == 0) || op == "sdpa_flash_backward";
+}
+}  // namespace
+
+void absorb_layout_copies(Graph& g) {
+  std::vector<int> uses(g.values.size(), 0);
+  for (const Node& n : g.nodes)
+    for (int v : n.inputs) ++uses[size_t(v)];
+  std::set<int> returned, written;
+  for (int v : g.outputs) returned.insert(g.buffer_of(v));
+  for (const Node& n : g.nodes)
+    if (n.mutates())
+      for (int v : n.outputs) written.insert(g.buffer_of(v));
+  std::vector<int> views(g.values.size(), 0);  // values living in each buffer, itself aside
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (!g.values[v].owns_buffer()) ++views[size_t(g.values[v].base)];
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    const Node& copy = g.nodes[c];
+    if (copy.op->name != "copy" || copy.inputs.size() != 1 || copy.outputs.size() != 1) continue;
+    const int v = copy.inputs[0], out = copy.outputs[0];
+    Value& pv = g.values[size_t(v)];
+    if (pv.owns_buffer() || pv.kind != ValueKind::node || uses[size_t(v)] != 1) continue;
+    const Node& perm = g.nodes[size_t(pv.node)];
+    const int o = pv.base;
+    if (perm.op->name != "permute" || perm.inputs[0] != o || !writes_any_row_layout(g, o) || views[size_t(o)] != 1) continue;
+    if (returned.count(o) || returned.count(out) || written.count(o) || written.count(out) || !g.values[size_t(out)].owns_buffer() ||
+        !g.contiguous(out) || g.values[size_t(o)].offset != 0)
+      continue;
+    // o laid out so that its permute is the copy's contiguous layout; the last dim stays contiguous.
+    const Shape& dims = perm.attrs.ints("dims");
+    const Shape& shape = pv.meta.shape;
+    Shape packed(shape.size());
+    for (int64_t i = int64_t(shape.size()), st = 1; i-- > 0;) packed[size_t(i)] = st, st *= shape[size_t(i)];
+    Shape laid(shape.size());
+    for (size_t i = 0; i < dims.size(); ++i) laid[size_t(dims[i])] = packed[i];
+    if (laid.back() != 1 && g.values[size_t(o)].meta.shape.back() > 1) continue;
+    g.values[size_t(o)].strides = laid;
+    pv.strides = packed, pv.offset = 0;
+    for (Node& n : g.nodes)
+      for (int& x : n.inputs) x = x == out ? v : x;
+    for (Value& w : g.values)
+      if (w.base == out) w.base = o;
+    removed[c] = true;
+  }
+  remove_nodes(g, removed);
+}
+
 namespace {
 
 bool spelled(DType t) {

@@ -18,6 +18,11 @@ void fuse_gemm_epilogues(Graph& g);
 // Three plain linears of one input (q, k and v) become one linear3 node: a decode step then runs
 // them in one parallel region instead of three.
 void fuse_sibling_linears(Graph& g);
+// A copy that only makes a permute of attention's output (or of its gradients) contiguous, as
+// (B, H, L, D) -> (B, L, H, D) before the output projection: the attention op writes that layout
+// itself (its kernels take any row layout) and the copy goes. The output must have no other view,
+// not be returned and not be written in place.
+void absorb_layout_copies(Graph& g);
 
 // A fused kernel: elementwise nodes over one output shape, run at the position of its last node.
 struct Group {
