@@ -165,6 +165,8 @@ TEST(FlashSweep, ChoiceAndErrors) {
   Tensor bool_mask = lt(rand({9, 9}), full({}, 0.5)), add_mask = randn({1, 1, 9, 9});
   // masks and dropout now run on flash; a mask that wants a gradient goes to math, saying why
   EXPECT_EQ(sdpa_choose(q, k, bool_mask, 0.1).backend, SDPABackend::flash);
+  EXPECT_EQ(sdpa_choose(q, k, add_mask, 0.0).backend, SDPABackend::flash);  // measured faster at every length
+  EXPECT_EQ(sdpa_choose(q.to(DType::f64), k.to(DType::f64), add_mask, 0.0).backend, SDPABackend::math);  // no fast f64 kernel
   Tensor wants_grad = add_mask.detach().requires_grad_();
   const SDPAChoice c = sdpa_choose(q, k, wants_grad, 0.0);
   EXPECT_EQ(c.backend, SDPABackend::math);

@@ -71,17 +71,11 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   if (!flash_fast_path(dt, D, Dv))
     return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 or bf16 and head dims that are multiples of the ") +
                                    "vector width (got " + dtype_name(dt) + ", D = " + std::to_string(D) + ")"};
-  // An additive (float) mask: flash adds it tile by tile as it reads it, math adds it to the score
-  // matrix in one pass. Measured (B = 1, H = 8, D = 64, flash and math alternating in one process,
-  // Intel Xeon, 2 threads): math 0.96-1.02x flash's time at L = 512, 0.99-1.06x at 640, and flash
-  // the faster from 768 (1.2-1.3x) and 1000 (1.4-1.5x) on; so math up to 2^19 scores per head
-  // (on a Zen 5, math measured 11-20% faster at L = 1000 with a slower flash forward; not measured
-  // there since). Boolean masks: flash at every length (Xeon: 1.2-1.7x).
-  const bool additive = a.b_or("mask", false) && in.size() > 3 && in[3].dtype != DType::boolean;
-  const int64_t scores = in[0].shape[2] * in[1].shape[2];
-  if (additive && scores <= (int64_t(1) << 19))
-    return {SDPABackend::math, "math: an additive mask over " + std::to_string(in[0].shape[2]) + " x " + std::to_string(in[1].shape[2]) +
-                                   " scores (<= 2^19 per head: math adds it in one pass and measures as fast or faster)"};
+  // Masks too: flash adds an additive mask tile by tile as it reads it, math to the score matrix in
+  // one pass. Measured (B = 1, H = 8, D = 64, forced flash and forced math alternating in one
+  // process, Intel Xeon, 2 threads, best of 15): with an additive mask math takes 1.8-2.3x flash's
+  // time at L = 16-64 and 1.04-1.19x at L = 128-640 (and more from there); boolean masks: flash at
+  // every length (1.2-1.7x).
   return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims};
 }
 
