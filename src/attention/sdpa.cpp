@@ -65,9 +65,9 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const int64_t D = in[0].shape[3], Dv = in[2].shape[3];
   const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
   if (requested == "flash") return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
-  // Measured (BENCHMARKS.md, `sinter bench attention`): the register-blocked flash kernel is faster
-  // than math from L = 128 up, forward and backward; its generic path (f64, odd head dims) is a slow
-  // reference.
+  // Measured (BENCHMARKS.md, `sinter bench attention`, and the masked lengths below): the
+  // register-blocked flash kernel is faster than math at every length, forward and backward; its
+  // generic path (f64, odd head dims) is a slow reference.
   if (!flash_fast_path(dt, D, Dv))
     return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 or bf16 and head dims that are multiples of the ") +
                                    "vector width (got " + dtype_name(dt) + ", D = " + std::to_string(D) + ")"};

@@ -37,25 +37,15 @@ SINTER_INLINE float madd(float a, float b, float c) {
 #endif
 }
 
-// e^r for |r| <= ln2 / 2: degree-6 polynomial (Cephes), ~1 ulp. V: float (Horner steps fused where
-// the build has FMA) or a GCC vector of floats (flash's tiles: multiplies and adds).
-template <class V> SINTER_INLINE V exp_reduced(V r) {
-  if constexpr (std::is_same_v<V, float>) {
-    float p = madd(r, 1.9875691500e-4f, 1.3981999507e-3f);
-    p = madd(p, r, 8.3334519073e-3f);
-    p = madd(p, r, 4.1665795894e-2f);
-    p = madd(p, r, 1.6666665459e-1f);
-    p = madd(p, r, 5.0000001201e-1f);
-    return madd(p * r, r, r) + 1.0f;
-  } else {
-    V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p;
-  }
+// e^r for |r| <= ln2 / 2: degree-6 polynomial (Cephes), ~1 ulp (Horner steps fused where the
+// build has FMA).
+SINTER_INLINE float exp_reduced(float r) {
+  float p = madd(r, 1.9875691500e-4f, 1.3981999507e-3f);
+  p = madd(p, r, 8.3334519073e-3f);
+  p = madd(p, r, 4.1665795894e-2f);
+  p = madd(p, r, 1.6666665459e-1f);
+  p = madd(p, r, 5.0000001201e-1f);
+  return madd(p * r, r, r) + 1.0f;
 }
 
 // expf: n = round(x / ln2) by the 1.5 * 2^23 trick (the integer lands in the mantissa bits),
@@ -114,17 +104,6 @@ SINTER_INLINE float erf_f32(float x) {
   q = q * q;  // q^16 (overflows to inf for huge |x|: erf = 1)
   const float big = 1.0f - 1.0f / q;
   return ax < 0.5f ? small : std::copysign(big, x);
-}
-
-// exp_nonpos_f32 lane by lane on a GCC vector of floats V (VI: the int32 vector of the same size).
-template <class V, class VI> SINTER_INLINE V exp_nonpos_vec(V x) {
-  const VI underflow = x < -87.3f;
-  x = underflow ? V{} - 87.3f : x;  // (x * 0 would be NaN at -inf)
-  const V shifted = x * 1.44269504088896341f + 12582912.0f;
-  const V n = shifted - 12582912.0f;
-  const V p = exp_reduced(x - n * 0.693359375f - n * -2.12194440e-4f);
-  const VI pb = (VI)p + (((VI)shifted - 0x4B400000) << 23);  // p * 2^n, n in [-126, 0]
-  return underflow ? V{} : (V)pb;
 }
 
 template <class T> SINTER_INLINE T exp_(T x) { if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x); }
