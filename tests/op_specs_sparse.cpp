@@ -218,7 +218,11 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
         packed_only_case({4, 72}, 20, DType::bf16, DType::f32, false),
         packed_only_case({3, 48}, 6, DType::bf16, DType::bf16, true),
         packed_only_case({45, 136}, 37, DType::i8, DType::f32, true, "relu"),
-        packed_only_case({140, 40}, 9, DType::f32, DType::f32, false, "silu")};
+        packed_only_case({140, 40}, 9, DType::f32, DType::f32, false, "silu"),
+        // AVX2: K-major over the 8-row layout in place (f32 values, 24 <= M <= 128)
+        prepacked_case({24, 1064}, 150, DType::f32, DType::f32, true, "relu"),  // three chunks, the last 22 rows; a column block of 2 blocks
+        packed_only_case({100, 296}, 70, DType::f32, DType::f32, true),        // a panel of 64 rows and one of 36; a partial block
+        packed_only_case({65, 264}, 13, DType::f32, DType::bf16, false, "gelu")};  // a last panel of one row; bf16 activations
   };
   // With a prepacked copy the reference reads the weight from that copy's layout, plainly: a
   // layout that disagrees with values + meta fails whichever of the two the kernel read.

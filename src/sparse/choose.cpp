@@ -21,6 +21,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::tiles16: return "16-row tiles";
     case Kernel::k_major: return "K-major";
     case Kernel::prepacked8: return "8-row tiles, prepacked";
+    case Kernel::k_major_prepacked8: return "K-major, 8-row prepacked";
     case Kernel::prepacked16: return "16-row tiles, prepacked";
     case Kernel::pairs_k_major: return "K-major bf16 pairs";
     case Kernel::pairs_tiles16: return "16-row tiles, bf16 pairs";
@@ -41,13 +42,16 @@ bool prepacked_serves(DType vt, int64_t M) {
 
 // The kernel that reads a prepacked weight for this call's dtypes.
 static Kernel prepacked_kernel(const Call& c) {
+  (void)c;  // a build without AVX2 or AVX512-BF16 reads nothing of it
 #if defined(SINTER_TILES16)
 #if defined(__AVX512BF16__)
   if (c.x == DType::bf16 && c.values == DType::bf16) return Kernel::pairs_prepacked16;
 #endif
   return Kernel::prepacked16;
 #else
-  (void)c;
+#if defined(__AVX2__)
+  if (c.values == DType::f32 && c.M >= kKmpMinM && c.M <= kKmpMaxM) return Kernel::k_major_prepacked8;
+#endif
   return Kernel::prepacked8;
 #endif
 }

@@ -1,6 +1,7 @@
 // 2:4 K-major kernel (AVX2 / AVX-512, M >= kKMajorM): x as column-major panels, each kept value
 // broadcast against its column of x, picked by address (kernels.h).
 #include "sparse/kernel_common.h"
+#include <utility>
 
 namespace sinter::sparse {
 namespace {
@@ -198,9 +199,129 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
   });
 }
 
+#if !defined(SINTER_TILES16)
+// K-major over the 8-row prepacked layout (f32 values; kernels.h): a block of 8 rows x 32
+// columns holds row r's kept value j at 8 j + r and its meta word at r, so a kept value is
+// broadcast from where it lies and picks its column of x (a column-major panel) by address, with
+// no packing pass: the prepacked weight may be the only copy a server holds. The columns' byte
+// offsets are computed eight rows at a time per block (kmp_offsets) and shared by the group's
+// row sets. On Zen 3 the permute tiles (tiles8.cpp) share the FMA pipes with their vpermilps;
+// this kernel's selection runs on the load ports: 1.07-1.14x the tiles at M = 24-128 (kernels.h).
+constexpr int kKmpBlocks = 2;  // 32-column blocks per pass of a row set: x's 64 columns stay in L1
+
+// Byte offsets into a panel block (ColBytes a column) of the kept values of nb blocks: off[q][j][r]
+// for row r's kept value j, computed eight rows at a time from the meta words.
+template <int ColBytes> SINTER_INLINE void kmp_offsets(const uint8_t* blk, int nb, uint32_t (*off)[16][8]) {
+  for (int q = 0; q < nb; ++q, blk += kBlockBytes<float>) {
+    const __m256i W8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+    const __m256i three = _mm256_set1_epi32(3);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      const __m256i nib = _mm256_and_si256(_mm256_srli_epi32(W8, 2 * j), three);
+      const __m256i col = _mm256_add_epi32(nib, _mm256_set1_epi32(4 * (j / 2) + 32 * q));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(off[q][j]), _mm256_mullo_epi32(col, _mm256_set1_epi32(ColBytes)));
+    }
+  }
+}
+
+template <class Vec, int R, int NV, int r0>
+SINTER_INLINE void kmp_rows(const uint8_t* blk, int nb, const char* xb, const uint32_t (*off)[16][8], float* acc) {
+  constexpr int PW = Vec::L * NV;
+  typename Vec::T a[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < NV; ++u) a[r][u] = Vec::load(acc + PW * r + Vec::L * u);
+  for (int q = 0; q < nb; ++q, blk += kBlockBytes<float>) {
+    const float* vals = reinterpret_cast<const float*>(blk + 32) + r0;
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const typename Vec::T v = Vec::bcast(vals + 8 * j + r);
+        const float* xr = reinterpret_cast<const float*>(xb + off[q][j][r0 + r]);
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; ++u) a[r][u] = Vec::fma(v, Vec::load(xr + Vec::L * u), a[r][u]);
+      }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < NV; ++u) Vec::store(acc + PW * r + Vec::L * u, a[r][u]);
+}
+
+// The 8 rows of a group over nb blocks, R rows at a time: R NV accumulators hide the FMA latency.
+template <class Vec, int NV>
+void kmp_group(const uint8_t* blk, int nb, const char* xb, float* acc) {
+  constexpr int R = NV == 1 ? 8 : NV <= 3 ? 4 : NV < 8 ? 2 : 1, PW = Vec::L * NV;
+  alignas(32) uint32_t off[kKmpBlocks][16][8];
+  kmp_offsets<PW * 4>(blk, nb, off);
+  [&]<int... s>(std::integer_sequence<int, s...>) {
+    (kmp_rows<Vec, R, NV, s * R>(blk, nb, xb, off, acc + s * R * PW), ...);
+  }(std::make_integer_sequence<int, 8 / R>{});
+}
+
+void k_major_prepacked(const float* x, int64_t M, int64_t K, const uint8_t* packed, const float* scales, const float* bias, Act act,
+                       float* y, int64_t N) {
+  using Vec = KmVec;
+  constexpr int64_t L = Vec::L, PW = L * kKmPanelVecs;
+  const int64_t Q = (K + 31) / 32, Kp = Q * 32;
+  const int64_t full = M / PW, rest = M % PW, nv_last = (rest + L - 1) / L, P = full + (rest > 0);
+  auto panel_width = [&](int64_t p) { return p < full ? PW : L * nv_last; };
+  Tensor xp_buf = Tensor::empty({Kp * (full * PW + L * nv_last)}, DType::f32);  // caching allocator: 64-byte aligned
+  float* xp = xp_buf.data<float>();
+  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t pw = panel_width(p), m0 = p * PW;
+      float* d = xp + p * PW * Kp;
+      for (int64_t k0 = 0; k0 < Kp; k0 += 8)
+        for (int64_t r = 0; r < pw; ++r) {
+          const float* src = m0 + r < M ? x + (m0 + r) * K : nullptr;  // rows past M are zero, columns past K too
+          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = src && k < K ? src[k] : 0.0f;
+        }
+    }
+  });
+  const int64_t chunk = 8 * kTilesRowGroups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + kTilesQb - 1) / kTilesQb;
+  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    Tensor acc_buf = Tensor::empty({(full * PW + L * nv_last) * chunk}, DType::f32);  // panel p: chunk rows x its width
+    float* acc = acc_buf.data<float>();
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t n0 = ch * chunk, nr = std::min(chunk, N - n0), groups = (nr + 7) / 8;
+      std::memset(acc, 0, size_t(acc_buf.numel()) * sizeof(float));
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t q0 = kb * kTilesQb, nq = std::min(kTilesQb, Q - q0);
+        for (int64_t b = 0; b < groups; ++b) {
+          const uint8_t* g = packed + prepacked_at<float>(N, K, ch, b, q0);
+          for (int64_t q = 0; q < nq; q += kKmpBlocks) {
+            const int nb = int(std::min<int64_t>(kKmpBlocks, nq - q));
+            // the weight is one stream per thread: request the blocks a group ahead
+            for (int64_t l = 0; l < nb * kBlockBytes<float>; l += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(g) + (nq + q) * kBlockBytes<float> + l, _MM_HINT_T0);
+            for (int64_t p = 0; p < P; ++p) {
+              const int64_t pw = panel_width(p);
+              const char* xb = reinterpret_cast<const char*>(xp + p * PW * Kp + (q0 + q) * 32 * pw);
+              float* a = acc + p * PW * chunk + 8 * b * pw;
+              with_1_to_8(int(pw / L), [&](auto NV) { kmp_group<Vec, NV>(g + q * kBlockBytes<float>, nb, xb, a); });
+            }
+          }
+        }
+      }
+      panel_epilogue(acc, M, PW, chunk, panel_width, n0, nr, scales, bias, act, y, N);
+    }
+  });
+}
+#endif
+
 #endif
 
 }  // namespace
+
+void run_k_major_prepacked(const float* x, int64_t M, int64_t K, const uint8_t* packed, const float* scales, const float* bias,
+                           Act act, float* y, int64_t N) {
+  if (M == 0 || N == 0) return;
+#if defined(__AVX2__) && !defined(SINTER_TILES16)
+  k_major_prepacked(x, M, K, packed, scales, bias, act, y, N);
+#else
+  (void)x, (void)K, (void)packed, (void)scales, (void)bias, (void)act, (void)y;
+  SINTER_THROW(Error, "[internal] sparse24_linear: K-major over the 8-row prepacked layout needs an AVX2 build without AVX-512");
+#endif
+}
 
 void run_k_major(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                  const float* bias, Act act, float* y, int64_t N) {

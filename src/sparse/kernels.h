@@ -13,7 +13,8 @@
 //   tiles16.cpp    AVX-512: the same over 16 weight rows, one vpermps per kept value over 16
 //                  columns of x; bf16 x with bf16 values through vdpbf16ps on pairs.
 //   k_major.cpp    M >= kKMajorM: x as column-major panels of 64 (AVX2) or 128 rows (AVX-512),
-//                  each kept value broadcast against its column of x, picked by address.
+//                  each kept value broadcast against its column of x, picked by address; and the
+//                  same over the 8-row prepacked layout in place (f32 values, kKmpMinM..kKmpMaxM).
 //   pairs.cpp      bf16 x and bf16 values with AVX512-BF16: K-major, a group's two kept values
 //                  one pair for vdpbf16ps.
 //   rows512.cpp    AVX-512, M <= kRowsMaxM from values + meta in place: vectors over 16 kept
@@ -82,6 +83,13 @@ constexpr int64_t kPrepackedMaxM = 128;
 // 48; at M = 1 int8 values 1.03-1.33x, f32 0.78-0.90x, bf16 0.88-0.95x. Without AVX2 never.
 constexpr int64_t kPrepackedMaxM = 40;
 #endif
+#if !defined(SINTER_TILES16)
+// f32 values prepacked in the 8-row layout at kKmpMinM <= M <= kKmpMaxM: the K-major kernel
+// reads the layout in place (k_major.cpp) instead of the permute tiles. Zen 3, 2 threads, the
+// three `sinter bench sparse` shapes, alternating in one process: M = 24-48 1.07-1.14x the tiles'
+// speed, 128 1.09-1.13x; M = 8-12 0.68-0.74x, 16-20 0.91-0.95x; M = 512 0.89-1.05x.
+constexpr int64_t kKmpMinM = 24, kKmpMaxM = 128;
+#endif
 bool prepacked_serves(DType vt, int64_t M);
 int64_t prepacked_bytes(DType vt, int64_t N, int64_t K);
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out);
@@ -128,6 +136,7 @@ enum class Kernel {
   tiles16,          // tiles16.cpp, from values + meta
   k_major,          // k_major.cpp
   prepacked8,       // tiles8.cpp (or its portable reading), from the prepacked layout
+  k_major_prepacked8,  // k_major.cpp, from the 8-row prepacked layout (f32 values)
   prepacked16,      // tiles16.cpp, from the prepacked layout
   pairs_k_major,    // pairs.cpp: bf16 x bf16
   pairs_tiles16,    // tiles16.cpp's vdpbf16ps kernel, from values + meta
@@ -157,6 +166,8 @@ void tiles8_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N
 void tiles8_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta);
 void run_k_major(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
                  const float* bias, Act act, float* y, int64_t N);
+void run_k_major_prepacked(const float* x, int64_t M, int64_t K, const uint8_t* packed, const float* scales, const float* bias,
+                           Act act, float* y, int64_t N);
 void run_k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
                        const float* bias, Act act, float* y, int64_t N);
 #if defined(SINTER_TILES16)

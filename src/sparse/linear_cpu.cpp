@@ -68,6 +68,7 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
     case Kernel::streaming: run_streaming(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
     case Kernel::tiles8: run_tiles8(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
     case Kernel::prepacked8: run_tiles8(xf, M, K, nullptr, values.dtype(), nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
+    case Kernel::k_major_prepacked8: run_k_major_prepacked(xf, M, K, pp, scales.data<float>(), bp, act, yp, N); break;
     case Kernel::k_major: run_k_major(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
     case Kernel::pairs_k_major: run_k_major_pairs(xh, M, K, vh, meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
 #if defined(SINTER_TILES16)
