@@ -117,26 +117,39 @@ void k_major_rows(const float* wb, int64_t nr, const float* xb, float* acc, cons
   for (; r < nr; ++r) k_major_row<Vec, 1, NV>(wb + r * kKmRowFloats, xb, acc + r * Vec::L * NV);
 }
 
+// x (M, K) as column-major panels of PW rows (panel p at data + p PW Kp: Kp columns of its width,
+// the last panel L nv_last rows wide), rows past M and columns past K zero: the K-major kernels' x.
+struct ColumnPanels {
+  int64_t full, nv_last, P, PW, L;
+  Tensor buf;  // caching allocator: 64-byte aligned
+  float* data;
+  int64_t width(int64_t p) const { return p < full ? PW : L * nv_last; }
+  ColumnPanels(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t L_, int64_t PW_)
+      : full(M / PW_), nv_last((M % PW_ + L_ - 1) / L_), P(full + (M % PW_ > 0)), PW(PW_), L(L_),
+        buf(Tensor::empty({Kp * (full * PW_ + L_ * nv_last)}, DType::f32)), data(buf.data<float>()) {
+    parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t pw = width(p), m0 = p * PW;
+        float* d = data + p * PW * Kp;
+        for (int64_t k0 = 0; k0 < Kp; k0 += 8)  // 8 columns at a time: a cache line of each row of x
+          for (int64_t r = 0; r < pw; ++r) {
+            const float* src = m0 + r < M ? x + (m0 + r) * K : nullptr;
+            for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = src && k < K ? src[k] : 0.0f;
+          }
+      }
+    });
+  }
+};
+
 template <class Vec, int PV, int Chains, class V>
 void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const float* scales, const float* bias,
              Act act, float* y, int64_t N) {
   constexpr int64_t L = Vec::L, PW = L * PV;  // rows of x per full panel
   const int64_t KB = (K + kKmCols - 1) / kKmCols, Kp = KB * kKmCols;  // x padded with zero columns to whole blocks
-  const int64_t full = M / PW, rest = M % PW, nv_last = (rest + L - 1) / L, P = full + (rest > 0);
-  auto panel_width = [&](int64_t p) { return p < full ? PW : L * nv_last; };
-  Tensor xp_buf = Tensor::empty({Kp * (full * PW + L * nv_last)}, DType::f32);  // caching allocator: 64-byte aligned
-  float* xp = xp_buf.data<float>();
-  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t pw = panel_width(p), m0 = p * PW;
-      float* d = xp + p * PW * Kp;
-      for (int64_t k0 = 0; k0 < Kp; k0 += 8)  // 8 columns at a time: a cache line of each row of x
-        for (int64_t r = 0; r < pw; ++r) {
-          const float* src = m0 + r < M ? x + (m0 + r) * K : nullptr;  // rows past M are zero
-          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = src && k < K ? src[k] : 0.0f;
-        }
-    }
-  });
+  const ColumnPanels xs(x, M, K, Kp, L, PW);
+  const int64_t full = xs.full, nv_last = xs.nv_last, P = xs.P;
+  const auto panel_width = [&](int64_t p) { return xs.width(p); };
+  const float* xp = xs.data;
   // Weight rows per chunk: each chunk reads all of x once, so more rows when x is large, but at
   // least four chunks per thread. Measured (Zen 5, 4096 x 11008, alternating) with the
   // weights packed a block at a time: 32 / 64 / 128 / 256 rows at M = 128 26.0 / 22.7 / 22.5 / 22.2
@@ -267,21 +280,10 @@ void k_major_prepacked(const float* x, int64_t M, int64_t K, const uint8_t* pack
   using Vec = KmVec;
   constexpr int64_t L = Vec::L, PW = L * kKmPanelVecs;
   const int64_t Q = (K + 31) / 32, Kp = Q * 32;
-  const int64_t full = M / PW, rest = M % PW, nv_last = (rest + L - 1) / L, P = full + (rest > 0);
-  auto panel_width = [&](int64_t p) { return p < full ? PW : L * nv_last; };
-  Tensor xp_buf = Tensor::empty({Kp * (full * PW + L * nv_last)}, DType::f32);  // caching allocator: 64-byte aligned
-  float* xp = xp_buf.data<float>();
-  parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t pw = panel_width(p), m0 = p * PW;
-      float* d = xp + p * PW * Kp;
-      for (int64_t k0 = 0; k0 < Kp; k0 += 8)
-        for (int64_t r = 0; r < pw; ++r) {
-          const float* src = m0 + r < M ? x + (m0 + r) * K : nullptr;  // rows past M are zero, columns past K too
-          for (int64_t k = k0; k < k0 + 8; ++k) d[k * pw + r] = src && k < K ? src[k] : 0.0f;
-        }
-    }
-  });
+  const ColumnPanels xs(x, M, K, Kp, L, PW);
+  const int64_t full = xs.full, nv_last = xs.nv_last, P = xs.P;
+  const auto panel_width = [&](int64_t p) { return xs.width(p); };
+  const float* xp = xs.data;
   const int64_t chunk = 8 * kTilesRowGroups, chunks = (N + chunk - 1) / chunk, kblocks = (Q + kTilesQb - 1) / kTilesQb;
   parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     Tensor acc_buf = Tensor::empty({(full * PW + L * nv_last) * chunk}, DType::f32);  // panel p: chunk rows x its width
