@@ -219,7 +219,7 @@ void k_major(const float* x, int64_t M, int64_t K, const V* values, const uint8_
 // no packing pass: the prepacked weight may be the only copy a server holds. The columns' byte
 // offsets are computed eight rows at a time per block (kmp_offsets) and shared by the group's
 // row sets. On Zen 3 the permute tiles (tiles8.cpp) share the FMA pipes with their vpermilps;
-// this kernel's selection runs on the load ports: 1.07-1.14x the tiles at M = 24-128 (kernels.h).
+// this kernel's selection runs on the load ports: 1.03-1.13x the tiles at M = 24-128 (kernels.h).
 constexpr int kKmpBlocks = 2;  // 32-column blocks per pass of a row set: x's 64 columns stay in L1
 
 // Byte offsets into a panel block (ColBytes a column) of the kept values of nb blocks: off[q][j][r]

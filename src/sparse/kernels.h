@@ -86,8 +86,9 @@ constexpr int64_t kPrepackedMaxM = 40;
 #if !defined(SINTER_TILES16)
 // f32 values prepacked in the 8-row layout at kKmpMinM <= M <= kKmpMaxM: the K-major kernel
 // reads the layout in place (k_major.cpp) instead of the permute tiles. Zen 3, 2 threads, the
-// three `sinter bench sparse` shapes, alternating in one process: M = 24-48 1.07-1.14x the tiles'
-// speed, 128 1.09-1.13x; M = 8-12 0.68-0.74x, 16-20 0.91-0.95x; M = 512 0.89-1.05x.
+// three `sinter bench sparse` shapes, one-copy weights, the two kernels alternating in one process
+// (the choice switched between calls): M = 24-64 1.03-1.12x the tiles' speed, 128 1.09-1.13x;
+// M = 8 0.71-0.75x, 16 0.98-1.02x, 20 0.88-0.92x; M = 512 0.89-1.05x.
 constexpr int64_t kKmpMinM = 24, kKmpMaxM = 128;
 #endif
 bool prepacked_serves(DType vt, int64_t M);
