@@ -118,7 +118,9 @@ TEST_P(CompiledOp, MatchesEagerOnEveryCase) {
   const bool bitwise = o->fusable || (o->name != "layer_norm" && o->name != "rms_norm");
   for (size_t k = 0; k < out.size(); ++k) EXPECT_TRUE(same(out[k], ref[k], bitwise)) << "output " << k << "\n" << e.text;
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined()) EXPECT_TRUE(same(compiled_in[i], eager_in[i], true)) << "input " << i << " after the call";
+    if (inputs[i].defined()) {
+      EXPECT_TRUE(same(compiled_in[i], eager_in[i], true)) << "input " << i << " after the call";
+    }
   // A second call reuses the compiled code (and its planned buffers). A random op draws new
   // numbers, the ones eager's second call draws.
   if (!o->mutates) {

@@ -124,7 +124,9 @@ TEST(Compile, EveryElementwiseOpCompiledAloneEqualsEager) {
     EXPECT_TRUE(bitwise_equal(f(in)[0], call(*op, in, attrs)[0]));
     if (op->num_inputs == 2 && op->name != "pow" && op->name != "masked_fill") {  // integers (and int -> f32 true division)
       std::vector<Tensor> ii{xi, xi * 2 + 1};
-      if (op->name.find("backward") == std::string::npos) EXPECT_TRUE(bitwise_equal(f(ii)[0], call(*op, ii, attrs)[0]));
+      if (op->name.find("backward") == std::string::npos) {
+        EXPECT_TRUE(bitwise_equal(f(ii)[0], call(*op, ii, attrs)[0]));
+      }
     }
   }
 }
@@ -199,7 +201,9 @@ TEST(Compile, TheOpProfileListsACompiledProgramsLibraryCallsAndFusedKernels) {
   EXPECT_EQ(table.find("sigmoid"), std::string::npos) << "a fused op has no line of its own:\n" << table;
   std::istringstream rows(table);
   for (std::string line; std::getline(rows, line);)
-    if (line.starts_with("linear < compiled profiled")) EXPECT_NE(line.find(" 3 "), std::string::npos) << line;
+    if (line.starts_with("linear < compiled profiled")) {
+      EXPECT_NE(line.find(" 3 "), std::string::npos) << line;
+    }
 }
 
 TEST(Compile, TwoFourSparseLinearsAreNodesWithTheirActivationFused) {
@@ -365,7 +369,9 @@ TEST(Compile, ATrainingStepServesEverySequenceLengthWithOneCompile) {
   for (int64_t T = 17; T <= 128; ++T) {
     auto [x, y] = data.batch(true, 2, T, 1, uint64_t(T));
     const double lc = f({x, y})[0].item<double>();
-    if (T == 127) EXPECT_EQ(f.compiles(), 1) << "lengths 17..127 should share one program";
+    if (T == 127) {
+      EXPECT_EQ(f.compiles(), 1) << "lengths 17..127 should share one program";
+    }
     if (T % 8 == 1 || T == 128) {  // eager on a sample of the lengths (its weights follow the same steps)
       const double le = train::step(*eager, eager_opt, x, y).item<double>();
       EXPECT_NEAR(lc, le, 1e-4 * std::fabs(le)) << "T = " << T;
@@ -430,7 +436,9 @@ TEST(Compile, AMissingOrFailingCompilerIsNamedAndFallsBackToEager) {
       ADD_FAILURE() << "no CompileError";
     } catch (const CompileError& e) {
       EXPECT_NE(std::string(e.what()).find(cxx), std::string::npos) << e.what();
-      if (cxx == script) EXPECT_NE(std::string(e.what()).find("out of ideas"), std::string::npos) << e.what();
+      if (cxx == script) {
+        EXPECT_NE(std::string(e.what()).find("out of ideas"), std::string::npos) << e.what();
+      }
     }
     CompiledFunction f = compile(chain, {.name = "loose"});
     testing::internal::CaptureStderr();
@@ -600,7 +608,9 @@ TEST(Compile, AGraphBreakSplitsTheFunctionIntoCompiledPieces) {
     const Tensor got = g({x})[0];
     EXPECT_EQ(default_generator().offset, offset) << "call " << call;
     EXPECT_TRUE(bitwise_equal(got, want)) << "call " << call;
-    if (previous.defined()) EXPECT_FALSE(bitwise_equal(got, previous)) << "call " << call;
+    if (previous.defined()) {
+      EXPECT_FALSE(bitwise_equal(got, previous)) << "call " << call;
+    }
     previous = got;
   }
   EXPECT_EQ(g.compiles(), 2);

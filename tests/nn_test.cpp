@@ -711,7 +711,9 @@ TEST(Training, AFailedWriteOrRenameAtAnyPointOfASaveLeavesThePreviousStepAndName
     expect_whole_step(out, committed3 ? 3 : 2);
     after_commit += committed3;
     // The next start clears the failed save's files and finishes the run.
-    if (!committed3) ASSERT_EQ(std::system((run.cmd(out, 3, "--resume") + " > " + log + " 2>&1").c_str()), 0) << read_file(log);
+    if (!committed3) {
+      ASSERT_EQ(std::system((run.cmd(out, 3, "--resume") + " > " + log + " 2>&1").c_str()), 0) << read_file(log);
+    }
     expect_same_checkpoint(run.dir + "/straight", out);
     for (const auto& e : fs::directory_iterator(out)) EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos);
   }

@@ -266,6 +266,7 @@ std::vector<Case> dim_cases(std::function<Tensor(const Shape&)> gen) {
 
 // Defined in op_specs_more.cpp: shape, linalg, nn and index ops.
 void add_more_specs(std::map<std::string, Spec>& m);
+void add_attention_specs(std::map<std::string, Spec>& m);  // op_specs_attention.cpp
 // Defined in op_specs_backward.cpp: the fused backward ops (needs the forward specs first).
 void add_backward_specs(std::map<std::string, Spec>& m);
 void add_sparse_specs(std::map<std::string, Spec>& m);
@@ -476,6 +477,7 @@ const std::map<std::string, Spec>& op_specs() {
       m["cumsum"] = s;
     }
     add_more_specs(m);
+    add_attention_specs(m);
     add_backward_specs(m);
     add_sparse_specs(m);
     add_dist_specs(m);

@@ -54,6 +54,8 @@ inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
   for (size_t d = 0; d < s.size(); ++d) r = r * s[d] + idx[d];
   return r;
 }
+// The element of r at a multi-index.
+inline double at(const R& r, const std::vector<int64_t>& idx) { return r.v[size_t(ravel(idx, r.shape))]; }
 inline int64_t wrap(int64_t d, int64_t n) { return d < 0 ? d + std::max<int64_t>(n, 1) : d; }
 inline Tensor rn(const Shape& s, DType dt = DType::f32) { return randn(s, DType::f64).to(dt); }
 inline Tensor ints(const Shape& s, int64_t lo, int64_t hi, DType dt = DType::i64) { return randint(lo, hi, s, dt); }

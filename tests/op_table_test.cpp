@@ -150,5 +150,7 @@ TEST(OpTable, SchemaDeclaresMutationAndDataDependence) {
   EXPECT_TRUE(get_op("item").data_dependent);
   EXPECT_FALSE(get_op("add").data_dependent);
   for (const OpDef* op : all_ops())  // ops that write their inputs give no gradient
-    if (op->mutates) EXPECT_FALSE(op->backward) << op->name;
+    if (op->mutates) {
+      EXPECT_FALSE(op->backward) << op->name;
+    }
 }

@@ -52,7 +52,7 @@ struct DynamicDim {
 };
 
 struct CompileOptions {
-  std::vector<DynamicDim> dynamic;
+  std::vector<DynamicDim> dynamic = {};
   bool fullgraph = false;     // a graph break is a CompileError
   int recompile_limit = 8;    // new programs (or graph breaks) per function before it runs eagerly
   bool recompute = true;      // a compiled backward computes views and cheap arithmetic (no exp,
