@@ -78,13 +78,13 @@ using ViewFn = std::function<std::vector<Tensor>(std::span<const Tensor> in, con
 using BackwardFn = std::function<std::vector<Tensor>(BackwardCtx&)>;
 
 struct OpDef {
-  std::string name;
+  std::string name = {};
   int num_inputs = 1;        // -1: variadic (at least one unless min_inputs says otherwise)
   int min_inputs = 1;        // for variadic ops
   int num_outputs = 1;
-  InferFn infer;
-  ViewFn view;               // for ops whose outputs alias input 0 (no kernel: works on any device)
-  BackwardFn backward;       // null: not differentiable
+  InferFn infer = {};
+  ViewFn view = {};          // for ops whose outputs alias input 0 (no kernel: works on any device)
+  BackwardFn backward = {};  // null: not differentiable
   uint32_t save_inputs = ~0u;  // bit i: input i is needed by backward
   uint32_t save_outputs = 0;   // bit i: output i is needed by backward
   // Bit i: the op writes input i in place; its outputs are those inputs, in order (add_, fill_,
@@ -96,7 +96,7 @@ struct OpDef {
   bool random = false;       // draws from the Philox generator (attrs seed and counter)
   bool fusable = false;      // elementwise: code generation may fuse it
   // Factories (no inputs) take their device from the attribute "device" (default: the CPU).
-  std::array<KernelFn, kNumDeviceTypes> kernels;  // by DeviceType; set with register_kernel
+  std::array<KernelFn, kNumDeviceTypes> kernels = {};  // by DeviceType; set with register_kernel
 };
 
 const OpDef& register_op(OpDef def);          // throws if the name is taken

@@ -43,7 +43,7 @@ void define_reduce(const char* name, bool float_only, bool to_i64, BackwardFn bw
   add_op(std::move(d));
 }
 
-void define_arg_reduce(const char* name, bool is_max, bool with_values) {
+void define_arg_reduce(const char* name, bool with_values) {
   OpDef d;
   d.name = name;
   d.num_outputs = with_values ? 2 : 1;
@@ -221,10 +221,10 @@ void register_reduce_ops() {
         return std::vector<Tensor>{spread(c, c.grads[0]) * exp(c.inputs[0] - spread(c, c.outputs[0]))};
       }, 1, 1);
 
-  define_arg_reduce("max_dim", true, true);
-  define_arg_reduce("min_dim", false, true);
-  define_arg_reduce("argmax", true, false);
-  define_arg_reduce("argmin", false, false);
+  define_arg_reduce("max_dim", true);
+  define_arg_reduce("min_dim", true);
+  define_arg_reduce("argmax", false);
+  define_arg_reduce("argmin", false);
   define_softmax("softmax", false);
   define_softmax("log_softmax", true);
   define_causal_softmax();
