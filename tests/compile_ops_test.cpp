@@ -21,12 +21,6 @@ using namespace sinter::test;
 
 namespace {
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel() * x.element_size())) == 0;
-}
-
 ::testing::AssertionResult same(const Tensor& out, const Tensor& ref, bool bitwise) {
   if (out.shape() != ref.shape() || out.dtype() != ref.dtype())
     return ::testing::AssertionFailure() << "compiled " << out.dtype() << out.shape() << ", eager " << ref.dtype() << ref.shape();

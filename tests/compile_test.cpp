@@ -21,6 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::bitwise_equal;
+
 // Each test compiles into a cache folder of its own (and restores the environment after).
 struct ScopedEnv {
   ScopedEnv(const char* name, const std::string& value) : name(name) {
@@ -40,12 +42,6 @@ std::string fresh_cache(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("sinter_compile_test_" + name);
   fs::remove_all(d);
   return d.string();
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel() * x.element_size())) == 0;
 }
 
 // The text the training tests batch from, and a model of a preset initialized from a seed.

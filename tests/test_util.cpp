@@ -1,9 +1,16 @@
 #include "test_util.h"
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace sinter::test {
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel() * x.element_size())) == 0;
+}
 
 double default_rtol(DType t) {
   switch (t) {

@@ -15,6 +15,9 @@ double default_rtol(DType t);
 
 #define EXPECT_CLOSE(out, ref, ...) EXPECT_TRUE(::sinter::test::all_close(out, ref, ##__VA_ARGS__))
 
+// Same shape, dtype and bytes.
+bool bitwise_equal(const Tensor& a, const Tensor& b);
+
 // A copy of t with the same values laid out non-contiguously (every other element of a wider buffer).
 Tensor noncontiguous(const Tensor& t);
 
