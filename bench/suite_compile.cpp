@@ -9,6 +9,7 @@
 #include <sinter/train.h>
 
 #include "core/parallel.h"
+#include "dnnl_peer.h"
 #include "harness.h"
 
 namespace sinter::bench {
@@ -25,7 +26,7 @@ void suite_compile(const Options& o, Report& r) {
   const std::string cache = (std::filesystem::temp_directory_path() / "sinter_bench_compile_cache").string();
   std::filesystem::remove_all(cache);
   setenv("SINTER_CACHE_DIR", cache.c_str(), 1);
-  r.expect(6);
+  r.expect(7);
   {
     NoGradGuard no_grad;
     const int64_t n = o.quick ? 4 << 20 : 16 << 20;
@@ -69,6 +70,22 @@ void suite_compile(const Options& o, Report& r) {
     r.add("mlp f32 512x1024x4096", c, "eager Sinter", e,
           std::to_string(ex.library_calls) + " GEMMs with bias + GELU(tanh) / bias + residual as epilogues, " +
               std::to_string(ex.fused_kernels) + " other kernels");
+  }
+  {
+    // A linear's GELU(tanh) in its GEMM call (the tiny model's first MLP layer): Sinter's compiled
+    // call, which gives oneDNN the GELU as a post-op only where oneDNN runs AVX-512 kernels and
+    // otherwise runs Sinter's pass over the output (src/cpu/gemm.cpp), against oneDNN's matmul
+    // with the GELU as its post-op.
+    NoGradGuard no_grad;
+    Tensor x = randn({2048, 128}), w = randn({512, 128}) * 0.1, y = Tensor::empty({2048, 512});
+    auto fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(linear(in[0], w), true)}; };
+    CompiledFunction f = compile(fn, {.name = "linear_gelu"});
+    (void)f({x});
+    RawMatmul fused(x, w, y, false, dnnl::algorithm::eltwise_gelu_tanh);
+    const auto [c, p] = time_pair([&] { (void)f({x}); }, [&] { fused.run(); }, 2, 30);
+    const Explanation ex = f.explain({x});
+    r.add("linear + gelu_tanh f32 2048x128x512", c, "oneDNN matmul, gelu_tanh post-op", p,
+          std::to_string(ex.library_calls) + " GEMM call, " + std::to_string(ex.fused_kernels) + " other kernels");
   }
   {
     // Greedy decoding with the KV cache: a 16-token prompt, then 96 tokens, one decode step each;

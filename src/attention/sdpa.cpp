@@ -58,9 +58,6 @@ bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
   return (dtype == DType::f32 || dtype == DType::bf16) && D % kV == 0 && Dv % kNr == 0;
 }
 
-// The reason choose_sdpa gives where math is chosen for being measured faster.
-constexpr const char* kMathFaster = "math: measured faster here: ";
-
 SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const std::string& requested = a.str("backend");
   if (requested == "math") return {SDPABackend::math, "math backend requested"};
@@ -79,16 +76,6 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   // process, Intel Xeon, 2 threads, best of 15): with an additive mask math takes 1.8-2.3x flash's
   // time at L = 16-64 and 1.04-1.19x at L = 128-640 (and more from there); boolean masks: flash at
   // every length (1.2-1.7x).
-#if !defined(__AVX512F__)
-  // With the AVX2 kernels (AMD Zen 3, 2 threads, the same alternation, 40-200 rounds, three runs)
-  // math wins with an additive mask at L = 128-384: forward by 0-14% in the median (flash ahead in
-  // 1-50% of the rounds), forward + backward by 10-13%; flash at L = 64 (1.3x); from 512 to 1000
-  // the two trade places between runs (within 10%); flash ahead at 4096 (1.06-1.2x); boolean masks
-  // flash at every length (1.1-1.4x). Measured with f32 and one KV head per query head, so only those.
-  if (dt == DType::f32 && in.size() > 3 && is_floating(in[3].dtype) && in[0].shape[1] == in[1].shape[1] && in[0].shape[2] >= 96 &&
-      in[1].shape[2] >= 96 && in[1].shape[2] <= 384)
-    return {SDPABackend::math, std::string(kMathFaster) + "an additive mask over 96-384 keys with the AVX2 kernels"};
-#endif
   return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims};
 }
 
@@ -254,12 +241,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   SINTER_CHECK(!(is_causal && attn_mask.defined()), "[sdpa] pass either is_causal or attn_mask, not both");
   SINTER_CHECK(dropout_p >= 0 && dropout_p < 1, "[sdpa] dropout_p must be in [0, 1), got ", dropout_p);
   // The math backend asked for (or forced by a mask that wants a gradient, which flash does not
-  // give, or chosen for being faster) runs as the reference's own ops, with their autograd;
-  // otherwise the sdpa op's kernel chooses (flash, or math where flash's fast kernel cannot run,
-  // or where it is slower and the call reads a KV cache's first kv_len positions).
+  // give) runs as the reference's own ops, with their autograd; otherwise the sdpa op's kernel
+  // chooses (flash, or math where flash's fast kernel cannot run).
   const SDPAChoice forced = sdpa_choose(q, k, attn_mask, dropout_p, backend);
-  const bool op_chooses = forced.reason.starts_with("math: flash") || (kv_len.defined() && forced.reason.starts_with(detail::kMathFaster));
-  const bool as_ops = forced.backend == SDPABackend::math && (backend == SDPABackend::math || !op_chooses);
+  const bool as_ops = forced.backend == SDPABackend::math && (backend == SDPABackend::math || !forced.reason.starts_with("math: flash"));
   const std::string be = backend == SDPABackend::flash ? "flash" : "auto";
   Attrs a{{"scale", scale ? *scale : 1.0 / std::sqrt(double(q.size(3)))}, {"causal", is_causal}, {"gqa", enable_gqa},
           {"backend", be}, {"mask", attn_mask.defined()}, {"kv_len", kv_len.defined()}};
