@@ -1,4 +1,8 @@
+// The CPU elementwise kernels: unary ops, where, clamp, copy (with dtype conversion) and fill;
+// binary ops are in elementwise_binary.cpp (a file each, so the two template-heavy halves build
+// in parallel).
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -9,24 +13,12 @@
 namespace sinter::cpu {
 namespace {
 
-template <class T> constexpr bool is_half_v = std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
-template <class T> constexpr bool is_float_v = std::is_floating_point_v<T> || is_half_v<T>;
-
 // Which (functor, storage type) pairs exist: float ops on float types; neg/abs/relu on integers too.
 template <class F, class T> constexpr bool unary_ok() {
   if constexpr (std::is_same_v<T, bool>) return false;
   else if constexpr (is_float_v<T>) return true;
   else return std::is_same_v<F, fn::Neg> || std::is_same_v<F, fn::Abs> || std::is_same_v<F, fn::Relu>;
 }
-template <class F, class T> constexpr bool binary_ok() {
-  constexpr bool compare = std::is_same_v<F, fn::Eq> || std::is_same_v<F, fn::Ne> || std::is_same_v<F, fn::Lt> ||
-                           std::is_same_v<F, fn::Le> || std::is_same_v<F, fn::Gt> || std::is_same_v<F, fn::Ge>;
-  if constexpr (compare) return true;
-  else if constexpr (std::is_same_v<T, bool>) return false;
-  else if constexpr (std::is_same_v<F, fn::Div>) return is_float_v<T>;
-  else return true;
-}
-
 template <class F, class T> void unary_loop(const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;
   const F f;
@@ -41,32 +33,6 @@ template <class F, class T> void unary_loop(const Tensor& x, const Tensor& out) 
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<T*>(p[0] + i * s[0]) = T(f(C(*reinterpret_cast<const T*>(p[1] + i * s[1]))));
-    }
-  });
-}
-
-template <class F, class T, class O> void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
-  using C = compute_t<T>;
-  const F f;
-  for_each_strided<3>(out.shape(),
-                      {static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()), static_cast<char*>(b.data_ptr())},
-                      {broadcast_strides_bytes(out, out.shape()), broadcast_strides_bytes(a, out.shape()),
-                       broadcast_strides_bytes(b, out.shape())},
-                      [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
-    O* o = reinterpret_cast<O*>(p[0]);
-    const T* x = reinterpret_cast<const T*>(p[1]);
-    const T* y = reinterpret_cast<const T*>(p[2]);
-    if (s[0] == sizeof(O) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) o[i] = O(f(C(x[i]), C(y[i])));
-    } else if (s[0] == sizeof(O) && s[1] == sizeof(T) && s[2] == 0) {
-      const C yv = C(y[0]);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) o[i] = O(f(C(x[i]), yv));
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<O*>(p[0] + i * s[0]) =
-            O(f(C(*reinterpret_cast<const T*>(p[1] + i * s[1])), C(*reinterpret_cast<const T*>(p[2] + i * s[2]))));
     }
   });
 }
@@ -88,29 +54,6 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
 #undef BINARY
     }
     SINTER_THROW(DTypeError, "[internal] unary kernel ", int(op), " has no ", x.dtype(), " version");
-  });
-}
-
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  SINTER_KERNEL_ENTRY();
-  SINTER_ASSERT(a.dtype() == b.dtype());
-  visit_dtype(a.dtype(), [&]<class T>() {
-    switch (op) {
-#define UNARY(F, name, rule, dx)
-#define BINARY(F, name, rule, da, db) \
-      case BinaryOp::F: \
-        if constexpr (binary_ok<fn::F, T>()) { \
-          using R = decltype(fn::F{}(compute_t<T>{}, compute_t<T>{})); \
-          if constexpr (std::is_same_v<R, bool>) binary_loop<fn::F, T, bool>(a, b, out); \
-          else binary_loop<fn::F, T, T>(a, b, out); \
-          return; \
-        } \
-        break;
-#include "ops/elementwise.def"
-#undef UNARY
-#undef BINARY
-    }
-    SINTER_THROW(DTypeError, "[internal] binary kernel ", int(op), " has no ", a.dtype(), " version");
   });
 }
 

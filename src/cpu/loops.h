@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
@@ -22,6 +23,10 @@ inline Dims broadcast_strides_bytes(const Tensor& t, const Shape& shape) {
     if (t.size(i) != 1) s[size_t(off + i)] = t.stride(i) * t.element_size();
   return s;
 }
+
+// Storage types whose elementwise ops compute in floating point.
+template <class T> constexpr bool is_half_v = std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
+template <class T> constexpr bool is_float_v = std::is_floating_point_v<T> || is_half_v<T>;
 
 inline constexpr int64_t kElementwiseGrain = 32768;
 

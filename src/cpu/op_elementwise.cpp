@@ -1,5 +1,5 @@
 // CPU kernels of the elementwise ops (src/ops/elementwise.cpp): inputs converted to the dtype the
-// kernel computes in, then one strided loop (cpu/elementwise.cpp).
+// kernel computes in, then one strided loop (cpu/elementwise.cpp and cpu/elementwise_binary.cpp).
 #include "cpu/cpu.h"
 #include "ops/common.h"
 

@@ -1,0 +1,75 @@
+// The CPU binary elementwise kernels (ops/elementwise.def): every (functor, dtype) pair that exists,
+// over the strided loop of loops.h, with contiguous and scalar-operand runs vectorized.
+#include <type_traits>
+
+#include "core/dispatch.h"
+#include "cpu/cpu.h"
+#include "cpu/loops.h"
+#include "ops/scalar_fns.h"
+
+namespace sinter::cpu {
+namespace {
+
+// Which (functor, storage type) pairs exist: comparisons on every type, division on float types,
+// the rest on every type but bool.
+template <class F, class T> constexpr bool binary_ok() {
+  constexpr bool compare = std::is_same_v<F, fn::Eq> || std::is_same_v<F, fn::Ne> || std::is_same_v<F, fn::Lt> ||
+                           std::is_same_v<F, fn::Le> || std::is_same_v<F, fn::Gt> || std::is_same_v<F, fn::Ge>;
+  if constexpr (compare) return true;
+  else if constexpr (std::is_same_v<T, bool>) return false;
+  else if constexpr (std::is_same_v<F, fn::Div>) return is_float_v<T>;
+  else return true;
+}
+
+template <class F, class T, class O> void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
+  using C = compute_t<T>;
+  const F f;
+  for_each_strided<3>(out.shape(),
+                      {static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()), static_cast<char*>(b.data_ptr())},
+                      {broadcast_strides_bytes(out, out.shape()), broadcast_strides_bytes(a, out.shape()),
+                       broadcast_strides_bytes(b, out.shape())},
+                      [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+    O* o = reinterpret_cast<O*>(p[0]);
+    const T* x = reinterpret_cast<const T*>(p[1]);
+    const T* y = reinterpret_cast<const T*>(p[2]);
+    if (s[0] == sizeof(O) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = O(f(C(x[i]), C(y[i])));
+    } else if (s[0] == sizeof(O) && s[1] == sizeof(T) && s[2] == 0) {
+      const C yv = C(y[0]);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = O(f(C(x[i]), yv));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<O*>(p[0] + i * s[0]) =
+            O(f(C(*reinterpret_cast<const T*>(p[1] + i * s[1])), C(*reinterpret_cast<const T*>(p[2] + i * s[2]))));
+    }
+  });
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
+  SINTER_ASSERT(a.dtype() == b.dtype());
+  visit_dtype(a.dtype(), [&]<class T>() {
+    switch (op) {
+#define UNARY(F, name, rule, dx)
+#define BINARY(F, name, rule, da, db) \
+      case BinaryOp::F: \
+        if constexpr (binary_ok<fn::F, T>()) { \
+          using R = decltype(fn::F{}(compute_t<T>{}, compute_t<T>{})); \
+          if constexpr (std::is_same_v<R, bool>) binary_loop<fn::F, T, bool>(a, b, out); \
+          else binary_loop<fn::F, T, T>(a, b, out); \
+          return; \
+        } \
+        break;
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+    }
+    SINTER_THROW(DTypeError, "[internal] binary kernel ", int(op), " has no ", a.dtype(), " version");
+  });
+}
+
+}  // namespace sinter::cpu
