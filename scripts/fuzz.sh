@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each: the safetensors parser,
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs them side by side: the safetensors parser,
 # config.json and train_state.json.
 #   scripts/fuzz.sh [RUNS] [TARGET...]   default 1,000,000 executions per target, seeded from fuzz/corpus/
 set -euo pipefail
@@ -12,16 +12,26 @@ targets=("$@")
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_FUZZ=ON \
   -DSINTER_BUILD_TESTS=OFF -DSINTER_NATIVE=OFF >/dev/null
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}"
+# The targets run side by side, each on a copy of its seed corpus.
+declare -A pid work
 for t in "${targets[@]}"; do
-  work=$(mktemp -d)
-  cp fuzz/corpus/"$t"/* "$work/"
+  work[$t]=$(mktemp -d)
+  cp fuzz/corpus/"$t"/* "${work[$t]}/"
   echo "fuzz: $t, $runs executions"
-  if ! ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz/"$t"_fuzz -runs="$runs" -max_len=4096 -timeout=10 \
-       -print_final_stats=1 "$work" > "$work.log" 2>&1; then
-    tail -n 60 "$work.log"
-    echo "fuzz: $t FAILED (the crashing input is in the crash-* file above)"
-    exit 1
-  fi
-  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$work.log"
-  rm -rf "$work" "$work.log"
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz/"$t"_fuzz -runs="$runs" -max_len=4096 -timeout=10 \
+    -print_final_stats=1 "${work[$t]}" > "${work[$t]}.log" 2>&1 &
+  pid[$t]=$!
 done
+failed=0
+for t in "${targets[@]}"; do
+  if ! wait "${pid[$t]}"; then
+    tail -n 60 "${work[$t]}.log"
+    echo "fuzz: $t FAILED (the crashing input is in the crash-* file above)"
+    failed=1
+    continue
+  fi
+  echo "fuzz: $t"
+  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "${work[$t]}.log"
+  rm -rf "${work[$t]}" "${work[$t]}.log"
+done
+exit $failed
