@@ -109,8 +109,9 @@ template <Mix K> __attribute__((noinline)) void ports(long n, float* out) {
     const float* x = OUT + 8 * (k & 3);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      if constexpr (K == Mix::fma_loads) {  // per 2 FMAs: one broadcast and two loads
-        const __m256 v = _mm256_broadcast_ss(OUT + 512 + i / 2);
+      if constexpr (K == Mix::fma_loads) {  // per 2 FMAs: one broadcast and two loads (the broadcast's
+        // address moves with k, or the compiler hoists it out of the loop)
+        const __m256 v = _mm256_broadcast_ss(OUT + 512 + 4 * (k & 7) + i / 2);
         a[i] = _mm256_fmadd_ps(v, _mm256_load_ps(x + 8 * i), a[i]);
       } else {
         a[i] = _mm256_fmadd_ps(a[i], b, c);
