@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <sinter/train.h>
 
@@ -308,6 +309,24 @@ TEST(Module, StateDictIsStrictAndNamesEveryProblem) {
   EXPECT_GT(model.num_parameters(), 0);
   model.eval();
   EXPECT_FALSE(model.blocks[0]->attn->is_training());
+}
+
+TEST(Module, ModelsBuiltToBeLoadedSkipTheRandomDrawOnTheirThreadOnly) {
+  const auto all_zero = [](const Tensor& t) { return max(abs(t)).item<double>() == 0.0; };
+  {
+    nn::SkipInitGuard skip;
+    EXPECT_TRUE(nn::SkipInitGuard::active());
+    nn::Linear l(8, 4);
+    nn::Embedding e(5, 3);
+    EXPECT_TRUE(all_zero(l.weight) && all_zero(l.bias) && all_zero(e.weight));
+    bool other_thread_draws = false;
+    std::thread([&] { other_thread_draws = !nn::SkipInitGuard::active() && !all_zero(nn::Linear(8, 4).weight); }).join();
+    EXPECT_TRUE(other_thread_draws);
+  }
+  EXPECT_FALSE(nn::SkipInitGuard::active());
+  nn::Linear drawn(8, 4);
+  EXPECT_FALSE(all_zero(drawn.weight));
+  EXPECT_LE(max(abs(drawn.weight)).item<double>(), 1.0 / std::sqrt(8.0));
 }
 
 TEST(Config, UnknownKeysAreListed) {

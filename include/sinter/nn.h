@@ -98,6 +98,21 @@ class Module {
   bool training_ = true;
 };
 
+// Linear and Embedding layers constructed in this scope (on this thread) start as zeros instead
+// of drawing their weights at random: for a model whose every weight comes next from a checkpoint
+// (load_model, GPT::from_pretrained), where the draw would take longer than reading the file.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true);

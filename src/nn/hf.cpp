@@ -155,7 +155,10 @@ std::unique_ptr<GPT> GPT::from_pretrained(const std::string& dir) {
     SINTER_THROW(IOError, "[", cfg_path, "] the config (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size,
                  ") does not fit the weights in ", dir, ": ", os.str());
   }
-  auto model = std::make_unique<GPT>(c);
+  auto model = [&] {
+    SkipInitGuard skip;  // every weight comes from the checkpoint next
+    return std::make_unique<GPT>(c);
+  }();
   try {
     model->load_state_dict(sd);
   } catch (const Error& e) {

@@ -146,13 +146,22 @@ void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t->set_grad({});
 }
 
+namespace {
+thread_local bool skip_init = false;
+}
+SkipInitGuard::SkipInitGuard() : prev_(skip_init) { skip_init = true; }
+SkipInitGuard::~SkipInitGuard() { skip_init = prev_; }
+bool SkipInitGuard::active() { return skip_init; }
+
+// PyTorch's defaults: U(-1/sqrt(in), 1/sqrt(in)) for Linear, N(0, 1) for Embedding.
 Linear::Linear(int64_t in, int64_t out, bool bias) {
   const double bound = 1.0 / std::sqrt(double(std::max<int64_t>(in, 1)));
-  register_parameter("weight", weight, (rand({out, in}) * 2.0 - 1.0) * bound);
-  if (bias) register_parameter("bias", this->bias, (rand({out}) * 2.0 - 1.0) * bound);
+  const auto draw = [&](Shape s) { return skip_init ? zeros(s) : (rand(s) * 2.0 - 1.0) * bound; };
+  register_parameter("weight", weight, draw({out, in}));
+  if (bias) register_parameter("bias", this->bias, draw({out}));
 }
 
-Embedding::Embedding(int64_t num, int64_t dim) { register_parameter("weight", weight, randn({num, dim})); }
+Embedding::Embedding(int64_t num, int64_t dim) { register_parameter("weight", weight, skip_init ? zeros({num, dim}) : randn({num, dim})); }
 
 LayerNorm::LayerNorm(int64_t dim, double eps) : eps(eps) {
   register_parameter("weight", weight, ones({dim}));

@@ -207,7 +207,10 @@ std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
     else os << "tok_emb.weight is " << emb->second.shape() << ", " << blocks.size() << " blocks";
     SINTER_THROW(IOError, os.str());
   }
-  auto model = std::make_unique<nn::GPT>(cfg);
+  auto model = [&] {
+    nn::SkipInitGuard skip;  // every weight comes from the checkpoint next
+    return std::make_unique<nn::GPT>(cfg);
+  }();
   try {
     model->load_state_dict(sd);
   } catch (const Error& e) {
