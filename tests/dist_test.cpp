@@ -320,6 +320,30 @@ TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
   }
 }
 
+// Micro-batches under tensor parallelism and FSDP: each rank's rows run in parts whose gradients
+// add up (through the sharded leaves) to the one-process step's.
+TEST(Parallel, GradientAccumulationMatchesOneProcess) {
+  const int n = world_size();
+  std::vector<std::array<int64_t, 3>> layouts{{1, n, (12 / n) % 2 == 0 ? 2 : 3}};  // tp, dp, grad_accum
+  if (4 % n == 0) layouts.push_back({n, 1, 2});
+  const std::vector<double>& ref = reference_losses();
+  for (auto [tp, dp, accum] : layouts) {
+    SCOPED_TRACE("tp=" + std::to_string(tp) + " dp=" + std::to_string(dp) + " grad_accum=" + std::to_string(accum));
+    const std::string out = job_dir() + "/accum_tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
+    train::Options o = parity_options(out);
+    o.tp = tp, o.dp = dp, o.grad_accum = accum;
+    const train::Result r = train::run(o);
+    ASSERT_EQ(r.losses.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(r.losses[i], ref[i], 1e-5 * std::abs(ref[i])) << "step " << i + 1;
+    world()->barrier().wait();
+    auto got = load_sharded(out, "model");
+    for (auto& [name, w] : io::load_safetensors(job_dir() + "/reference/model.safetensors").tensors) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_LE(max(abs(got[name] - w)).item_double() / std::max(max(abs(w)).item_double(), 1.0), 1e-5) << name;
+    }
+  }
+}
+
 TEST(Parallel, LlamaStyleModelsMatchOneProcessToo) {
   // GQA (4 query heads on 2 key/value heads), RoPE, RMSNorm under SequenceParallel, SwiGLU and an
   // untied head (column-parallel into loss_parallel): tp = 2 with sequence parallelism where the

@@ -136,6 +136,46 @@ TEST(Training, TwentyStepsEqualTenThenResumeTen) {
   EXPECT_TRUE(fs::exists(a.out_dir + "/loss.svg"));
 }
 
+// Four micro-batches of two sequences against one batch of eight: the same update up to the order
+// of the sums (eager and compiled), and a split that does not divide the batch is refused.
+TEST(Training, GradientAccumulationGivesTheWholeBatchsUpdate) {
+  const std::string corpus = temp_dir("accum") + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "pack my box with five dozen liquor jugs " + std::to_string(i * 7919 % 1000) + ".\n";
+  write_file(corpus, text);
+  const std::string cfg = temp_dir("accum_cfg") + "/config.json";
+  write_file(cfg, micro_config("llama").to_json());
+  train::Options o;
+  o.config_path = cfg, o.data_path = corpus, o.steps = 6, o.batch = 8, o.seq_len = 32, o.warmup = 2;
+  o.val_every = 6, o.val_batches = 1, o.quiet = true;
+  const auto run = [&](int64_t accum, bool compiled, const std::string& name) {
+    train::Options a = o;
+    a.grad_accum = accum, a.compile = compiled, a.out_dir = temp_dir(name);
+    const train::Result r = train::run(a);
+    return std::make_pair(r, io::load_safetensors(a.out_dir + "/model.safetensors").tensors);
+  };
+  const auto [whole, w1] = run(1, false, "accum1");
+  for (const bool compiled : {false, true}) {
+    const auto [parts, w4] = run(4, compiled, compiled ? "accum4c" : "accum4");
+    ASSERT_EQ(whole.losses.size(), parts.losses.size());
+    for (size_t i = 0; i < whole.losses.size(); ++i) EXPECT_NEAR(whole.losses[i], parts.losses[i], 1e-5 * whole.losses[i]) << "step " << i + 1;
+    EXPECT_NEAR(whole.val_loss, parts.val_loss, 1e-5 * whole.val_loss);
+    for (auto& [name, t] : w1) {
+      const Tensor& u = w4.at(name);
+      const double diff = max(abs(t - u)).item<double>(), scale = max(abs(t)).item<double>();
+      EXPECT_LE(diff, 1e-4 * scale) << name << (compiled ? " (compiled)" : "");
+    }
+  }
+  train::Options bad = o;
+  bad.grad_accum = 3, bad.out_dir = temp_dir("accum3");
+  try {
+    train::run(bad);
+    ADD_FAILURE() << "grad_accum 3 over 8 sequences was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[train] grad_accum 3 does not divide the 8 sequences"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Training, AFolderWithACheckpointIsContinuedReplacedOrRefusedNeverOverwrittenSilently) {
   const std::string corpus = temp_dir("guard_data") + "/corpus.txt", other = temp_dir("guard_data2") + "/corpus.txt";
   std::string text;

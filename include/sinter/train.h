@@ -22,6 +22,9 @@ struct Options {
   std::string out_dir = "out/tiny";
   int64_t steps = 1200;
   int64_t batch = 16;
+  // Each step's batch runs as grad_accum micro-batches of batch / grad_accum sequences (per dp
+  // rank): their gradients add up to the whole batch's, with one micro-batch's activations held.
+  int64_t grad_accum = 1;
   int64_t seq_len = 128;
   double lr = 4e-3, min_lr = 4e-4, weight_decay = 0.1, grad_clip = 1.0;
   int64_t warmup = 60;
@@ -63,11 +66,14 @@ struct Result {
 // loss. A model with parallel parameters (TP, FSDP) clips by the global norm across ranks
 // (dist::clip_grad_norm). In one process it traces and compiles as one graph (sinter::compile).
 Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip = 1.0,
-            DType compute = DType::f32);
+            DType compute = DType::f32, int64_t micro_batches = 1);
 // step() without the update: {loss, the gradients' global norm before clipping}, the clipped
 // gradients left on the parameters. `--on-nan skip` checks both before calling opt.step().
+// micro_batches > 1 splits x and y into that many parts along the batch: each part's forward
+// and backward (its loss scaled by its share of the rows) run one after the other, adding up the
+// gradients; the loss returned is the whole batch's mean.
 std::array<Tensor, 2> loss_and_gradients(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y,
-                                         double grad_clip = 1.0, DType compute = DType::f32);
+                                         double grad_clip = 1.0, DType compute = DType::f32, int64_t micro_batches = 1);
 
 // Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.
 Result run(const Options& opts);

@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 using namespace detail;
 
 std::string Options::to_json() const {
-  json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch},
+  json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch}, {"grad_accum", grad_accum},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
          {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel},
          {"compile", compile}, {"on_nan", on_nan}, {"init", init_dir}};
@@ -61,22 +61,31 @@ double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, in
 }
 
 std::array<Tensor, 2> loss_and_gradients(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y,
-                                         double grad_clip, DType compute) {
-  Tensor loss;
-  {
-    AutocastGuard autocast(compute);
-    loss = lm_loss(model, x, y);
-  }
+                                         double grad_clip, DType compute, int64_t micro_batches) {
+  const int64_t B = x.size(0);
+  SINTER_CHECK(micro_batches >= 1 && B % micro_batches == 0, "[train] a batch of ", B, " sequences does not split into ",
+               micro_batches, " micro-batches");
   opt.zero_grad();
-  loss.backward();
+  Tensor loss;
+  for (int64_t i = 0, rows = B / micro_batches; i < micro_batches; ++i) {
+    Tensor part;
+    {
+      AutocastGuard autocast(compute);
+      part = micro_batches == 1 ? lm_loss(model, x, y)
+                                : lm_loss(model, x.narrow(0, i * rows, rows), y.narrow(0, i * rows, rows)) * (1.0 / double(micro_batches));
+    }
+    part.backward();  // the leaves' gradients add up over the micro-batches
+    loss = micro_batches == 1 ? part : loss.defined() ? loss + part.detach() : part.detach();
+  }
   const std::vector<Tensor> params = model.parameters();
   const bool parallel = std::any_of(params.begin(), params.end(), [](const Tensor& p) { return dist::parameter_layout(p).has_value(); });
   Tensor norm = parallel ? dist::clip_grad_norm(params, grad_clip) : optim::clip_grad_norm(params, grad_clip);
   return {loss, norm};
 }
 
-Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip, DType compute) {
-  Tensor loss = loss_and_gradients(model, opt, x, y, grad_clip, compute)[0];
+Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, double grad_clip, DType compute,
+            int64_t micro_batches) {
+  Tensor loss = loss_and_gradients(model, opt, x, y, grad_clip, compute, micro_batches)[0];
   opt.step();
   return loss;
 }
@@ -116,6 +125,9 @@ void check_resume_matches(const TrainState& st, const Options& o, const data::By
 
 Result run(const Options& o) {
   SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] steps, batch and seq_len must be positive (seq_len > 1)");
+  SINTER_CHECK(o.grad_accum >= 1 && (o.batch / std::max<int64_t>(o.dp, 1)) % o.grad_accum == 0 && o.batch / std::max<int64_t>(o.dp, 1) >= o.grad_accum,
+               "[train] grad_accum ", o.grad_accum, " does not divide the ", o.batch / std::max<int64_t>(o.dp, 1), " sequences of a step",
+               o.dp > 1 ? " per dp rank" : "");
   SINTER_CHECK(o.lr > 0 && o.min_lr >= 0 && o.warmup >= 0 && o.grad_clip > 0 && o.val_every > 0 && o.val_batches > 0,
                "[train] learning rates, warmup, grad_clip, val_every and val_batches must be positive");
   const data::ByteDataset data = o.data_path.empty() ? data::ByteDataset::fortunes() : data::ByteDataset::from_file(o.data_path);
@@ -201,11 +213,13 @@ Result run(const Options& o) {
                 (long long)(o.tp * o.dp), mesh->to_string().c_str(), o.sequence_parallel ? " (sequence parallel)" : "",
                 (long long)(o.batch / o.dp));
   if (!quiet)
-    std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s\n",
+    std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s%s\n",
                 cfg.model_type.c_str(), double(n_params) / 1e6,
                 o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32", data.name().c_str(),
                 (long long)data.train_bytes(), (long long)data.val_bytes(), (long long)o.steps, (long long)o.batch,
-                (long long)o.seq_len, resuming ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
+                (long long)o.seq_len,
+                (o.grad_accum > 1 ? " in " + std::to_string(o.grad_accum) + " micro-batches" : std::string()).c_str(),
+                resuming ? (" (resuming at step " + std::to_string(start) + ")").c_str() : "");
   const bool tty = isatty(fileno(stdout));
   Result res;
   res.step = start;
@@ -243,8 +257,8 @@ Result run(const Options& o) {
   const bool skip_mode = o.on_nan == "skip";
   std::vector<Tensor> params = model->parameters();
   auto train_step = [&](const Tensor& x, const Tensor& y) {
-    if (!skip_mode) return std::vector<Tensor>{step(*model, opt, x, y, o.grad_clip, compute)};
-    auto [loss, norm] = loss_and_gradients(*model, opt, x, y, o.grad_clip, compute);
+    if (!skip_mode) return std::vector<Tensor>{step(*model, opt, x, y, o.grad_clip, compute, o.grad_accum)};
+    auto [loss, norm] = loss_and_gradients(*model, opt, x, y, o.grad_clip, compute, o.grad_accum);
     std::vector<Tensor> out{loss, norm};
     for (const Tensor& p : params) out.push_back(p.grad());  // a compiled call hands them back as outputs
     return out;
