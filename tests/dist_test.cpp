@@ -320,9 +320,10 @@ TEST(Parallel, TrainingMatchesOneProcessStepByStepAndCountsItsBytes) {
   }
 }
 
-// Micro-batches under tensor parallelism and FSDP: each rank's rows run in parts whose gradients
-// add up (through the sharded leaves) to the one-process step's.
-TEST(Parallel, GradientAccumulationMatchesOneProcess) {
+// Micro-batches and checkpointed activations under tensor parallelism and FSDP: each rank's rows
+// run in parts whose gradients add up (through the sharded leaves) to the one-process step's, and
+// each block's backward recomputes its forward, collectives included.
+TEST(Parallel, GradientAccumulationAndCheckpointedActivationsMatchOneProcess) {
   const int n = world_size();
   std::vector<std::array<int64_t, 3>> layouts{{1, n, (12 / n) % 2 == 0 ? 2 : 3}};  // tp, dp, grad_accum
   if (4 % n == 0) layouts.push_back({n, 1, 2});
@@ -331,7 +332,7 @@ TEST(Parallel, GradientAccumulationMatchesOneProcess) {
     SCOPED_TRACE("tp=" + std::to_string(tp) + " dp=" + std::to_string(dp) + " grad_accum=" + std::to_string(accum));
     const std::string out = job_dir() + "/accum_tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
     train::Options o = parity_options(out);
-    o.tp = tp, o.dp = dp, o.grad_accum = accum;
+    o.tp = tp, o.dp = dp, o.grad_accum = accum, o.checkpoint_activations = true;
     const train::Result r = train::run(o);
     ASSERT_EQ(r.losses.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(r.losses[i], ref[i], 1e-5 * std::abs(ref[i])) << "step " << i + 1;

@@ -41,6 +41,7 @@ TEST(Readme, ExampleRunsAsWritten) {
 
   nn::GPT gpt(nn::ModelConfig::preset("llama-tiny"));          // RMSNorm, RoPE, SwiGLU, GQA
   optim::AdamW opt(gpt.named_parameters(), 3e-3, 0.9, 0.95, 1e-8, 0.1);
+  gpt.checkpoint_activations = true;                           // blocks recomputed in the backward
   Tensor ids = data::encode("hello world, hello sinter");
   Tensor inp = ids.narrow(0, 0, 24).reshape({1, 24}), tgt = ids.narrow(0, 1, 24).reshape({1, 24});
   Tensor lm_loss = cross_entropy(gpt.forward(inp).reshape({-1, 256}), tgt.reshape({-1}));

@@ -47,5 +47,15 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);
 
+// Activation checkpointing (as torch.utils.checkpoint): runs fn on `inputs` without recording its
+// graph, so its intermediate tensors are freed as it goes, and records one node over the inputs
+// and `params` (the leaves fn reads besides its inputs: a module's parameters). The node's
+// backward runs fn again with its graph recorded (the random generator and autocast as they were
+// in the first run, so dropout draws the same masks) and differentiates it. It keeps the inputs
+// instead of fn's intermediates and pays a second forward in the backward. Outside grad mode, and
+// while tracing (a compiled function chooses its own recomputation), fn simply runs. Outputs are
+// floating point; fn must compute the same function both times (no in-place updates of inputs).
+using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, const std::vector<Tensor>& params);
 }  // namespace autograd
 }  // namespace sinter

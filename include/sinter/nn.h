@@ -282,6 +282,9 @@ class GPT : public Module {
   // Set by tensor parallelism when the logits stay sharded over the vocabulary: the loss that
   // training uses instead of cross_entropy (dist::loss_parallel).
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> parallel_loss;
+  // Training with gradients: each block runs under autograd::checkpoint, so its activations are
+  // recomputed in the backward instead of kept (`sinter train --checkpoint-activations`).
+  bool checkpoint_activations = false;
 
  private:
   ModelConfig cfg_;

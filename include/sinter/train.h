@@ -25,6 +25,9 @@ struct Options {
   // Each step's batch runs as grad_accum micro-batches of batch / grad_accum sequences (per dp
   // rank): their gradients add up to the whole batch's, with one micro-batch's activations held.
   int64_t grad_accum = 1;
+  // Each transformer block's activations are recomputed in the backward instead of kept
+  // (nn::GPT::checkpoint_activations): less memory, about one more forward per step.
+  bool checkpoint_activations = false;
   int64_t seq_len = 128;
   double lr = 4e-3, min_lr = 4e-4, weight_decay = 0.1, grad_clip = 1.0;
   int64_t warmup = 60;

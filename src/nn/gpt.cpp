@@ -403,7 +403,16 @@ Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
     const Tensor end = (*caches)[0].pos + double(T);
     for (KVCache& c : *caches) c.end = end;
   }
-  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, rope_cos_, rope_sin_, caches ? &(*caches)[i] : nullptr);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (checkpoint_activations && !caches && is_training()) {
+      const std::shared_ptr<TransformerBlock> b = blocks[i];
+      const Tensor cos = rope_cos_, sin = rope_sin_;
+      x = autograd::checkpoint([b, cos, sin](const std::vector<Tensor>& in) { return std::vector<Tensor>{b->forward(in[0], cos, sin, nullptr)}; },
+                               {x}, b->parameters())[0];
+    } else {
+      x = blocks[i]->forward(x, rope_cos_, rope_sin_, caches ? &(*caches)[i] : nullptr);
+    }
+  }
   if (caches) {
     NoGradGuard g;
     (*caches)[0].pos.add_(double(T));

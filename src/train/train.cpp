@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 using namespace detail;
 
 std::string Options::to_json() const {
-  json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch}, {"grad_accum", grad_accum},
+  json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch}, {"grad_accum", grad_accum}, {"checkpoint_activations", checkpoint_activations},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
          {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel},
          {"compile", compile}, {"on_nan", on_nan}, {"init", init_dir}};
@@ -187,6 +187,9 @@ Result run(const Options& o) {
   SINTER_CHECK(o.seq_len <= cfg.max_position_embeddings, "[train] seq_len ", o.seq_len, " exceeds the model's ",
                cfg.max_position_embeddings, " positions");
   model->train();
+  SINTER_CHECK(!(o.checkpoint_activations && o.compile), "[train] --checkpoint-activations recomputes eager steps; a compiled step "
+               "(--compile) chooses what its backward recomputes");
+  model->checkpoint_activations = o.checkpoint_activations;
   SINTER_CHECK(o.dtype == "f32" || o.dtype == "bf16", "[train] dtype must be f32 or bf16, got '", o.dtype, "'");
   const DType compute = o.dtype == "bf16" ? DType::bf16 : DType::f32;
 

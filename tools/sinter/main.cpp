@@ -173,6 +173,8 @@ int main(int argc, char** argv) {
   tr->add_option("--batch", to.batch, "sequences per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   tr->add_option("--grad-accum", to.grad_accum, "run each step's batch as N micro-batches (same update, less activation memory)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  tr->add_flag("--checkpoint-activations", to.checkpoint_activations,
+               "recompute each block's activations in the backward instead of keeping them (less memory, ~1 more forward)");
   tr->add_option("--seq-len", to.seq_len, "tokens per sequence")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   tr->add_option("--lr", to.lr, "peak learning rate")->check(CLI::Range(1e-9, 10.0));
   tr->add_option("--min-lr", to.min_lr, "final learning rate of the cosine schedule")->check(CLI::Range(0.0, 10.0));
