@@ -183,3 +183,12 @@ TEST(Autograd, CheckpointRecomputesTheSameGraphAndItsGradientsMatchFiniteDiffere
     }
   }
 }
+
+TEST(Autograd, ACheckpointedFunctionHasSecondDerivatives) {
+  Tensor x = tensor(std::vector<double>{0.5, -1.5, 2.0}).requires_grad_();
+  const Tensor y = autograd::checkpoint([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * in[0] * in[0]}; }, {x}, {})[0];
+  const Tensor dy = autograd::grad({sum(y)}, {x}, {}, false, /*create_graph=*/true)[0];  // 3 x^2
+  const Tensor d2y = autograd::grad({sum(dy)}, {x})[0];                                  // 6 x
+  EXPECT_TRUE(all_close(dy, std::vector<double>{0.75, 6.75, 12.0}, 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(d2y, std::vector<double>{3.0, -9.0, 12.0}, 1e-12, 1e-12));
+}

@@ -31,19 +31,23 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
       leaves.push_back(t);
       meta.push_back({t.shape(), t.dtype(), t.device()});
     }
-  for (const Tensor& t : inputs) kept.push_back(t.detach());
+  for (const Tensor& t : inputs) kept.push_back(t);
   const size_t n_inputs = inputs.size();
   auto op = std::make_shared<OpDef>();
   op->name = "checkpoint";
   op->num_inputs = int(leaves.size());
   op->num_outputs = int(outs.size());
-  op->save_inputs = 0;  // the inputs are kept by the backward below, the parameters are the live leaves
+  op->save_inputs = 0;  // the backward below keeps the inputs; the parameters are the live leaves
   op->backward = [fn, kept, params, before, autocast, n_inputs](BackwardCtx& ctx) {
+    const bool create_graph = grad_enabled();  // the engine records the backward itself (higher order)
     std::vector<Tensor> in, targets;
     std::vector<size_t> target_of;  // leaf index of each target
     for (size_t i = 0; i < kept.size(); ++i) {
-      Tensor x = kept[i].detach();
-      if (ctx.needs_grad[i]) x.requires_grad_(true), targets.push_back(x), target_of.push_back(i);
+      // A fresh leaf, or while the backward is itself recorded, a view of the input that keeps
+      // the recomputed graph connected to it (for the next order of derivatives).
+      Tensor x = create_graph && kept[i].requires_grad() ? kept[i].view(kept[i].shape()) : kept[i].detach();
+      if (ctx.needs_grad[i] && !x.requires_grad()) x.requires_grad_(true);
+      if (ctx.needs_grad[i]) targets.push_back(x), target_of.push_back(i);
       in.push_back(x);
     }
     for (size_t i = 0; i < params.size(); ++i)
@@ -63,7 +67,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
       if (again[k].requires_grad()) roots.push_back(again[k]), grads.push_back(ctx.grads[k]);
     std::vector<Tensor> out(ctx.needs_grad.size());
     if (roots.empty() || targets.empty()) return out;
-    const std::vector<Tensor> g = grad(roots, targets, grads, false, false, true);
+    const std::vector<Tensor> g = grad(roots, targets, grads, false, create_graph, true);
     for (size_t t = 0; t < targets.size(); ++t) out[target_of[t]] = g[t];
     return out;
   };
