@@ -15,3 +15,4 @@
 #include "sinter/version.h"
 #include "sinter/sparse.h"
 #include "sinter/tensor.h"
+#include "sinter/tokenizer.h"

@@ -90,9 +90,16 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
   auto model = train::load_model(dir);
   const int64_t vocab = model->config().vocab_size;
   const bool by_ids = !o.ids.empty(), json_out = o.format == "json";
-  SINTER_CHECK(by_ids || vocab == 256, "[generate] the model in ", dir, " has a vocabulary of ", vocab,
-               " tokens, not bytes; drive it with --ids (a BPE tokenizer is not built in)");
-  Tensor prompt_ids = data::encode(prompt);
+  // Text goes through the checkpoint's tokenizer.json (a Hugging Face byte-level BPE) when it has
+  // one, else through bytes.
+  const std::string tok_path = dir + "/tokenizer.json";
+  std::error_code ec;
+  const bool has_tok = !by_ids && std::filesystem::exists(tok_path, ec);
+  const text::Tokenizer tok = has_tok ? text::Tokenizer::from_file(tok_path) : text::Tokenizer::bytes();
+  SINTER_CHECK(by_ids || has_tok || vocab == 256, "[generate] the model in ", dir, " has a vocabulary of ", vocab,
+               " tokens, not bytes, and the folder has no tokenizer.json; drive it with --ids");
+  SINTER_CHECK(tok.vocab_size() <= vocab, "[generate] ", tok_path, " has ", tok.vocab_size(), " tokens, more than the model's ", vocab);
+  Tensor prompt_ids = tensor<int64_t>(tok.encode(prompt));
   if (by_ids) {
     std::vector<int64_t> ids;
     std::stringstream ss(o.ids);
@@ -121,10 +128,11 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
   }
   double rate = 0;
   std::string compile_note;
-  const Tensor all = train::generate(*model, prompt_ids, max_new, s, !no_cache, &rate, [&](int64_t tok) {
+  const Tensor all = train::generate(*model, prompt_ids, max_new, s, !no_cache, &rate, [&](int64_t id) {
     if (json_out) return;
-    if (by_ids) std::printf(",%lld", (long long)tok);
-    else std::putchar(int(tok));
+    if (by_ids) std::printf(",%lld", (long long)id);
+    else if (id < tok.vocab_size()) std::fwrite(tok.token_bytes(id).data(), 1, tok.token_bytes(id).size(), stdout);
+    else std::printf("<%lld>", (long long)id);  // an id of the model's padded vocabulary the tokenizer lacks
     std::fflush(stdout);
   }, compiled, [&](CompiledFunction& f) {
     const Explanation e = f.explain({zeros({1, 1}, DType::i64)});
@@ -135,7 +143,11 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     const std::vector<int64_t> v = all.to_vector<int64_t>();
     const std::vector<int64_t> new_ids(v.begin() + prompt_ids.numel(), v.end());
     nlohmann::json j{{"prompt_ids", prompt_ids.to_vector<int64_t>()}, {"ids", new_ids}, {"tokens_per_s", rate}};
-    if (vocab == 256) j["text"] = std::string(new_ids.begin(), new_ids.end());
+    if (!by_ids || vocab == 256) {  // --ids on a byte model: bytes still
+      std::string text;
+      for (int64_t id : new_ids) text += id < tok.vocab_size() ? tok.token_bytes(id) : "<" + std::to_string(id) + ">";
+      j["text"] = text;
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());  // bytes that are not UTF-8: U+FFFD
   } else {
     std::printf("\n");
