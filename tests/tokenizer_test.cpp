@@ -73,6 +73,10 @@ TEST(Tokenizer, AFileItCannotReadIsAnErrorNamingItAndWhy) {
   EXPECT_TRUE(fails_with("unigram.json", R"({"model": {"type": "Unigram", "vocab": []}})", "model is Unigram"));
   EXPECT_TRUE(fails_with("metaspace.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})",
                          "pre_tokenizer is Metaspace"));
+  EXPECT_TRUE(fails_with("badmerge.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[1, 2]]}, "pre_tokenizer": {"type": "ByteLevel"}})",
+                         "is not a tokenizer.json as transformers writes it"));
+  EXPECT_TRUE(fails_with("hugeid.json", R"({"model": {"type": "BPE", "vocab": {"a": 1000000000000}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})",
+                         "has no valid id"));
   EXPECT_TRUE(fails_with("nomerges.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "ByteLevel"}})",
                          "has no 'merges'"));
   try {

@@ -29,6 +29,7 @@ class Tokenizer {
   struct Bpe;
 
  private:
+  static Tokenizer parse_file(const std::string& path);
   std::shared_ptr<const Bpe> bpe_;  // null: bytes
 };
 

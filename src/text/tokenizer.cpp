@@ -165,7 +165,19 @@ struct Tokenizer::Bpe {
 
 Tokenizer Tokenizer::bytes() { return Tokenizer(); }
 
+namespace {
+constexpr int64_t kMaxVocab = int64_t(1) << 24;
+}
+
 Tokenizer Tokenizer::from_file(const std::string& path) {
+  try {
+    return parse_file(path);
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
+    SINTER_THROW(IOError, "[", path, "] is not a tokenizer.json as transformers writes it: ", e.what());
+  }
+}
+
+Tokenizer Tokenizer::parse_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   SINTER_CHECK_T(IOError, f.good(), "[", path, "] cannot open the tokenizer file");
   std::stringstream ss;
@@ -212,11 +224,12 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   SINTER_CHECK_T(IOError, vocab.is_object() && !vocab.empty(), "[", path, "] model.vocab must be a non-empty object");
   int64_t size = 0;
   for (auto& [token, id] : vocab.items()) {
-    SINTER_CHECK_T(IOError, id.is_number_integer() && id.get<int64_t>() >= 0, "[", path, "] token '", token, "' has no valid id");
+    SINTER_CHECK_T(IOError, id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxVocab, "[", path, "] token '",
+                   token, "' has no valid id (0 .. 2^24 - 1)");
     size = std::max(size, id.get<int64_t>() + 1);
   }
   for (const auto& a : j.value("added_tokens", nlohmann::json::array()))
-    size = std::max(size, a.value("id", int64_t(0)) + 1);
+    size = std::max(size, std::clamp<int64_t>(a.value("id", int64_t(0)), 0, kMaxVocab - 1) + 1);
   bpe->bytes_of.assign(size_t(size), std::string());
   for (auto& [token, id] : vocab.items()) {
     std::string r = raw(token);
@@ -240,7 +253,7 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
     const std::string content = a.value("content", std::string());
     const int64_t id = a.value("id", int64_t(-1));
-    SINTER_CHECK_T(IOError, !content.empty() && id >= 0, "[", path, "] an added token has no content or id");
+    SINTER_CHECK_T(IOError, !content.empty() && id >= 0 && id < size, "[", path, "] an added token has no content or valid id");
     bpe->special.emplace_back(content, id);
     bpe->bytes_of[size_t(id)] = content;
   }
