@@ -182,6 +182,12 @@ void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std:
               {"model.index.json", "optimizer.index.json"});
 }
 
+void detail::check_trains_on_bytes(const std::string& dir, const char* op) {
+  std::error_code ec;
+  SINTER_CHECK(!fs::exists(dir + "/tokenizer.json", ec), "[", op, "] ", dir, " has a tokenizer.json: its model reads BPE token ids, "
+               "while training reads byte-level data (id = byte), which would feed it the wrong tokens");
+}
+
 std::unique_ptr<nn::GPT> load_model(const std::string& dir) {
   std::error_code ec;
   SINTER_CHECK_T(IOError, fs::is_directory(dir, ec), "[", dir, "] checkpoint folder not found");

@@ -14,6 +14,9 @@ namespace sinter::train::detail {
 
 std::string read_file(const std::string& path);
 void make_dirs(const std::string& dir);
+// Training reads byte-level data (token id = byte). A checkpoint folder with a tokenizer.json
+// (a BPE vocabulary) would be fed the wrong ids: refused naming the folder and the command.
+void check_trains_on_bytes(const std::string& dir, const char* op);
 // Mean cross-entropy of the model's next-token predictions (the sharded loss under tensor parallelism).
 Tensor lm_loss(nn::GPT& model, const Tensor& x, const Tensor& y);
 

@@ -30,6 +30,7 @@ SparsifyResult sparsify(const SparsifyOptions& o) {
                o.values, "'");
   const data::ByteDataset data = o.data_path.empty() ? data::ByteDataset::fortunes() : data::ByteDataset::from_file(o.data_path);
   data.check_window(o.seq_len);
+  check_trains_on_bytes(o.checkpoint, "sparsify");  // its validation and fine-tuning read byte-level data
   auto model = load_model(o.checkpoint);
   SINTER_CHECK(model->config().sparsity.empty(), "[sparsify] ", o.checkpoint, " is already 2:4 sparse");
   SINTER_CHECK(o.seq_len <= model->config().max_position_embeddings, "[sparsify] seq_len ", o.seq_len, " exceeds the model's ",

@@ -175,6 +175,7 @@ Result run(const Options& o) {
     rows = read_log(o.out_dir, start);
   } else if (!o.init_dir.empty()) {
     SINTER_CHECK(o.config_path.empty(), "[train] --init takes the model from ", o.init_dir, "; drop --config");
+    check_trains_on_bytes(o.init_dir, "train");
     model = load_model(o.init_dir);
   } else {
     nn::ModelConfig cfg = o.config_path.empty() ? nn::ModelConfig::preset(o.preset)
