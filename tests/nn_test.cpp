@@ -164,7 +164,7 @@ TEST(Training, GradientAccumulationGivesTheWholeBatchsUpdate) {
     for (auto& [name, t] : w1) {
       const Tensor& u = w4.at(name);
       const double diff = max(abs(t - u)).item<double>(), scale = max(abs(t)).item<double>();
-      EXPECT_LE(diff, 1e-4 * scale) << name << (compiled ? " (compiled)" : "");
+      EXPECT_LE(diff, 1e-5 * scale) << name << (compiled ? " (compiled)" : "");
     }
   }
   train::Options bad = o;

@@ -23,7 +23,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
     NoGradGuard no_grad;
     outs = fn(inputs);
   }
-  std::vector<Tensor> leaves, kept;
+  std::vector<Tensor> leaves;
   std::vector<TensorMeta> meta;
   for (const std::vector<Tensor>* v : {&inputs, &params})
     for (const Tensor& t : *v) {
@@ -31,7 +31,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
       leaves.push_back(t);
       meta.push_back({t.shape(), t.dtype(), t.device()});
     }
-  for (const Tensor& t : inputs) kept.push_back(t);
+  const std::vector<Tensor> kept = inputs;  // read by the backward
   const size_t n_inputs = inputs.size();
   auto op = std::make_shared<OpDef>();
   op->name = "checkpoint";

@@ -125,9 +125,9 @@ void check_resume_matches(const TrainState& st, const Options& o, const data::By
 
 Result run(const Options& o) {
   SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] steps, batch and seq_len must be positive (seq_len > 1)");
-  SINTER_CHECK(o.grad_accum >= 1 && (o.batch / std::max<int64_t>(o.dp, 1)) % o.grad_accum == 0 && o.batch / std::max<int64_t>(o.dp, 1) >= o.grad_accum,
-               "[train] grad_accum ", o.grad_accum, " does not divide the ", o.batch / std::max<int64_t>(o.dp, 1), " sequences of a step",
-               o.dp > 1 ? " per dp rank" : "");
+  const int64_t rank_batch = o.batch / std::max<int64_t>(o.dp, 1);
+  SINTER_CHECK(o.grad_accum >= 1 && rank_batch > 0 && rank_batch % o.grad_accum == 0, "[train] grad_accum ", o.grad_accum,
+               " does not divide the ", rank_batch, " sequences of a step", o.dp > 1 ? " per dp rank" : "");
   SINTER_CHECK(o.lr > 0 && o.min_lr >= 0 && o.warmup >= 0 && o.grad_clip > 0 && o.val_every > 0 && o.val_batches > 0,
                "[train] learning rates, warmup, grad_clip, val_every and val_batches must be positive");
   const data::ByteDataset data = o.data_path.empty() ? data::ByteDataset::fortunes() : data::ByteDataset::from_file(o.data_path);

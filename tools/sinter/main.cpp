@@ -100,6 +100,8 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
                " tokens, not bytes, and the folder has no tokenizer.json; drive it with --ids");
   SINTER_CHECK(tok.vocab_size() <= vocab, "[generate] ", tok_path, " has ", tok.vocab_size(), " tokens, more than the model's ", vocab);
   Tensor prompt_ids = tensor<int64_t>(tok.encode(prompt));
+  // A token's bytes; an id of the model's padded vocabulary that the tokenizer lacks prints as <id>.
+  const auto text_of = [&](int64_t id) { return id < tok.vocab_size() ? tok.token_bytes(id) : "<" + std::to_string(id) + ">"; };
   if (by_ids) {
     std::vector<int64_t> ids;
     std::stringstream ss(o.ids);
@@ -131,8 +133,10 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
   const Tensor all = train::generate(*model, prompt_ids, max_new, s, !no_cache, &rate, [&](int64_t id) {
     if (json_out) return;
     if (by_ids) std::printf(",%lld", (long long)id);
-    else if (id < tok.vocab_size()) std::fwrite(tok.token_bytes(id).data(), 1, tok.token_bytes(id).size(), stdout);
-    else std::printf("<%lld>", (long long)id);  // an id of the model's padded vocabulary the tokenizer lacks
+    else {
+      const std::string b = text_of(id);
+      std::fwrite(b.data(), 1, b.size(), stdout);
+    }
     std::fflush(stdout);
   }, compiled, [&](CompiledFunction& f) {
     const Explanation e = f.explain({zeros({1, 1}, DType::i64)});
@@ -145,7 +149,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     nlohmann::json j{{"prompt_ids", prompt_ids.to_vector<int64_t>()}, {"ids", new_ids}, {"tokens_per_s", rate}};
     if (!by_ids || vocab == 256) {  // --ids on a byte model: bytes still
       std::string text;
-      for (int64_t id : new_ids) text += id < tok.vocab_size() ? tok.token_bytes(id) : "<" + std::to_string(id) + ">";
+      for (int64_t id : new_ids) text += text_of(id);
       j["text"] = text;
     }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());  // bytes that are not UTF-8: U+FFFD
