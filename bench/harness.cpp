@@ -13,7 +13,7 @@
 #include <sinter/sinter.h>
 #include <sstream>
 
-#include "core/format.h"
+#include "tools/sinter/progress.h"  // the command line's progress line
 #include "core/parallel.h"
 #include "cpu/cpu.h"
 
@@ -72,7 +72,7 @@ void Report::progress() {
   last_progress_ = now;
   const double per_case = elapsed / std::max(done, 1);
   std::fprintf(stderr, "%s[bench] %d/%d cases  %.1f cases/min  elapsed %s  ETA %s%s", tty ? "\r" : "", done, expected_,
-               60.0 / std::max(per_case, 1e-9), format_duration(elapsed).c_str(), format_duration(per_case * (expected_ - done)).c_str(),
+               60.0 / std::max(per_case, 1e-9), cli::format_duration(elapsed).c_str(), cli::format_duration(per_case * (expected_ - done)).c_str(),
                tty && !last ? "" : "\n");
   std::fflush(stderr);
 }

@@ -2,7 +2,7 @@
 // plain or prepacked in oneDNN's blocked layout, whichever is faster, timed alternately in one run.
 // f32, int8 and bf16 values; decode sizes (M = 1, 4, 16: memory-bound, 2:4 halves the bytes), the
 // sizes between (M = 32) and compute-bound sizes (M = 128 ... 2048). Our weights are prepacked too
-// (SemiStructuredSparse::prepack, read where the kernel choice prefers it: src/sparse/kernels.h);
+// (SemiStructuredSparse::prepack, read where the kernel choice prefers it: src/cpu/sparse24/kernels.h);
 // the note of the rows where a prepacked copy can serve gives the ratio from values + meta alone,
 // timed right after. f32 rows at M = 4, 16, 32 are timed again with the prepacked layout as the
 // weight's only copy (prepack(replace=true)), as a server holds it. Rows where
@@ -20,7 +20,7 @@
 #include "cpu/cpu.h"
 #include "dnnl_peer.h"
 #include "harness.h"
-#include "sparse/kernels.h"
+#include "cpu/sparse24/kernels.h"
 
 namespace sinter::bench {
 

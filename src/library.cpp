@@ -14,7 +14,7 @@ void register_nn_ops();             // ops/nn.cpp
 void register_index_ops();          // ops/index.cpp
 void register_optimizer_ops();      // optim/update_ops.cpp
 void register_attention_ops();      // attention/sdpa.cpp
-void register_attention_kernels();  // attention/sdpa_cpu.cpp
+void register_attention_kernels();  // cpu/attention/sdpa_cpu.cpp
 void register_sparse_ops();         // sparse/semi_structured.cpp
 }  // namespace sinter::detail
 
@@ -32,7 +32,7 @@ void register_optimizer_kernels();
 }  // namespace sinter::cpu
 
 namespace sinter::sparse {
-void register_sparse_kernels();  // sparse/linear_cpu.cpp
+void register_sparse_kernels();  // cpu/sparse24/linear_cpu.cpp
 }
 namespace sinter::dist {
 void register_dist_ops();            // distributed/ops.cpp

@@ -173,7 +173,7 @@ TEST(Training, GradientAccumulationGivesTheWholeBatchsUpdate) {
     train::run(bad);
     ADD_FAILURE() << "grad_accum 3 over 8 sequences was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[train] grad_accum 3 does not divide the 8 sequences"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[train] Options::grad_accum 3 does not divide the 8 sequences"), std::string::npos) << e.what();
   }
 }
 
@@ -219,7 +219,7 @@ TEST(Training, CheckpointedActivationsGiveTheSameGradientsInLessMemory) {
     train::run(o);
     ADD_FAILURE() << "--checkpoint-activations with --compile was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[train] --checkpoint-activations"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[train] Options::checkpoint_activations"), std::string::npos) << e.what();
   }
 }
 
@@ -247,7 +247,7 @@ TEST(Training, AFolderWithACheckpointIsContinuedReplacedOrRefusedNeverOverwritte
     ADD_FAILURE() << "a second run overwrote the checkpoint";
   } catch (const IOError& e) {
     EXPECT_NE(std::string(e.what()).find("already holds a checkpoint"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Options::overwrite"), std::string::npos) << e.what();
   }
   EXPECT_EQ(read_file(o.out_dir + "/model.safetensors"), weights);
   // Resuming past the end has nothing to train: an error naming the step.
@@ -537,6 +537,11 @@ TEST(Errors, TheCommandLineExitsNonZeroWithAMessage) {
   EXPECT_NE(out6.find("cannot create the folder"), std::string::npos) << out6;
   auto [rc7, out7] = run("bench nosuchsuite");
   EXPECT_NE(rc7, 0);
+  // The library's errors name Options fields; the command line shows the flags that set them.
+  auto [rc8, out8] = run("train --steps 1 --out " + dir + "/o8 --resume --overwrite");
+  EXPECT_NE(rc8, 0);
+  EXPECT_NE(out8.find("--resume and --overwrite exclude each other"), std::string::npos) << out8;
+  EXPECT_EQ(out8.find("Options::"), std::string::npos) << out8;
 }
 
 TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {

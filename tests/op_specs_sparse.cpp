@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "op_specs.h"
-#include "sparse/kernels.h"  // SINTER_TILES16: which tile layout this build prepacks
+#include "cpu/sparse24/kernels.h"  // SINTER_TILES16: which tile layout this build prepacks
 
 namespace sinter::test {
 using namespace spec;
@@ -97,7 +97,7 @@ Case packed_only_case(Shape xs, int64_t N, DType vt, DType xt, bool bias, const 
   return c;
 }
 
-// Kept value j (of 16) of row r in a block of the documented tile layout (sparse/kernels.h), from
+// Kept value j (of 16) of row r in a block of the documented tile layout (cpu/sparse24/kernels.h), from
 // its bytes: f32 little-endian, bf16 the high half of an f32, i8 two's complement.
 double packed_value(const R& bytes, int64_t at, DType vt) {
   auto byte = [&](int64_t i) { return uint32_t(bytes.v[size_t(at + i)]); };

@@ -3,7 +3,7 @@
 // not, fused activations), and gradients against the dense computation.
 #include "sinter/data.h"
 #include "sinter/train.h"
-#include "sparse/kernels.h"  // SINTER_TILES16: which tile layout prepack() builds
+#include "cpu/sparse24/kernels.h"  // SINTER_TILES16: which tile layout prepack() builds
 #include "test_util.h"
 
 namespace sinter {

@@ -46,7 +46,8 @@ TEST(Tokenizer, AnyBytesRoundTrip) {
   std::mt19937 rng(7);
   for (int i = 0; i < 200; ++i) {
     std::string s(size_t(rng() % 40), '\0');
-    for (char& ch : s) ch = char(i % 2 ? rng() % 256 : " aZ'9\xc3\xa9\n\t."[rng() % 14]);  // raw bytes, invalid UTF-8 included
+    static constexpr char kAlphabet[] = " aZ'9\xc3\xa9\n\t.";
+    for (char& ch : s) ch = char(i % 2 ? rng() % 256 : kAlphabet[rng() % (sizeof kAlphabet - 1)]);  // raw bytes, invalid UTF-8 included
     EXPECT_EQ(bpe.decode(bpe.encode(s)), s);
     EXPECT_EQ(bytes.decode(bytes.encode(s)), s);
     EXPECT_EQ(bytes.encode(s).size(), s.size());

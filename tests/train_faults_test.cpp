@@ -1,7 +1,7 @@
 // Training faults. A corrupt train_state.json (the commit record) is refused naming the file and
 // the key. A step whose loss or gradients are not finite: `--on-nan stop` ends the run keeping the last
 // checkpoint; `--on-nan skip` drops exactly that step's update and goes on. The NaN comes from the
-// fault hook SINTER_FAULT_NAN_STEPS (the listed steps read as non-finite, as an overflow would).
+// fault hook Options::inject_nan_steps (the listed steps read as non-finite, as an overflow would).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,11 +16,6 @@ using namespace sinter;
 using test::micro_config, test::read_file, test::temp_dir, test::write_file;
 
 namespace {
-
-struct NanSteps {  // sets SINTER_FAULT_NAN_STEPS for one scope
-  explicit NanSteps(const char* steps) { setenv("SINTER_FAULT_NAN_STEPS", steps, 1); }
-  ~NanSteps() { unsetenv("SINTER_FAULT_NAN_STEPS"); }
-};
 
 train::Options options(const std::string& name) {
   const std::string dir = temp_dir("nan_" + name);
@@ -60,8 +55,7 @@ TEST(OnNan, SkipDropsExactlyThatStepsUpdateAndGoesOn) {
     // Step 5 goes wrong: its update is skipped, so step 5's checkpoint holds step 4's weights and
     // optimizer state (AdamW's step count included).
     train::Options o = options(compiled ? "last_c" : "last");
-    o.compile = compiled;
-    NanSteps nan("5");
+    o.compile = compiled, o.inject_nan_steps = {5};
     const train::Result r = train::run(o);
     EXPECT_EQ(r.step, 5);
     EXPECT_EQ(r.skipped, std::vector<int64_t>{5});
@@ -72,8 +66,7 @@ TEST(OnNan, SkipDropsExactlyThatStepsUpdateAndGoesOn) {
 
 TEST(OnNan, ARunWithASkippedStepInTheMiddleFinishesFiniteAndLogsTheGap) {
   train::Options o = options("middle");
-  o.steps = 6, o.log_every = 1;
-  NanSteps nan("3");
+  o.steps = 6, o.log_every = 1, o.inject_nan_steps = {3};
   const train::Result r = train::run(o);
   EXPECT_EQ(r.skipped, std::vector<int64_t>{3});
   ASSERT_EQ(r.losses.size(), 5u);
@@ -86,18 +79,15 @@ TEST(OnNan, ARunWithASkippedStepInTheMiddleFinishesFiniteAndLogsTheGap) {
 TEST(OnNan, TooManySkipsInARowStopAndStopModeStopsAtTheStep) {
   train::Options o = options("many");
   o.steps = 10, o.max_skips = 3;
-  {
-    NanSteps nan("2-9");
-    try {
-      train::run(o);
-      ADD_FAILURE() << "ran on through 8 non-finite steps";
-    } catch (const ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find("step 5: 4 steps in a row"), std::string::npos) << e.what();
-    }
+  o.inject_nan_steps = {2, 3, 4, 5, 6, 7, 8, 9};
+  try {
+    train::run(o);
+    ADD_FAILURE() << "ran on through 8 non-finite steps";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("step 5: 4 steps in a row"), std::string::npos) << e.what();
   }
   train::Options s = options("stop");
-  s.on_nan = "stop";
-  NanSteps nan("3");
+  s.on_nan = "stop", s.inject_nan_steps = {3};
   try {
     train::run(s);
     ADD_FAILURE() << "--on-nan stop went on past a NaN step";

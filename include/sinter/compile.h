@@ -1,37 +1,12 @@
 #pragma once
-// sinter::compile: runs a function once on symbolic tensors to trace its op calls into a graph,
-// fuses elementwise chains into generated C++ kernels, compiles them with the system C++ compiler
-// (g++; SINTER_CXX overrides) into a cached shared object, and from then on calls a wrapper that
-// runs the fused kernels and the library's kernels on preplanned buffers, with no per-op dispatch.
-//
-//   auto f = sinter::compile([](const std::vector<Tensor>& in) {
-//     return std::vector<Tensor>{gelu(in[0] * 1.5 + in[1]) * sigmoid(in[0]) + in[0] * 0.5};
-//   });
-//   std::vector<Tensor> y = f({x, b});
-//
-// Sizes are not part of the generated code: its kernels read sizes, strides and offsets as
-// parameters, so a call with new sizes (a new sequence length, a new batch) traces the function
-// again (milliseconds) and runs the program already compiled; only a new structure (another dtype,
-// layout or branch taken) compiles another. compiles() counts programs, traces() traces.
-//
-// Outputs that require grad (grad mode on, an input or captured parameter requiring grad) come
-// back with an autograd node: the function's backward is traced with its forward, the two are split
-// where the output gradients enter, and the backward runs as a second compiled program on the
-// forward values it reads (returned by the forward beside the outputs). `compile_forward(model)`
-// then trains: loss.backward() reaches the parameters through compiled code.
-//
-// The trace is specialised to what the function read besides its inputs, as torch.jit.trace is:
-// C++ values (ints, doubles, branches) become constants of the graph; tensors the function
-// captures (parameters, buffers, caches) are read by reference at every call, so updates to them
-// are seen. Guards on the inputs (shapes, dtypes, strides, requires_grad) and on grad mode and
-// autocast are checked on every call; a miss traces again. Traces that need a new program count
-// toward a recompile limit past which the function runs eagerly (with one warning naming the
-// guard that kept failing). An op whose output
-// needs data (`item`) cannot be traced past: with `fullgraph` it is a CompileError naming the op.
-// Without it the graph splits there: the function runs lazily from then on, every call recording
-// its op calls into pieces that end where the host reads a value; each piece (its outputs: the
-// tensors still referenced) is compiled once per structure, and C++ branches on the value simply
-// lead to other pieces. explain() then reports the last call's pieces and breaks.
+// sinter::compile: traces a function of tensors once through the op table, fuses it into generated
+// C++ (g++, a disk cache) and from then on runs that program; guards on the inputs, grad mode and
+// autocast are checked at every call. Sizes are parameters of the generated code: new sizes trace
+// again and reuse the program. Outputs that require grad get a compiled backward. An op that needs
+// data (`item`) breaks the graph: the function then runs lazily, in compiled pieces (with
+// fullgraph, a CompileError naming the op). Past the recompile limit it runs eagerly, with one
+// warning (sinter::warn). docs/compiler.md has the details.
+//   auto f = sinter::compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0] + in[1])}; });
 #include <cstdint>
 #include <climits>
 #include <functional>
@@ -79,6 +54,7 @@ struct Explanation {
   int64_t unplanned_bytes = 0;     // the same without reuse
   int64_t saved_bytes = 0;         // with a compiled backward: forward values kept for it
   int recomputed = 0;              // forward nodes the backward computes again instead
+  std::vector<std::string> warnings;  // what the function warned about (also sent to sinter::warn)
   std::string text;                // all of the above, readable
 };
 

@@ -200,16 +200,12 @@ std::vector<int64_t> shard_sizes(int64_t length, int64_t parts);
 
 // ---- Tensor parallelism and FSDP over nn modules ----
 
-// Megatron-style layer splits. Colwise: a Linear's output features (weight rows, bias) split over
-// the group; its replicated input enters through copy_to_group and its output stays sharded on
-// the last dim. Rowwise: a Linear's input features split; its sharded input gives partial sums
-// that an all_reduce completes (bias added once, after). On an Embedding, Rowwise splits the
-// vocabulary: each rank looks up the ids it holds and an all_reduce sums the rows; Colwise splits
-// the embedding dimension and leaves the output sharded on its last dim.
-// SequenceParallel (norms): the norm runs on this rank's slice of the sequence; its parameters
-// stay replicated and their gradients are summed over the group. With sequence parallelism on,
-// colwise layers all-gather their sequence-split input and rowwise layers reduce-scatter their
-// output back to slices (the same bytes as the all_reduces, activations between blocks 1/tp).
+// Megatron-style layer splits. Colwise: a Linear's output features split (input replicated,
+// output sharded on its last dim); Rowwise: its input features split (partial sums completed by
+// an all_reduce, bias added once). On an Embedding, Rowwise splits the vocabulary (an all_reduce
+// sums the rows), Colwise the embedding dim. SequenceParallel (norms): each rank normalizes its
+// slice of the sequence; with it, colwise layers all-gather their input and rowwise layers
+// reduce-scatter their output (activations between blocks 1/tp). docs/distributed.md has more.
 enum class TPStyle { colwise, rowwise, sequence_parallel };
 // Module names (dotted, '*' matches one part: "blocks.*.attn.q_proj") and their styles.
 using ParallelizePlan = std::vector<std::pair<std::string, TPStyle>>;

@@ -1,6 +1,7 @@
 #pragma once
 // Errors carry a message that starts with the op or file in brackets and shows the values involved:
 //   sinter::ShapeError: [matmul] inner dimensions differ: a(2, 3, 4) b(5, 6)
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,13 @@ class IOError : public Error { public: using Error::Error; };
 class AutogradError : public Error { public: using Error::Error; };
 class CompileError : public Error { public: using Error::Error; };
 class DistError : public Error { public: using Error::Error; };
+
+// Warnings (a compiled function running eagerly from now on, ...) go to the handler set here: the
+// library never prints. The sinter command line writes them to stderr; without a handler they are
+// dropped (explain() still reports the state they describe). Handlers run on the warning thread.
+using WarningHandler = std::function<void(const std::string& message)>;
+WarningHandler set_warning_handler(WarningHandler handler);  // returns the previous one
+void warn(const std::string& message);
 
 namespace detail {
 template <class... Args>

@@ -24,4 +24,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 // Writes `bytes` to `path` atomically.
 void atomic_write(const std::string& path, const std::string& bytes);
 
+// Testing: the nth file operation of the atomic writes this process makes from now on (each
+// write() and each final rename count) fails as a full disk would (ENOSPC); 0: none.
+void fail_file_operation_for_testing(int64_t n);
+
 }  // namespace sinter::io

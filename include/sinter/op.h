@@ -77,6 +77,23 @@ using KernelFn = std::function<void(std::span<const Tensor> in, std::span<Tensor
 using ViewFn = std::function<std::vector<Tensor>(std::span<const Tensor> in, const Attrs&)>;
 using BackwardFn = std::function<std::vector<Tensor>(BackwardCtx&)>;
 
+// How generated code computes one element of a fusable op: a scalar functor of
+// src/ops/scalar_fns.h applied to its inputs (the ops of elementwise.def), or a form code
+// generation spells itself. Every target's codegen reads this, so an op says once how it fuses.
+struct Spelling {
+  enum class Form : uint8_t {
+    functor,      // fn::<functor>{}(inputs in their common compute type)
+    constant,     // full: the attribute "value", inlined where it is read
+    cast,         // to the attribute "dtype"
+    select,       // where(cond, a, b)
+    fill,         // masked_fill(x, mask): the attribute "value" where mask is true
+    clamp,        // to the attributes "min" and/or "max"
+  };
+  Form form = Form::functor;
+  std::string functor = {};  // Form::functor: the functor's name ("GeluTanh")
+  bool true_div = false;     // a binary functor computes integer inputs in f32 (div)
+};
+
 struct OpDef {
   std::string name = {};
   int num_inputs = 1;        // -1: variadic (at least one unless min_inputs says otherwise)
@@ -94,7 +111,10 @@ struct OpDef {
   // past it, so a compiled function breaks its graph here.
   bool data_dependent = false;
   bool random = false;       // draws from the Philox generator (attrs seed and counter)
-  bool fusable = false;      // elementwise: code generation may fuse it
+  // Elementwise: code generation may compute it inside a fused kernel, as `spelling` says. An op
+  // that is not fusable always runs its own kernel, even in a compiled graph.
+  bool fusable = false;
+  Spelling spelling = {};
   // Factories (no inputs) take their device from the attribute "device" (default: the CPU).
   std::array<KernelFn, kNumDeviceTypes> kernels = {};  // by DeviceType; set with register_kernel
 };

@@ -1,4 +1,5 @@
 #pragma once
+#include "sinter/attention.h"
 #include "sinter/autograd.h"
 #include "sinter/compile.h"
 #include "sinter/dtype.h"

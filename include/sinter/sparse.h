@@ -1,13 +1,13 @@
 #pragma once
 // 2:4 semi-structured sparse weights: at most two nonzeros in every group of four consecutive
 // columns, stored as the kept values and their positions, so a matmul reads about half the bytes
-// and does half the multiply-adds of the dense weight.
-//
+// and does half the multiply-adds of the dense weight (docs/sparse.md).
+
 //   Tensor w = prune_2_4(dense);                      // magnitude pruning, per group of four
 //   SemiStructuredSparse s = to_sparse_semi_structured(w);            // f32 values
 //   SemiStructuredSparse q = to_sparse_semi_structured(w, DType::i8); // int8 values, per-row scales
 //   Tensor y = linear(x, s, bias);                    // == linear(x, s.to_dense(), bias)
-//   s.prepack();                                      // faster at 2 <= M <= 40 (AVX-512: 128): the weights again, in the kernels' layout
+//   s.prepack();                                      // the weights again in the kernels' layout (faster at small M)
 //   s.prepack(/*replace=*/true);                      // or that layout alone, for serving: one copy
 #include <memory>
 #include <optional>

@@ -1,7 +1,10 @@
 #pragma once
-// The training and generation loops behind `sinter train` / `sinter generate`, and checkpoints
-// (model.safetensors + config.json + optimizer.safetensors + train_state.json, each written atomically).
+// Training (Trainer: start or resume, step, evaluate, save), 2:4 sparsification and generation,
+// and checkpoints (model.safetensors + config.json + optimizer.safetensors + train_state.json,
+// each written atomically). The library prints nothing: long work reports through a Progress
+// callback, which the sinter command line turns into its progress line.
 #include <array>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,7 +42,7 @@ struct Options {
   bool resume = false, overwrite = false, allow_changes = false;
   int keep = 2;              // checkpoint steps kept in out_dir (the last committed and those before it)
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
-  bool quiet = false;
+  bool quiet = false;        // no Progress reports
   std::string dtype = "f32";  // "bf16": linear layers compute in bf16 (autocast), master weights stay f32
   // 2-D parallel training under mpirun (tp x dp ranks): tensor parallel over tp, FSDP over dp, the
   // batch split over dp. 1 x 1: one process. Rank 0 prints and writes the (gathered) checkpoint.
@@ -53,8 +56,26 @@ struct Options {
   // stay as they were), logs it and goes on, stopping after max_skips such steps in a row.
   std::string on_nan = "stop";
   int64_t max_skips = 10;
+  // Testing: these steps (1-based) read as having a NaN loss and gradient norm, as an overflow would.
+  std::vector<int64_t> inject_nan_steps = {};
   std::string to_json() const;
 };
+
+// What a run reports as it goes: each logged step (every log_every steps and each validation), a
+// skipped update, the first compiled step, a pruned model. The callback runs on the training thread.
+struct Progress {
+  enum class Event { step, skipped, compiled, pruned };
+  Event event = Event::step;
+  int64_t step = 0, steps = 0;     // the step just taken (1-based) and the run's last
+  double loss = NAN, grad_norm = NAN;
+  double val_loss = NAN;           // measured at this step, else NaN
+  double rate = 0;                 // tokens/s (training) or steps/s (fine-tuning), since the last report
+  double elapsed_s = 0, eta_s = 0;
+  int64_t skips_in_a_row = 0;      // skipped
+  const Explanation* compiled = nullptr;  // compiled: the step's program (valid during the call)
+  int64_t layers = 0;              // pruned: Linear layers pruned to 2:4; loss and val_loss before and after
+};
+using ProgressFn = std::function<void(const Progress&)>;
 
 struct Result {
   int64_t step = 0;
@@ -78,8 +99,40 @@ Tensor step(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor
 std::array<Tensor, 2> loss_and_gradients(nn::GPT& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y,
                                          double grad_clip = 1.0, DType compute = DType::f32, int64_t micro_batches = 1);
 
-// Trains (or resumes from out_dir) up to opts.steps; writes checkpoint, log.csv and loss.svg.
-Result run(const Options& opts);
+// What a run is, once started (what the command line says before its progress line).
+struct RunInfo {
+  std::string model_type, data_name, mesh;  // mesh: empty in one process
+  int64_t parameters = 0, train_bytes = 0, val_bytes = 0;
+  int64_t resumed_at = -1;         // the checkpoint's step when resuming, else -1
+  int removed_temporaries = 0;     // files an interrupted save left in out_dir, removed
+};
+
+// A training run: the constructor starts one or resumes the one in opts.out_dir (as resume and
+// overwrite say; a folder holding a checkpoint is never overwritten silently), builds or loads the
+// model and optimizer and splits them over the ranks. step() takes one optimizer step and what is
+// due at it: a log row, validation, a checkpoint. Errors name the Options field concerned.
+class Trainer {
+ public:
+  explicit Trainer(const Options& opts, ProgressFn progress = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  bool done() const;               // opts.steps (or stop_after) reached
+  void step();
+  double evaluate();               // the validation loss now (val_batches batches)
+  void save();                     // a checkpoint of the step reached
+  Result run();                    // step() until done()
+  const RunInfo& info() const;
+  const Result& result() const;
+  nn::GPT& model();
+
+  struct State;
+ private:
+  std::unique_ptr<State> s_;
+};
+
+// Trainer(opts, progress).run(): trains up to opts.steps; writes checkpoint, log.csv and loss.svg.
+Result run(const Options& opts, const ProgressFn& progress = {});
 
 // Prune -> fine-tune -> save: every Linear of the transformer blocks of a trained checkpoint is
 // pruned to 2:4, optionally fine-tuned with the pattern held (only the kept values train), and
@@ -93,13 +146,14 @@ struct SparsifyOptions {
   double lr = 1e-3;
   std::string values = "f32";     // f32, bf16 or i8 (quantised after fine-tuning, per-row scales)
   uint64_t seed = 1337;
-  bool quiet = false;
+  bool quiet = false;             // no Progress reports
 };
 struct SparsifyResult {
   double dense_val = 0, pruned_val = 0, finetuned_val = 0, saved_val = 0;  // validation loss, nats/byte
   int64_t dense_bytes = 0, sparse_bytes = 0;  // the blocks' Linear weights, as stored
 };
-SparsifyResult sparsify(const SparsifyOptions& opts);
+// Reports Event::pruned, then every 10th fine-tuning step (rate in steps/s).
+SparsifyResult sparsify(const SparsifyOptions& opts, const ProgressFn& progress = {});
 
 // Checkpoints
 // A whole-step commit: the step's files (named with train_state_json's "step"), then

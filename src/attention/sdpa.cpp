@@ -1,20 +1,17 @@
-// scaled_dot_product_attention as one op, whose CPU kernel (sdpa_cpu.cpp) picks the flash backend
-// (O(L) memory, attention/flash_*.cpp) or the math backend: the reference written with public ops
-// below (scores materialised), which also serves as the backward of calls the kernel ran that way.
-//   sdpa(q, k, v[, mask][, kv_len]) -> (o, lse)
-//     q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D|Dv); mask bool (true = keep) or additive, broadcast to
-//     (B, Hq, Lq, Lkv); kv_len an i64 0-d tensor: only the first kv_len keys exist (a KV cache
-//     filled that far; the causal alignment uses kv_len); lse (B, Hq, Lq) in the compute dtype,
-//     the rows' log-sum-exp of the visible scores. attrs scale, causal, window, gqa, backend
-//     ("auto", "flash", "math"), mask, kv_len (which optional inputs are present)[, dropout_p,
-//     seed, counter].
+// The sdpa op: softmax(q k^T scale + mask) v as one op, whose CPU kernel (cpu/attention/sdpa_cpu.cpp)
+// picks flash or the math reference below (public ops, scores materialised; it also differentiates
+// the calls run that way).
+//   sdpa(q, k, v[, mask][, kv_len]) -> (o, lse): q (B, Hq, Lq, D), k/v (B, Hkv, Lkv, D|Dv); mask bool
+//     (true = keep) or additive, broadcast to (B, Hq, Lq, Lkv); kv_len (i64 0-d): only the first
+//     kv_len keys exist; lse (B, Hq, Lq). attrs scale, causal, window, gqa, backend (auto, flash,
+//     math), mask, kv_len (which optional inputs are present)[, dropout_p, seed, counter].
 //   sdpa_flash_backward(q, k, v, o, lse, do, dlse[, mask]) -> (dq, dk, dv)   mask additive
 #include <cmath>
 
-#include "attention/flash.h"
+#include "attention/attention.h"
 #include "ops/common.h"
 #include "sinter/autograd.h"
-#include "sinter/nn.h"
+#include "sinter/attention.h"
 
 namespace sinter {
 namespace detail {
@@ -54,9 +51,11 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a, const char* op
   return g;
 }
 
-bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
-  return (dtype == DType::f32 || dtype == DType::bf16) && D % kV == 0 && Dv % kNr == 0;
-}
+namespace {
+FlashFastPath g_fast_path[kNumDeviceTypes] = {};
+}  // namespace
+
+void register_flash_fast_path(DeviceType device, FlashFastPath fn) { g_fast_path[size_t(device)] = fn; }
 
 SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const std::string& requested = a.str("backend");
@@ -68,7 +67,10 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   // Measured (BENCHMARKS.md, `sinter bench attention`, and the masked lengths below): the
   // register-blocked flash kernel is faster than math at every length, forward and backward; its
   // generic path (f64, odd head dims) is a slow reference.
-  if (!flash_fast_path(dt, D, Dv))
+  static const OpDef& registered = get_op("sdpa");  // the backends register with the op table
+  (void)registered;
+  const FlashFastPath fast = g_fast_path[size_t(in[0].device.type)];
+  if (!fast || !fast(dt, D, Dv))
     return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 or bf16 and head dims that are multiples of the ") +
                                    "vector width (got " + dtype_name(dt) + ", D = " + std::to_string(D) + ")"};
   // Masks too: flash adds an additive mask tile by tile as it reads it, math to the score matrix in

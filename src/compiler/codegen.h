@@ -1,17 +1,16 @@
 #pragma once
-// C++ code generation (codegen.cpp): one translation unit per graph, holding a kernel per fusion
-// group (loops over the group's shape, the ops spelled with the scalar functors of
-// src/ops/scalar_fns.h, which the eager kernels use too) and the wrapper `sinter_graph_run`, which
-// runs the steps in order: fused kernels directly, library kernels through a callback.
+// Code generation (codegen.cpp, codegen_kernels.cpp): one translation unit per graph, a kernel
+// per fusion group (ops spelled with the eager kernels' scalar functors, in a Target's words) and
+// the wrapper, which runs the steps in order: fused kernels directly, library kernels through a
+// callback. slots[i] is the base address of buffer slot i; each value's address is its slot's plus
+// a byte offset. Sizes, strides and offsets are parameters, so one program serves every size.
 //   extern "C" void sinter_graph_run(char* const* slots, const int64_t* params,
 //                                    void (*call)(void* ctx, int step), void* ctx);
-// slots[i] is the base address of buffer slot i (Slots below); each value's address is its slot's
-// plus its byte offset. Sizes, strides and offsets are parameters (Generated::params), so the
-// source depends on the graph's structure only: one compiled program serves every size.
 #include <string>
 #include <vector>
 
 #include "compiler/passes.h"
+#include "compiler/target.h"
 
 namespace sinter::compiler {
 
@@ -29,6 +28,6 @@ struct Generated {
   std::string source;
   std::vector<int64_t> params;
 };
-Generated generate_cpp(const Graph& g, const Plan& p, const Slots& slots, const std::string& name);
+Generated generate(const Graph& g, const Plan& p, const Slots& slots, const std::string& name, const Target& target);
 
 }  // namespace sinter::compiler

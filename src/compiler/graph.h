@@ -3,12 +3,8 @@
 // offset) over a buffer: a graph input's, a captured tensor's, or a node's own. View nodes make
 // values that alias their input's buffer; nodes of ops that write inputs in place (OpDef::mutates)
 // make new values for the same buffer, so program order is what separates a read from a write.
-// The IR names ops and devices, not C++: code generation is a separate stage (codegen.cpp).
-//
-// The compiler's stages, one file each: trace.cpp (symbolic execution through the op table) ->
-// graph.cpp (verifier, text dump) -> passes.cpp (dead code, common subexpressions, fusion groups,
-// memory plan) -> codegen.cpp (C++ source) -> jit.cpp (system compiler, disk cache, dlopen) ->
-// compiled.cpp (guards, calls, the public API).
+// The IR names ops and devices, not C++: code generation is a later stage. The stages and their
+// files: docs/compiler.md.
 #include <string>
 #include <vector>
 

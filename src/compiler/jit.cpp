@@ -1,4 +1,5 @@
 // Generated source -> g++ -> a verified, content-addressed cache entry -> dlopen.
+#include "core/format.h"
 #include "compiler/jit.h"
 
 #include "sinter/version.h"
@@ -51,12 +52,7 @@ uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
 }
-std::string hex(uint64_t a, uint64_t b) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
-  return buf;
-}
-std::string content_hash(const std::string& s) { return hex(fnv(s), fnv(s, 0x9e3779b97f4a7c15ull)); }
+std::string content_hash(const std::string& s) { return hex(fnv(s), 16) + hex(fnv(s, 0x9e3779b97f4a7c15ull), 16); }
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -1,7 +1,10 @@
-// Dead code, common subexpressions, GEMM epilogues, fusion groups and the memory plan.
+// Graph rewrites: dead code, common subexpressions, GEMM epilogues, sibling linears, layout
+// copies; the pass switches; the recomputation a compiled backward chooses. (The plan: plan.cpp.)
 #include "compiler/passes.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <sstream>
 #include <map>
 #include <set>
 
@@ -238,24 +241,7 @@ void absorb_layout_copies(Graph& g) {
   remove_nodes(g, removed);
 }
 
-namespace {
-
-bool spelled(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::i64 || t == DType::i32 || t == DType::boolean;
-}
-
-}  // namespace
-
-bool spelled_op(const std::string& name);  // codegen.cpp
-
-bool fusable(const Graph& g, const Node& n) {
-  if (!spelled_op(n.op->name) || n.mutates() || n.op->random) return false;
-  for (int v : n.inputs) if (!spelled(g.values[size_t(v)].meta.dtype)) return false;
-  for (int v : n.outputs) if (!spelled(g.values[size_t(v)].meta.dtype)) return false;
-  return g.values[size_t(n.outputs[0])].meta.device.type == DeviceType::cpu;
-}
-
-std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, std::vector<bool>& saved) {
+std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, std::vector<bool>& saved, const Target& t) {
   static const std::set<std::string> cheap{"add", "sub", "mul", "neg", "relu", "abs", "maximum", "minimum", "where", "cast", "clamp"};
   std::set<int> written, returned;
   for (const Node& n : g.nodes)
@@ -269,7 +255,7 @@ std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, s
   for (size_t n = 0; n < forward_nodes; ++n) {
     const Node& node = g.nodes[n];
     if (node.outputs.size() != 1 || node.mutates() || node.op->random || node.op->data_dependent) continue;
-    if (!node.is_view() && !(cheap.count(node.op->name) && fusable(g, node))) continue;
+    if (!node.is_view() && !(cheap.count(node.op->name) && fusable(g, node, t))) continue;
     const int v = node.outputs[0];
     bool ok = !written.count(g.buffer_of(v));
     for (int u : node.inputs) ok = ok && !written.count(g.buffer_of(u)) && (at_hand(u) || derivable[size_t(u)]);
@@ -298,205 +284,18 @@ std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, s
   return nodes;
 }
 
-bool fusable_row(const Graph& g, const Node& n) {
-  if (n.op->name != "layer_norm" && n.op->name != "rms_norm") return false;
-  const Value& x = g.values[size_t(n.inputs[0])];
-  const DType dt = x.meta.dtype;
-  return (dt == DType::f32 || dt == DType::f64 || dt == DType::bf16) && !x.meta.shape.empty() && x.meta.shape.back() > 0 &&
-         x.meta.shape.back() <= 16384 && x.meta.device.type == DeviceType::cpu;
-}
-
-Plan plan(const Graph& g) {
-  Plan p;
-  std::vector<int> group_of_node(g.nodes.size(), -1);
-  std::vector<int> group_of_value(g.values.size(), -1);
-  std::vector<bool> open;  // by group: still accepting nodes
-  std::vector<bool> constant(g.nodes.size(), false);  // `full` nodes: inlined into the groups that read them
-  for (size_t n = 0; n < g.nodes.size(); ++n) constant[n] = g.nodes[n].op->name == "full" && fusable(g, g.nodes[n]);
-  auto shape_of = [&](int n) -> const Shape& { return g.values[size_t(g.nodes[size_t(n)].outputs[0])].meta.shape; };
-  // Greedy fusion in program order: a node joins the open groups of its shape that it reads from
-  // (merging them), else the latest open group of its shape; a group closes when a node outside it
-  // reads its values or a node writes in place (no read moves across a write). A group runs where
-  // its last node was.
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    const Node& node = g.nodes[n];
-    if (constant[n]) continue;
-    if (node.mutates())
-      for (size_t k = 0; k < open.size(); ++k) open[k] = false;
-    const bool row = fusable_row(g, node);
-    const bool fuse = row || fusable(g, node);
-    int join = -1;
-    // Values a group made before its row reduction: its epilogue cannot read them.
-    auto prologue_value = [&](int v) {
-      const int gi = group_of_value[size_t(v)];
-      const int r = gi >= 0 ? p.groups[size_t(gi)].row : -1;
-      return r >= 0 && g.values[size_t(v)].node < r;
-    };
-    if (row) {  // joins the open group that makes its input (as that group's reduction), if any
-      const int gi = group_of_value[size_t(node.inputs[0])];
-      if (gi >= 0 && open[size_t(gi)] && p.groups[size_t(gi)].row < 0 && p.groups[size_t(gi)].shape == shape_of(int(n))) join = gi;
-    } else if (fuse) {
-      const Shape& shape = shape_of(int(n));
-      std::vector<int> from;
-      for (int v : node.inputs) {
-        const int gi = group_of_value[size_t(v)];
-        if (gi >= 0 && open[size_t(gi)] && p.groups[size_t(gi)].shape == shape &&
-            std::find(from.begin(), from.end(), gi) == from.end())
-          from.push_back(gi);
-      }
-      if (from.empty())
-        for (size_t gi = p.groups.size(); gi-- > 0;)
-          if (open[gi] && p.groups[gi].shape == shape) { from.push_back(int(gi)); break; }
-      bool reads_prologue = false;
-      for (int v : node.inputs) reads_prologue = reads_prologue || prologue_value(v);
-      int rows = 0;
-      for (int gi : from) rows += p.groups[size_t(gi)].row >= 0;
-      if (reads_prologue || (rows > 0 && from.size() > 1)) from.clear();  // no epilogue reads a prologue value; one reduction a group
-      if (!from.empty()) {
-        join = from[0];
-        for (size_t k = 1; k < from.size(); ++k) {  // merge into the first
-          Group& src = p.groups[size_t(from[k])];
-          for (int m : src.nodes) {
-            group_of_node[size_t(m)] = join;
-            for (int v : g.nodes[size_t(m)].outputs) group_of_value[size_t(v)] = join;
-            p.groups[size_t(join)].nodes.push_back(m);
-          }
-          src.nodes.clear();
-          open[size_t(from[k])] = false;
-        }
-      }
-    }
-    // Reading an open group's value from outside it closes that group.
-    for (int v : node.inputs) {
-      const int gi = group_of_value[size_t(v)];
-      if (gi >= 0 && gi != join) open[size_t(gi)] = false;
-    }
-    if (!fuse) {
-      if (!node.is_view()) p.steps.push_back({-1, int(n)});
-      continue;
-    }
-    if (join < 0) {
-      join = int(p.groups.size());
-      p.groups.push_back({});
-      p.groups.back().shape = shape_of(int(n));
-      open.push_back(true);
-    }
-    if (row) p.groups[size_t(join)].row = int(n);
-    p.groups[size_t(join)].nodes.push_back(int(n));
-    group_of_node[n] = join;
-    for (int v : node.outputs) group_of_value[size_t(v)] = join;
+PassSet enabled_passes() {
+  PassSet on;
+  const char* e = std::getenv("SINTER_COMPILE_DISABLE");
+  std::stringstream ss(e ? e : "");
+  for (std::string name; std::getline(ss, name, ',');) {
+    bool* flag = name == "cse" ? &on.cse : name == "epilogues" ? &on.epilogues : name == "siblings" ? &on.siblings
+               : name == "layouts" ? &on.layouts : name == "fuse" ? &on.fuse : name == "recompute" ? &on.recompute : nullptr;
+    SINTER_CHECK_T(CompileError, flag || name.empty(), "[compile] SINTER_COMPILE_DISABLE names '", name,
+                   "'; the passes are cse, epilogues, siblings, layouts, fuse, recompute");
+    if (flag) *flag = false;
   }
-  // Constants go into each group that reads them; one read elsewhere (or returned) is a step of its own.
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    if (!constant[n]) continue;
-    const int v = g.nodes[n].outputs[0];
-    bool elsewhere = std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-    std::set<int> groups;
-    for (size_t m = 0; m < g.nodes.size(); ++m)
-      for (int u : g.nodes[m].inputs)
-        if (u == v) {
-          if (group_of_node[m] >= 0) groups.insert(group_of_node[m]);
-          else elsewhere = true;
-        }
-    for (int gi : groups) p.groups[size_t(gi)].nodes.push_back(int(n));
-    if (elsewhere) p.steps.push_back({-1, int(n)}), std::sort(p.steps.begin(), p.steps.end(), [](const Step& a, const Step& b) { return a.node < b.node; });
-  }
-  // Drop emptied (merged) groups; nodes in program order.
-  {
-    std::vector<Group> kept;
-    std::vector<int> renum(p.groups.size(), -1);
-    for (size_t gi = 0; gi < p.groups.size(); ++gi)
-      if (!p.groups[gi].nodes.empty()) renum[gi] = int(kept.size()), kept.push_back(std::move(p.groups[gi]));
-    for (int& gi : group_of_node) if (gi >= 0) gi = renum[size_t(gi)];
-    for (int& gi : group_of_value) if (gi >= 0) gi = renum[size_t(gi)];
-    p.groups = std::move(kept);
-    for (Group& gr : p.groups) std::sort(gr.nodes.begin(), gr.nodes.end());
-  }
-  auto in_group = [&](int gi, int n) {
-    const std::vector<int>& ns = p.groups[size_t(gi)].nodes;
-    return std::binary_search(ns.begin(), ns.end(), n);
-  };
-  // Each group runs where its last non-constant node was.
-  std::vector<Step> steps;
-  std::vector<int> last_of_group(p.groups.size(), -1);
-  for (size_t gi = 0; gi < p.groups.size(); ++gi)
-    for (int n : p.groups[gi].nodes)
-      if (!constant[size_t(n)]) last_of_group[gi] = std::max(last_of_group[gi], n);
-  {
-    size_t s = 0;
-    for (size_t n = 0; n < g.nodes.size(); ++n) {
-      while (s < p.steps.size() && p.steps[s].node == int(n)) steps.push_back(p.steps[s++]);
-      const int gi = group_of_node[n];
-      if (gi >= 0 && last_of_group[size_t(gi)] == int(n)) steps.push_back({gi, -1});
-    }
-  }
-  p.steps = std::move(steps);
-  // Group inputs and stored outputs: a value a group makes is stored when a node outside the group
-  // reads it (constants excepted: each reader inlines its own) or the function returns it.
-  std::vector<bool> returned(g.values.size(), false);
-  for (int v : g.outputs) returned[size_t(g.buffer_of(v))] = true, returned[size_t(v)] = true;
-  std::vector<int> producer(g.values.size(), -1);
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    for (int v : g.nodes[n].outputs) producer[size_t(v)] = int(n);
-  for (size_t gi = 0; gi < p.groups.size(); ++gi) {
-    Group& gr = p.groups[gi];
-    std::set<int> ins;
-    std::vector<std::string> names;
-    for (int n : gr.nodes) {
-      const Node& node = g.nodes[size_t(n)];
-      if (!constant[size_t(n)]) names.push_back(node.op->name);
-      for (int v : node.inputs)
-        if ((producer[size_t(v)] < 0 || !in_group(int(gi), producer[size_t(v)])) && !ins.count(v)) ins.insert(v), gr.inputs.push_back(v);
-      if (constant[size_t(n)]) continue;
-      for (int v : node.outputs) {
-        bool outside = returned[size_t(v)];
-        for (size_t m = 0; m < g.nodes.size() && !outside; ++m)
-          if (!in_group(int(gi), int(m)))
-            for (int u : g.nodes[m].inputs) outside = outside || u == v;
-        if (outside) gr.outputs.push_back(v);
-      }
-    }
-    for (size_t i = 0; i < names.size(); ++i) gr.ops += (i ? " -> " : "") + names[i];
-  }
-  // Memory plan: buffers made by nodes live from their step to the last step that reads them (or
-  // a view of them); returned buffers are fresh per call. First fit in a 64-byte aligned arena.
-  // Materialised: a library kernel's outputs and what a fused kernel stores; a group's other values
-  // live in registers.
-  std::vector<int> step_of_value(g.values.size(), -1), last_use(g.values.size(), -1);
-  for (size_t s = 0; s < p.steps.size(); ++s) {
-    const Step& st = p.steps[s];
-    if (st.group >= 0) {
-      for (int v : p.groups[size_t(st.group)].inputs) last_use[size_t(g.buffer_of(v))] = int(s);
-      for (int v : p.groups[size_t(st.group)].outputs) step_of_value[size_t(v)] = int(s);
-      continue;
-    }
-    for (int v : g.nodes[size_t(st.node)].inputs) last_use[size_t(g.buffer_of(v))] = int(s);
-    for (int v : g.nodes[size_t(st.node)].outputs)
-      if (g.values[size_t(v)].owns_buffer() && step_of_value[size_t(v)] < 0) step_of_value[size_t(v)] = int(s);
-  }
-  p.arena_offset.assign(g.values.size(), -1);
-  p.fresh.assign(g.values.size(), false);
-  for (size_t v = 0; v < g.values.size(); ++v) p.fresh[v] = returned[v] && step_of_value[v] >= 0 && g.values[v].owns_buffer();
-  struct Block { int64_t at, bytes; int free_after; };
-  std::vector<Block> live;
-  for (size_t s = 0; s < p.steps.size(); ++s)
-    for (size_t v = 0; v < g.values.size(); ++v) {
-      if (step_of_value[v] != int(s) || returned[v]) continue;
-      const Value& x = g.values[v];
-      const int64_t bytes = (x.meta.shape.numel() * dtype_size(x.meta.dtype) + 63) / 64 * 64;
-      p.unplanned_bytes += bytes;
-      std::erase_if(live, [&](const Block& b) { return b.free_after < int(s); });
-      std::sort(live.begin(), live.end(), [](const Block& a, const Block& b) { return a.at < b.at; });
-      int64_t at = 0;
-      for (const Block& b : live) {
-        if (at + bytes <= b.at) break;
-        at = std::max(at, b.at + b.bytes);
-      }
-      live.push_back({at, bytes, std::max(last_use[v], int(s))});
-      p.arena_offset[v] = at;
-      p.arena_bytes = std::max(p.arena_bytes, at + bytes);
-    }
-  return p;
+  return on;
 }
 
 }  // namespace sinter::compiler

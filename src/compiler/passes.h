@@ -1,12 +1,27 @@
 #pragma once
-// Graph passes: dead-code elimination, common subexpressions, GEMM epilogues, elementwise fusion
-// groups and the memory plan (passes.cpp).
+// Graph passes (passes.cpp): dead-code elimination, common subexpressions, GEMM epilogues,
+// sibling linears, layout copies, backward recomputation; and the plan (plan.cpp): fusion groups,
+// step order, group inputs and outputs, the memory plan.
 #include <cstdint>
 #include <vector>
 
 #include "compiler/graph.h"
+#include "compiler/target.h"
 
 namespace sinter::compiler {
+
+// The passes a compile runs: all by default; SINTER_COMPILE_DISABLE=cse,epilogues,fuse (any of
+// the names below) switches some off, to bisect a miscompile. Every combination computes what the
+// eager function computes. Dead code always goes.
+struct PassSet {
+  bool cse = true;        // eliminate_common_subexpressions
+  bool epilogues = true;  // fuse_gemm_epilogues
+  bool siblings = true;   // fuse_sibling_linears
+  bool layouts = true;    // absorb_layout_copies
+  bool fuse = true;       // plan(): elementwise and row-reduction groups (off: every node its own kernel)
+  bool recompute = true;  // choose_recomputation in a compiled backward
+};
+PassSet enabled_passes();  // read at each compile; an unknown name is a CompileError listing the names
 
 void eliminate_dead_code(Graph& g);  // keeps nodes that write in place (their effect is the point)
 void eliminate_common_subexpressions(Graph& g);
@@ -52,8 +67,11 @@ struct Plan {
   int64_t arena_bytes = 0, unplanned_bytes = 0;
 };
 
-// Whether generated code can compute this node (an elementwise op on dtypes it spells).
-bool fusable(const Graph& g, const Node& n);
+// Whether generated code for target t can compute this node: an op flagged OpDef::fusable, on
+// dtypes the target spells, not writing in place, not drawing random numbers.
+bool fusable(const Graph& g, const Node& n, const Target& t);
+// Whether it is a row reduction (layer_norm, rms_norm) generated code can fuse with its neighbours.
+bool fusable_row(const Graph& g, const Node& n, const Target& t);
 
 // Recomputation for a backward split off a joint graph: the forward nodes (of the first
 // `forward_nodes`) whose outputs the backward computes again instead of the forward keeping them.
@@ -61,9 +79,9 @@ bool fusable(const Graph& g, const Node& n);
 // captured tensors) by views and cheap arithmetic (add, sub, mul, neg, relu, ...: no exp, no
 // division) whose buffers nothing writes in place, and is not returned. `saved` (by value: read
 // by the backward) loses the values chosen. Returns the nodes to run again, in forward order.
-std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, std::vector<bool>& saved);
-// Whether it is a row reduction generated code can fuse with its neighbours.
-bool fusable_row(const Graph& g, const Node& n);
-Plan plan(const Graph& g);
+std::vector<size_t> choose_recomputation(const Graph& g, size_t forward_nodes, std::vector<bool>& saved, const Target& t);
+
+// The plan: grouping, order, group inputs and outputs, memory (plan.cpp). fuse = false: no groups.
+Plan plan(const Graph& g, const Target& t, bool fuse = true);
 
 }  // namespace sinter::compiler

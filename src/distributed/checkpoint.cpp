@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/format.h"
 #include "sinter/autograd.h"
 #include "sinter/dist.h"
 #include "sinter/io.h"
@@ -135,8 +136,8 @@ void save_sharded(const std::string& dir, const std::string& stem, const std::ma
   // One generation name for every rank of this save.
   std::random_device rd;
   const int64_t gen = broadcast(full({1}, double(rd() & 0x7fffffff), DType::i64), *w, 0).item<int64_t>();
-  char file[128];
-  std::snprintf(file, sizeof file, "%s-%08llx.shard-%05d-of-%05d.safetensors", stem.c_str(), (long long)gen, w->rank(), w->size());
+  const std::string file = stem + "-" + hex(uint64_t(gen), 8) + ".shard-" + zero_pad(w->rank(), 5) + "-of-" + zero_pad(w->size(), 5) +
+                           ".safetensors";
 
   std::map<std::string, Tensor> mine;
   json chunks = json::object();

@@ -8,6 +8,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "core/format.h"
 #include "core/parallel.h"
 #include "distributed/backend.h"
 #include "sinter/dist.h"
@@ -28,21 +29,39 @@ char g_last[256] = "";
 timespec g_last_time{};
 int g_rank = 0;
 
-void on_sigterm(int) {
+// A message built in a fixed buffer with async-signal-safe steps only (the SIGTERM handler's).
+struct SignalText {
   char buf[700];
-  int n;
+  size_t n = 0;
+  SignalText& operator<<(const char* s) {
+    while (*s && n < sizeof buf) buf[n++] = *s++;
+    return *this;
+  }
+  SignalText& operator<<(int64_t v) {
+    char d[24];
+    int k = 0;
+    if (v < 0) *this << "-", v = -v;
+    do d[k++] = char('0' + v % 10), v /= 10; while (v > 0 && k < 24);
+    while (k > 0 && n < sizeof buf) buf[n++] = d[--k];
+    return *this;
+  }
+};
+
+// The job's end, as a rank the launcher terminates reports it (stderr: the process is ending).
+void on_sigterm(int) {
+  SignalText m;
+  m << "[dist] rank " << int64_t(g_rank) << ": terminated ";
   if (g_waiting[0]) {
-    n = std::snprintf(buf, sizeof buf, "[dist] rank %d: terminated while waiting in %s (another rank died or aborted)\n",
-                      g_rank, g_waiting);
+    m << "while waiting in " << g_waiting << " (another rank died or aborted)\n";
   } else if (g_last[0]) {
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
-    n = std::snprintf(buf, sizeof buf, "[dist] rank %d: terminated outside any collective, %.1f s after its last one (%s)\n",
-                      g_rank, double(now.tv_sec - g_last_time.tv_sec) + 1e-9 * double(now.tv_nsec - g_last_time.tv_nsec), g_last);
+    const int64_t tenths = (int64_t(now.tv_sec - g_last_time.tv_sec) * 1000000000 + (now.tv_nsec - g_last_time.tv_nsec)) / 100000000;
+    m << "outside any collective, " << tenths / 10 << "." << tenths % 10 << " s after its last one (" << g_last << ")\n";
   } else {
-    n = std::snprintf(buf, sizeof buf, "[dist] rank %d: terminated before its first collective\n", g_rank);
+    m << "before its first collective\n";
   }
-  if (n > 0) (void)!write(2, buf, size_t(std::min<int>(n, int(sizeof buf) - 1)));
+  (void)!write(2, m.buf, m.n);
   _exit(143);
 }
 
@@ -86,7 +105,9 @@ Work::Work(std::function<bool()> test, std::function<void()> finish, std::string
 
 void Work::wait() {
   if (!test_) return;
-  std::snprintf(g_waiting, sizeof g_waiting, "%s", what_.c_str());
+  const size_t len = std::min(what_.size(), sizeof g_waiting - 1);
+  std::memcpy(g_waiting, what_.data(), len);
+  g_waiting[len] = '\0';
   const auto start = std::chrono::steady_clock::now();
   // Spin briefly (fast collectives), then yield, then sleep: ranks may outnumber cores.
   for (int64_t polls = 0; !test_(); ++polls) {
@@ -94,8 +115,7 @@ void Work::wait() {
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline_) {
       const double waited = std::chrono::duration<double>(now - start).count();
-      char msg[512];
-      std::snprintf(msg, sizeof msg, "[dist] rank %d: %s missed its deadline (waited %.1f s). ", rank_, what_.c_str(), waited);
+      const std::string msg = "[dist] rank " + std::to_string(rank_) + ": " + what_ + " missed its deadline (waited " + fixed(waited, 1) + " s). ";
       const std::string blame = blame_ ? blame_() : std::string();
       abort_job(msg + (blame.empty() ? std::string("A peer rank is stalled or gone.") : blame) + " Ending the job.", 2);
     }
@@ -164,8 +184,8 @@ int rank() { return world()->rank(); }
 int world_size() { return world()->size(); }
 
 void abort_job(const std::string& message, int code) {
-  std::fprintf(stderr, "%s\n", message.c_str());
-  std::fflush(stderr);
+  const std::string line = message + "\n";  // the job is ending: stderr is where its reason can go
+  (void)!write(2, line.data(), line.size());
   if (g_mpi) detail::mpi_abort(code);
   std::_Exit(code);
 }

@@ -18,20 +18,21 @@
 namespace sinter::io {
 
 namespace {
-// Fault injection for the crash tests: SINTER_FAIL_FILE_OP=N makes the Nth file operation of an
-// atomic write in this process (each write() and each final rename count) fail as a full disk
-// would (ENOSPC). Unset or 0: never.
+std::atomic<int64_t> g_fail_at{0}, g_ops{0};
+
+// The crash tests' full disk (fail_file_operation_for_testing): ENOSPC at the chosen operation.
 bool injected_failure() {
-  static const long at = [] {
-    const char* e = std::getenv("SINTER_FAIL_FILE_OP");
-    return e ? std::atol(e) : 0L;
-  }();
-  static std::atomic<long> count{0};
-  if (at <= 0 || ++count != at) return false;
+  const int64_t at = g_fail_at.load();
+  if (at <= 0 || ++g_ops != at) return false;
   errno = ENOSPC;
   return true;
 }
 }  // namespace
+
+void fail_file_operation_for_testing(int64_t n) {
+  g_ops = 0;
+  g_fail_at = n;
+}
 
 AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
   tmp_ = path_ + ".tmp." + std::to_string(::getpid()) + ".XXXXXX";

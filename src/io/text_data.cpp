@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/format.h"
 #include "sinter/data.h"
 #include "sinter/random.h"
 
@@ -117,9 +118,7 @@ std::string ByteDataset::fingerprint() const {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the first 64 KiB
   const size_t n = std::min<size_t>(text_.size(), size_t(1) << 16);
   for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(text_[i])) * 1099511628211ull;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%zu:%016llx", text_.size(), (unsigned long long)h);
-  return buf;
+  return std::to_string(text_.size()) + ":" + hex(h, 16);
 }
 
 void ByteDataset::check_window(int64_t T) const {

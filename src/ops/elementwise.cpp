@@ -82,9 +82,10 @@ InferFn binary_infer(std::string name, Rule rule) {
   };
 }
 
-const OpDef& define_unary(const char* name, Rule rule, BackwardFn bw) {
+const OpDef& define_unary(const char* functor, const char* name, Rule rule, BackwardFn bw) {
   OpDef d;
   d.name = name;
+  d.spelling = {.functor = functor};
   d.num_inputs = 1;
   d.infer = unary_infer(name, rule);
   d.backward = std::move(bw);
@@ -93,9 +94,10 @@ const OpDef& define_unary(const char* name, Rule rule, BackwardFn bw) {
   return add_op(std::move(d));
 }
 
-const OpDef& define_binary(const char* name, Rule rule, BackwardFn bw) {
+const OpDef& define_binary(const char* functor, const char* name, Rule rule, BackwardFn bw) {
   OpDef d;
   d.name = name;
+  d.spelling = {.functor = functor, .true_div = rule == Rule::true_div};
   d.num_inputs = 2;
   d.infer = binary_infer(name, rule);
   d.backward = std::move(bw);
@@ -122,7 +124,7 @@ namespace detail {
 
 void register_elementwise_ops() {
 #define UNARY(F, name, rule, dx)                                                          \
-  g_unary[int(UnaryFn::F)] = &define_unary(#name, rule_##rule, [](BackwardCtx& c) {                 \
+  g_unary[int(UnaryFn::F)] = &define_unary(#F, #name, rule_##rule, [](BackwardCtx& c) {                 \
     const Tensor &x = c.inputs[0], &y = c.outputs[0], &g = c.grads[0];                    \
     (void)x; (void)y;                                                                     \
     return std::vector<Tensor>{dx};                                                       \
@@ -131,9 +133,9 @@ void register_elementwise_ops() {
 #define BINARY_promote(F, name, rule, da, db) BINARY_DIFF(F, name, rule, da, db)
 #define BINARY_true_div(F, name, rule, da, db) BINARY_DIFF(F, name, rule, da, db)
 #define BINARY_compare(F, name, rule, da, db) \
-  g_binary[int(BinaryFn::F)] = &define_binary(#name, rule_##rule, nullptr);
+  g_binary[int(BinaryFn::F)] = &define_binary(#F, #name, rule_##rule, nullptr);
 #define BINARY_DIFF(F, name, rule, da, db)                                                \
-  g_binary[int(BinaryFn::F)] = &define_binary(#name, rule_##rule, [](BackwardCtx& c) {               \
+  g_binary[int(BinaryFn::F)] = &define_binary(#F, #name, rule_##rule, [](BackwardCtx& c) {               \
     const Tensor &a = c.inputs[0], &b = c.inputs[1], &y = c.outputs[0], &g = c.grads[0];  \
     (void)a; (void)b; (void)y;                                                            \
     return std::vector<Tensor>{c.needs_grad[0] ? Tensor(da) : Tensor(),                   \
@@ -163,6 +165,7 @@ void register_elementwise_ops() {
   };
   w.save_inputs = 1;
   w.fusable = true;
+  w.spelling.form = Spelling::Form::select;
   add_op(std::move(w));
 
   OpDef cl;
@@ -181,6 +184,7 @@ void register_elementwise_ops() {
     return std::vector<Tensor>{c.grads[0] * keep};
   };
   cl.fusable = true;
+  cl.spelling.form = Spelling::Form::clamp;
   add_op(std::move(cl));
 
   OpDef cs;
@@ -191,6 +195,7 @@ void register_elementwise_ops() {
   cs.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0]}; };
   cs.save_inputs = 0;
   cs.fusable = true;
+  cs.spelling.form = Spelling::Form::cast;
   add_op(std::move(cs));
 }
 

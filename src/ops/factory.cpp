@@ -14,13 +14,14 @@ namespace {
 
 Device device_of(const Attrs& a) { return a.has("device") ? a.device("device") : Device{}; }
 
-void add_factory(const char* name, InferFn infer, bool random = false) {
+void add_factory(const char* name, InferFn infer, bool random = false, Spelling::Form form = Spelling::Form::functor) {
   OpDef d;
   d.name = name;
   d.num_inputs = 0;
   d.min_inputs = 0;
   d.infer = std::move(infer);
   d.random = random;
+  d.spelling.form = form;
   add_op(std::move(d));
 }
 
@@ -44,7 +45,9 @@ int64_t arange_length(double start, double end, double step) {
 }
 
 void register_factory_ops() {
-  add_factory("full", shaped("full", false));  // attrs shape, value, dtype[, device]
+  // attrs shape, value, dtype[, device]; not fusable, but generated code inlines its value where
+  // a fused kernel reads it
+  add_factory("full", shaped("full", false), false, Spelling::Form::constant);
   add_factory("arange", [](std::span<const TensorMeta>, const Attrs& a) {  // attrs start, end, step, dtype
     return std::vector<TensorMeta>{{{arange_length(a.f("start"), a.f("end"), a.f("step"))}, a.dtype("dtype"), device_of(a)}};
   });

@@ -106,6 +106,7 @@ void define_masked_fill() {
   };
   mf.save_inputs = 2;
   mf.fusable = true;
+  mf.spelling.form = Spelling::Form::fill;
   add_op(std::move(mf));
 }
 

@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "core/small_vector.h"
 #include "sinter/autograd.h"
+#include "core/format.h"
 #include "sinter/op.h"
 
 namespace sinter {
@@ -44,6 +45,8 @@ const OpDef& add_op(OpDef def) {
   SINTER_CHECK(def.infer != nullptr, "[register_op] op '", def.name, "' has no infer function");
   SINTER_CHECK(!(def.view && def.mutates), "[register_op] op '", def.name, "' cannot both view and mutate its input");
   SINTER_CHECK(def.num_inputs >= 0 || def.min_inputs >= 0, "[register_op] op '", def.name, "' has a negative minimum arity");
+  SINTER_CHECK(!def.fusable || def.spelling.form != Spelling::Form::functor || !def.spelling.functor.empty(), "[register_op] op '",
+               def.name, "' is fusable but has no spelling (a scalar functor or a form) for generated code");
   auto p = std::make_unique<OpDef>(std::move(def));
   const OpDef& ref = *p;
   r.ops.emplace(ref.name, std::move(p));
@@ -175,14 +178,13 @@ struct Profile {
   std::map<std::string, OpStats, std::less<>> stats;
 };
 Profile& profile() {
-  static Profile* p = new Profile;  // never destroyed: the exit-time report reads it
+  static Profile* p = new Profile;  // never destroyed: an exit-time report may read it
   return *p;
 }
+// SINTER_PROFILE=1 switches profiling on from the start (the command line prints the table at exit).
 std::atomic<bool> g_profiling{[] {
   const char* e = std::getenv("SINTER_PROFILE");
-  if (!e || std::string(e) != "1") return false;
-  std::atexit([] { std::fprintf(stderr, "%s", op_profile_table().c_str()); });
-  return true;
+  return e && std::string(e) == "1";
 }()};
 thread_local const std::string* g_scope = nullptr;
 }  // namespace
@@ -215,16 +217,15 @@ std::string op_profile_table() {
   double total = 0;
   for (auto& [n, s] : rows) total += s.seconds;
   std::ostringstream os;
-  char line[160];
-  std::snprintf(line, sizeof line, "%-40s %10s %12s %10s %7s\n", "op", "calls", "total ms", "us/call", "share");
-  os << line;
-  for (auto& [n, s] : rows) {
-    std::snprintf(line, sizeof line, "%-40s %10lld %12.2f %10.2f %6.1f%%\n", n.c_str(), (long long)s.calls, s.seconds * 1e3,
-                  s.seconds * 1e6 / double(std::max<int64_t>(s.calls, 1)), 100 * s.seconds / std::max(total, 1e-12));
-    os << line;
-  }
-  std::snprintf(line, sizeof line, "%-40s %10s %12.2f\n", "total (kernels)", "", total * 1e3);
-  os << line;
+  auto row = [&](const std::string& name, const std::string& calls, const std::string& ms, const std::string& us, const std::string& share) {
+    os << pad_right(name, 40) << " " << pad_left(calls, 10) << " " << pad_left(ms, 12) << " " << pad_left(us, 10) << " "
+       << pad_left(share, 7) << "\n";
+  };
+  row("op", "calls", "total ms", "us/call", "share");
+  for (auto& [n, s] : rows)
+    row(n, std::to_string(s.calls), fixed(s.seconds * 1e3, 2), fixed(s.seconds * 1e6 / double(std::max<int64_t>(s.calls, 1)), 2),
+        fixed(100 * s.seconds / std::max(total, 1e-12), 1) + "%");
+  os << pad_right("total (kernels)", 40) << " " << pad_left("", 10) << " " << pad_left(fixed(total * 1e3, 2), 12) << "\n";
   return os.str();
 }
 

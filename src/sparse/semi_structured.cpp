@@ -1,13 +1,11 @@
-// 2:4 semi-structured sparse weights: packing, pruning, and the ops that use them.
+// 2:4 semi-structured sparse weights: packing, pruning, and the ops that use them (one definition
+// for eager calls, autograd of x, bias and the kept values, and tracing).
 //   sparse24_linear(x, values, meta, scales[, bias][, packed]) -> y
-//       attrs activation, bias, packed (which optional inputs are present)[, dense_copy (default
-//       true; false keeps small layers on the 2:4 kernels)][, packed_only, rows, cols (the weight
-//       is the packed bytes alone; values and meta are empty, of the values' dtype and u8)]; the
-//       CPU kernel (linear_cpu.cpp) picks the kernel for the call (kernels.h, choose)
+//       attrs activation, bias, packed (which optional inputs are present)[, dense_copy (false keeps
+//       small layers on the 2:4 kernels)][, packed_only, rows, cols (the weight is the packed bytes
+//       alone)]; the CPU kernel (cpu/sparse24/linear_cpu.cpp) picks the kernel for the call
 //   sparse24_to_dense(values, meta, scales) -> dense (N, K)
 //   sparse24_gather(dense, meta) -> kept (N, K/2)
-// One op definition serves eager calls, autograd (gradients for x, bias and the float values:
-// the weight gradient of the kept entries, so fine-tuning keeps the pattern) and tracing.
 #include <cmath>
 #include <sstream>
 #include <tuple>
@@ -15,8 +13,8 @@
 #include "ops/common.h"
 #include "sinter/autograd.h"
 #include "sinter/sparse.h"
-#include "sparse/dense_copy.h"
-#include "sparse/kernels.h"
+#include "cpu/sparse24/dense_copy.h"
+#include "cpu/sparse24/kernels.h"
 
 namespace sinter {
 namespace detail {

@@ -99,16 +99,9 @@ std::map<std::string, Tensor> load_optimizer_state(const std::string& dir, nn::G
 void write_log(const std::string& dir, const LogRows& rows) {
   std::ostringstream os;
   os << "step,train_loss,val_loss,tokens_per_s\n";
-  for (auto& r : rows) {
-    char line[160];
-    auto cell = [](double v) {  // a step without a value (no validation, a skipped update): empty
-      char c[32] = "";
-      if (!std::isnan(v)) std::snprintf(c, sizeof c, "%.6f", v);
-      return std::string(c);
-    };
-    std::snprintf(line, sizeof line, "%lld,%s,%s,%.1f\n", (long long)r[0], cell(r[1]).c_str(), cell(r[2]).c_str(), r[3]);
-    os << line;
-  }
+  // A step without a value (no validation, a skipped update) has an empty cell.
+  auto cell = [](double v) { return std::isnan(v) ? std::string() : fixed(v, 6); };
+  for (auto& r : rows) os << int64_t(r[0]) << "," << cell(r[1]) << "," << cell(r[2]) << "," << fixed(r[3], 1) << "\n";
   io::atomic_write(dir + "/log.csv", os.str());
   std::vector<std::array<double, 3>> pts;
   for (auto& r : rows) pts.push_back({r[0], r[1], r[2]});

@@ -1,12 +1,10 @@
 // Whole-step checkpoint commits. A save writes the step's files under names that carry the step
-// ("model.step-00000500.safetensors", "optimizer.step-00000500.safetensors", the sharded
-// "model.step-00000500.index.json" and its shards, "config.step-00000500.json"), each atomically;
-// then train_state.json, which names them, replaces the previous one atomically: that rename is
-// the commit. Only then do the plain names ("model.safetensors", "config.json", ...) become hard
-// links to the new step's files (for tools and people that open them by name), and steps beyond
-// the last `keep` go. Readers resolve files through train_state.json, so they see the last
-// committed step whole: a save killed at any point leaves the previous step intact, and its own
-// partial files are removed at the next start.
+// ("model.step-00000500.safetensors", the optimizer's, the config's, a sharded index and its
+// shards), each atomically; then train_state.json, which names them, replaces the previous one
+// atomically: that rename is the commit. Then the plain names ("model.safetensors", ...) become
+// hard links to the new files and steps beyond the last `keep` go. Readers resolve files through
+// train_state.json: a save killed at any point leaves the previous step whole, and its partial
+// files are removed at the next start.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "core/format.h"
 #include "io/atomic_file.h"
 #include "sinter/io.h"
 #include "train/internal.h"
@@ -97,9 +96,7 @@ TrainState parse_train_state(const std::string& text, const std::string& path) {
 }
 
 std::string step_name(const std::string& stem, int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, ".step-%08lld", (long long)step);
-  return stem + buf;
+  return stem + ".step-" + zero_pad(step, 8);
 }
 
 std::string committed_path(const std::string& dir, const std::string& plain) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sinter/sinter.h>
 #include <sinter/dist.h>
@@ -13,9 +14,67 @@
 
 #include <sinter/bench.h>
 
+#include "flags.h"
+#include "progress.h"
+
 using namespace sinter;
+using cli::flag, cli::option;
 
 namespace {
+
+// The train and sparsify progress line: step, loss (and validation), rate, elapsed and ETA.
+struct ProgressLine {
+  bool tty = cli::stdout_is_terminal();
+  void operator()(const train::Progress& p) const {
+    using E = train::Progress::Event;
+    const char* cr = tty ? "\r" : "";
+    if (p.event == E::compiled) {
+      const Explanation& e = *p.compiled;
+      std::printf("compile: the step is %d fused kernels + %d library calls%s (first step %.2f s)\n", e.fused_kernels, e.library_calls,
+                  e.breaks ? (", graph break: " + e.break_reasons[0] + "; the step runs in compiled pieces").c_str() : "", p.elapsed_s);
+    } else if (p.event == E::skipped) {
+      std::printf("%sstep %5lld/%lld  loss %g  gradient norm %g: update skipped (--on-nan skip; %lld in a row)\n", cr, (long long)p.step,
+                  (long long)p.steps, p.loss, p.grad_norm, (long long)p.skips_in_a_row);
+    } else if (p.event == E::pruned) {
+      std::printf("sparsify: %s, %lld Linear layers pruned to 2:4; validation %.4f -> %.4f nats/byte\n", checkpoint.c_str(),
+                  (long long)p.layers, p.loss, p.val_loss);
+    } else {
+      step(p);
+    }
+    std::fflush(stdout);
+  }
+  void step(const train::Progress& p) const {
+    const bool last = p.step == p.steps, val = !std::isnan(p.val_loss);
+    const char* cr = tty ? "\r" : "";
+    if (tokens) {
+      std::printf("%sstep %5lld/%lld  loss %.4f  %s%.0f tok/s  elapsed %s  ETA %s%s", cr, (long long)p.step, (long long)p.steps, p.loss,
+                  val ? ("val " + std::to_string(p.val_loss).substr(0, 6) + "  ").c_str() : "", p.rate,
+                  cli::format_duration(p.elapsed_s).c_str(), cli::format_duration(p.eta_s).c_str(), (tty && !val) ? "   " : "\n");
+    } else {
+      std::printf("%sfine-tune %5lld/%lld  loss %.4f  %.1f steps/s  elapsed %s  ETA %s%s", cr, (long long)p.step, (long long)p.steps, p.loss,
+                  p.rate, cli::format_duration(p.elapsed_s).c_str(), cli::format_duration(p.eta_s).c_str(), (tty && !last) ? "   " : "\n");
+    }
+  }
+  bool tokens = true;      // training (tokens/s) or fine-tuning (steps/s)
+  std::string checkpoint;  // sparsify: the dense checkpoint
+};
+
+// What a training run is, as it starts.
+void print_run(const train::Trainer& t, const train::Options& o) {
+  const train::RunInfo& i = t.info();
+  if (i.removed_temporaries > 0)
+    std::printf("train: removed %d temporary file%s left in %s by an interrupted save\n", i.removed_temporaries,
+                i.removed_temporaries == 1 ? "" : "s", o.out_dir.c_str());
+  if (!i.mesh.empty())
+    std::printf("train: %lld ranks as %s: tensor parallel over tp%s, FSDP over dp, %lld sequences per dp rank\n", (long long)(o.tp * o.dp),
+                i.mesh.c_str(), o.sequence_parallel ? " (sequence parallel)" : "", (long long)(o.batch / o.dp));
+  std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s%s\n",
+              i.model_type.c_str(), double(i.parameters) / 1e6, o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32",
+              i.data_name.c_str(), (long long)i.train_bytes, (long long)i.val_bytes, (long long)o.steps, (long long)o.batch,
+              (long long)o.seq_len, (o.grad_accum > 1 ? " in " + std::to_string(o.grad_accum) + " micro-batches" : std::string()).c_str(),
+              i.resumed_at >= 0 ? (" (resuming at step " + std::to_string(i.resumed_at) + ")").c_str() : "");
+  std::fflush(stdout);
+}
 
 int run_demo(int steps, int hidden, uint64_t seed, const std::string& out_dir) {
   manual_seed(seed);
@@ -180,42 +239,43 @@ int main(int argc, char** argv) {
 
   train::Options to;
   auto* tr = app.add_subcommand("train", "train a byte-level language model (default: tiny GPT on the fortunes corpus)");
-  tr->add_option("--preset", to.preset, "model preset: tiny, small, llama-tiny")->check(CLI::IsMember({"tiny", "small", "llama-tiny"}));
-  tr->add_option("--config", to.config_path, "config.json with Hugging Face keys (instead of --preset)");
-  tr->add_option("--init", to.init_dir, "start from a checkpoint's weights: Sinter's, or a Hugging Face save_pretrained folder");
-  tr->add_option("--data", to.data_path, "text file to train on (default: Debian's fortunes)");
-  tr->add_option("--out", to.out_dir, "output folder for the checkpoint, log.csv and loss.svg");
-  tr->add_option("--steps", to.steps, "total optimizer steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  tr->add_option("--batch", to.batch, "sequences per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  tr->add_option("--grad-accum", to.grad_accum, "run each step's batch as N micro-batches (same update, less activation memory)")
+  option(tr, "--preset", "Options::preset", to.preset, "model preset: tiny, small, llama-tiny")->check(CLI::IsMember({"tiny", "small", "llama-tiny"}));
+  option(tr, "--config", "Options::config_path", to.config_path, "config.json with Hugging Face keys (instead of --preset)");
+  option(tr, "--init", "Options::init_dir", to.init_dir, "start from a checkpoint's weights: Sinter's, or a Hugging Face save_pretrained folder");
+  option(tr, "--data", "Options::data_path", to.data_path, "text file to train on (default: Debian's fortunes)");
+  option(tr, "--out", "Options::out_dir", to.out_dir, "output folder for the checkpoint, log.csv and loss.svg");
+  option(tr, "--steps", "Options::steps", to.steps, "total optimizer steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  option(tr, "--batch", "Options::batch", to.batch, "sequences per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  option(tr, "--grad-accum", "Options::grad_accum", to.grad_accum, "run each step's batch as N micro-batches (same update, less activation memory)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  tr->add_flag("--checkpoint-activations", to.checkpoint_activations,
+  flag(tr, "--checkpoint-activations", "Options::checkpoint_activations", to.checkpoint_activations,
                "recompute each block's activations in the backward instead of keeping them (less memory, ~1 more forward)");
-  tr->add_option("--seq-len", to.seq_len, "tokens per sequence")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
-  tr->add_option("--lr", to.lr, "peak learning rate")->check(CLI::Range(1e-9, 10.0));
-  tr->add_option("--min-lr", to.min_lr, "final learning rate of the cosine schedule")->check(CLI::Range(0.0, 10.0));
-  tr->add_option("--warmup", to.warmup, "linear warmup steps")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  tr->add_option("--weight-decay", to.weight_decay, "AdamW weight decay")->check(CLI::Range(0.0, 10.0));
-  tr->add_option("--seed", to.seed, "seed for initialization and batches");
-  tr->add_option("--val-every", to.val_every, "validate every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  tr->add_option("--save-every", to.save_every, "checkpoint every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  tr->add_option("--stop-after", to.stop_after, "stop with a checkpoint after this step (resume later)")
+  option(tr, "--seq-len", "Options::seq_len", to.seq_len, "tokens per sequence")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
+  option(tr, "--lr", "Options::lr", to.lr, "peak learning rate")->check(CLI::Range(1e-9, 10.0));
+  option(tr, "--min-lr", "Options::min_lr", to.min_lr, "final learning rate of the cosine schedule")->check(CLI::Range(0.0, 10.0));
+  option(tr, "--warmup", "Options::warmup", to.warmup, "linear warmup steps")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  option(tr, "--weight-decay", "Options::weight_decay", to.weight_decay, "AdamW weight decay")->check(CLI::Range(0.0, 10.0));
+  option(tr, "--seed", "Options::seed", to.seed, "seed for initialization and batches");
+  option(tr, "--val-every", "Options::val_every", to.val_every, "validate every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  option(tr, "--save-every", "Options::save_every", to.save_every, "checkpoint every N steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  option(tr, "--stop-after", "Options::stop_after", to.stop_after, "stop with a checkpoint after this step (resume later)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  tr->add_option("--dtype", to.dtype, "f32, or bf16: linear layers in bf16 with f32 master weights and optimizer")
+  option(tr, "--dtype", "Options::dtype", to.dtype, "f32, or bf16: linear layers in bf16 with f32 master weights and optimizer")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  tr->add_flag("--resume", to.resume, "continue from the checkpoint in --out (the data, batch, seq-len and model must match)");
-  tr->add_flag("--overwrite", to.overwrite, "replace the checkpoint in --out (without it, train refuses a folder that holds one)");
-  tr->add_flag("--allow-changes", to.allow_changes, "with --resume: continue on other data, batch or seq-len (fine-tuning)");
-  tr->add_option("--keep", to.keep, "checkpoint steps kept in --out (each save is committed whole)")->check(CLI::Range(1, 1 << 20));
+  flag(tr, "--resume", "Options::resume", to.resume, "continue from the checkpoint in --out (the data, batch, seq-len and model must match)");
+  flag(tr, "--overwrite", "Options::overwrite", to.overwrite, "replace the checkpoint in --out (without it, train refuses a folder that holds one)");
+  flag(tr, "--allow-changes", "Options::allow_changes", to.allow_changes, "with --resume: continue on other data, batch or seq-len (fine-tuning)");
+  option(tr, "--keep", "Options::keep", to.keep, "checkpoint steps kept in --out (each save is committed whole)")->check(CLI::Range(1, 1 << 20));
   tr->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
   int64_t tp = 1, dp = 0;
+  cli::flag_names()["Options::tp"] = "--tp", cli::flag_names()["Options::dp"] = "--dp";
   tr->add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   tr->add_option("--dp", dp, "FSDP ranks (under mpirun; default: the ranks left after --tp)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  tr->add_flag("--sp", to.sequence_parallel, "sequence parallelism with --tp: norms and activations between blocks split along the sequence");
-  tr->add_flag("--compile", to.compile, "run each step as one compiled graph (sinter::compile; one process)");
-  tr->add_option("--on-nan", to.on_nan, "a step with a NaN or infinite loss or gradient: stop (keep the last checkpoint) or skip its update")
+  flag(tr, "--sp", "Options::sequence_parallel", to.sequence_parallel, "sequence parallelism with --tp: norms and activations between blocks split along the sequence");
+  flag(tr, "--compile", "Options::compile", to.compile, "run each step as one compiled graph (sinter::compile; one process)");
+  option(tr, "--on-nan", "Options::on_nan", to.on_nan, "a step with a NaN or infinite loss or gradient: stop (keep the last checkpoint) or skip its update")
       ->check(CLI::IsMember({"stop", "skip"}));
-  tr->add_option("--max-skips", to.max_skips, "with --on-nan skip: stop after this many skipped steps in a row")
+  option(tr, "--max-skips", "Options::max_skips", to.max_skips, "with --on-nan skip: stop after this many skipped steps in a row")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
 
   std::string dir = "out/tiny", prompt = "The ";
@@ -244,11 +304,11 @@ int main(int argc, char** argv) {
   train::SparsifyOptions so;
   auto* sp = app.add_subcommand("sparsify", "prune a checkpoint's Linear layers to 2:4, fine-tune with the pattern held, save it sparse");
   sp->add_option("checkpoint", so.checkpoint, "a trained (dense) checkpoint folder")->required();
-  sp->add_option("--out", so.out_dir, "folder for the sparse checkpoint");
-  sp->add_option("--finetune-steps", so.finetune_steps, "fine-tuning steps after pruning (0: none)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
-  sp->add_option("--values", so.values, "stored values: f32, bf16 or i8 (per-row scales)")->check(CLI::IsMember({"f32", "bf16", "i8"}));
-  sp->add_option("--lr", so.lr, "fine-tuning learning rate")->check(CLI::Range(1e-9, 10.0));
-  sp->add_option("--data", so.data_path, "text file (default: the fortunes corpus)");
+  option(sp, "--out", "SparsifyOptions::out_dir", so.out_dir, "folder for the sparse checkpoint");
+  option(sp, "--finetune-steps", "SparsifyOptions::finetune_steps", so.finetune_steps, "fine-tuning steps after pruning (0: none)")->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  option(sp, "--values", "SparsifyOptions::values", so.values, "stored values: f32, bf16 or i8 (per-row scales)")->check(CLI::IsMember({"f32", "bf16", "i8"}));
+  option(sp, "--lr", "SparsifyOptions::lr", so.lr, "fine-tuning learning rate")->check(CLI::Range(1e-9, 10.0));
+  option(sp, "--data", "SparsifyOptions::data_path", so.data_path, "text file (default: the fortunes corpus)");
   sp->add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 4096));
 
   auto* info = app.add_subcommand("info", "show a checkpoint's config, parameter count and tensors");
@@ -276,11 +336,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // An error on one rank of an mpirun job ends every rank at once (the others would wait in their
   // next collective until its deadline).
-  auto fail = [](const char* what) {
+  auto fail = [](const char* library_message) {
+    const std::string what = cli::in_flags(library_message);
     if (dist::is_mpi() && dist::world_size() > 1) dist::abort_job("error on rank " + std::to_string(dist::rank()) + ": " + what, 2);
-    std::fprintf(stderr, "error: %s\n", what);
+    std::fprintf(stderr, "error: %s\n", what.c_str());
     return 2;
   };
+  // The library never prints: its warnings, and the op profile (SINTER_PROFILE=1) at exit, are ours.
+  set_warning_handler([](const std::string& w) { std::fprintf(stderr, "%s\n", cli::in_flags(w).c_str()); });
+  if (op_profiling()) std::atexit([] { std::fprintf(stderr, "%s", op_profile_table().c_str()); });
+  // The crash tests' full disk: SINTER_FAIL_FILE_OP=N fails the Nth file operation of a save.
+  if (const char* n = std::getenv("SINTER_FAIL_FILE_OP")) io::fail_file_operation_for_testing(std::atoll(n));
   try {
     dist::init();  // before threads: ranks sharing a machine split its cores
     if (threads > 0) set_num_threads(threads);
@@ -291,7 +357,9 @@ int main(int argc, char** argv) {
       SINTER_CHECK_T(DistError, to.tp * to.dp > 1 || dist::world_size() == 1, "[train] the job has ", dist::world_size(),
                      " ranks, but --tp 1 x --dp 1 would train the same model on every rank into one --out; choose --tp and --dp",
                      " whose product is ", dist::world_size());
-      auto r = train::run(to);
+      train::Trainer trainer(to, ProgressLine{});
+      if (dist::rank() == 0) print_run(trainer, to);
+      const train::Result r = trainer.run();
       if (dist::rank() != 0) return 0;
       std::printf("done: step %lld, train loss %.4f, validation loss %.4f nats/byte; checkpoint in %s\n",
                   (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
@@ -307,7 +375,7 @@ int main(int argc, char** argv) {
     }
     if (*info) return run_info(dir);
     if (*sp) {
-      const auto r = train::sparsify(so);
+      const auto r = train::sparsify(so, ProgressLine{.tokens = false, .checkpoint = so.checkpoint});
       std::printf("validation loss (nats/byte): dense %.4f | pruned 2:4 %.4f | fine-tuned %.4f | saved (%s values) %.4f\n"
                   "Linear weights: dense %.2f MB -> 2:4 %.2f MB (%.0f%%); sparse checkpoint in %s\n",
                   r.dense_val, r.pruned_val, r.finetuned_val, so.values.c_str(), r.saved_val, r.dense_bytes / 1e6,

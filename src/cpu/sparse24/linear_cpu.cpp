@@ -3,8 +3,8 @@
 // the kept values.
 #include "cpu/cpu.h"
 #include "ops/common.h"
-#include "sparse/dense_copy.h"
-#include "sparse/kernels.h"
+#include "cpu/sparse24/dense_copy.h"
+#include "cpu/sparse24/kernels.h"
 
 namespace sinter::sparse {
 namespace {

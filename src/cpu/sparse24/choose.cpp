@@ -1,6 +1,6 @@
 // The one place a 2:4 call's kernel is chosen (choose), the prepacked layout's entry points,
 // the f64 reference, and the dense <-> kept conversions.
-#include "sparse/kernel_common.h"
+#include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
 

@@ -1,20 +1,17 @@
 #pragma once
-// FlashAttention-2 on the CPU: tiles of Q against tiles of K/V with an online softmax, fp32
-// accumulation, fully masked tiles skipped; the forward saves only O and the row log-sum-exp, and
-// the backward recomputes the scores tile by tile. Memory: O(tile^2) per thread, not O(L^2).
-// mask: additive, broadcastable to (B, Hq, Lq, Lkv), read in the compute dtype (f32 for bf16 inputs).
+// What every device's attention kernels share: a call's geometry (shapes, row layouts, causal and
+// sliding-window key ranges, the mask's broadcast strides) and its dropout draws, so the flash
+// kernels of any backend see the same call as the math reference (sdpa.cpp). Device-neutral: no
+// kernel code here (the CPU's FlashAttention-2 kernels are in src/cpu/attention/).
 // Dropout (attrs dropout_p, seed, counter) draws element (b, h, i, j) of the attention matrix as
 // the dropout op draws element ((b Hq + h) Lq + i) Lkv + j: the math backend's mask, regenerated
-// tile by tile in the backward. bf16 inputs compute in f32 (lse stays f32). A row that sees no
-// key (or only -inf) gives 0 and lse = -inf, as PyTorch's safe softmax.
+// tile by tile in a flash backward.
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
+#include <cstdint>
 #include <span>
 
-#include "cpu/simd/lanes.h"
 #include "ops/scalar_fns.h"
+#include "sinter/attention.h"
 #include "sinter/op.h"
 #include "sinter/random.h"
 
@@ -22,8 +19,6 @@ namespace sinter::detail {
 
 // Throws a ShapeError naming `op` unless the mask shape broadcasts to `full` = (B, Hq, Lq, Lkv).
 void check_attention_mask(const Shape& m, const Shape& full, const char* op);
-
-constexpr int64_t kBr = 32, kBc = 64;  // query rows x key columns per tile (generic kernels)
 
 // Element strides of the batch, head and row (position) dims of a (B, H, L, D) operand whose
 // last dim is contiguous.
@@ -83,18 +78,15 @@ inline int64_t key_first(const Geometry& g, int64_t i) {
   return g.window > 0 ? std::clamp<int64_t>(i + g.offset() + 1 - g.window, 0, g.Lkv) : 0;
 }
 
+// Whether a device's flash kernel runs a call of these dtype and head dims at its fast speed (else
+// math is faster there): each backend registers its answer when it registers its kernels.
+using FlashFastPath = bool (*)(DType dtype, int64_t D, int64_t Dv);
+void register_flash_fast_path(DeviceType device, FlashFastPath fn);
 
-// The f32 kernels' register blocking: floats per register, per block row.
-constexpr int64_t kV = cpu::simd::kVectorBytes / 4, kNr = 2 * kV;
-
-template <class T>
-void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse);
-void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
-                       float* lse);
-template <class T>
-void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
-                    const T* dlse, const T* mask, T* dq, T* dk, T* dv);
-void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                        const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv);
+// The backend an sdpa call takes (the sdpa kernel and sdpa_choose both ask here), and the math
+// reference in public ops (with `lse`, the rows' log-sum-exp too).
+SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a);
+Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
+                 Tensor* lse);
 
 }  // namespace sinter::detail

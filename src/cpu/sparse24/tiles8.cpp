@@ -1,6 +1,6 @@
 // 2:4 tile kernels over 8 weight rows (AVX2: kSmallM < M < kKMajorM, and prepacked weights in
 // this layout), the layout's packing, and its portable reading (kernels.h).
-#include "sparse/kernel_common.h"
+#include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
 namespace {

@@ -1,6 +1,6 @@
 // 2:4 K-major kernel (AVX2 / AVX-512, M >= kKMajorM): x as column-major panels, each kept value
 // broadcast against its column of x, picked by address (kernels.h).
-#include "sparse/kernel_common.h"
+#include "cpu/sparse24/kernel_common.h"
 #include <utility>
 
 namespace sinter::sparse {

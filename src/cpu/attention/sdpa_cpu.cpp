@@ -1,17 +1,17 @@
-// CPU kernels of sdpa and sdpa_flash_backward (attention/sdpa.cpp). The sdpa kernel is the one
+// CPU kernels of sdpa and sdpa_flash_backward (src/attention/sdpa.cpp). The sdpa kernel is the one
 // place the backend is chosen (detail::choose_sdpa, which sdpa_choose reports): flash, or the math
 // reference run as ops.
-#include "attention/flash.h"
+#include "cpu/attention/flash.h"
 #include "cpu/cpu.h"
 #include "ops/common.h"
 #include "sinter/autograd.h"
-#include "sinter/nn.h"
+#include "sinter/attention.h"
 
 namespace sinter::detail {
 
-SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a);  // sdpa.cpp
-Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
-                 Tensor* lse);
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
+  return (dtype == DType::f32 || dtype == DType::bf16) && D % kV == 0 && Dv % kNr == 0;
+}
 
 namespace {
 
@@ -155,6 +155,7 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
 void register_attention_kernels() {
   add_kernel("sdpa", DeviceType::cpu, sdpa_kernel);
   add_kernel("sdpa_flash_backward", DeviceType::cpu, flash_backward_kernel);
+  register_flash_fast_path(DeviceType::cpu, flash_fast_path);
 }
 
 }  // namespace sinter::detail

@@ -8,12 +8,12 @@
 // Per 16 kept values and row of x this is one permute and one FMA, as in the 16-row tiles; those
 // need the weight transposed into tiles (per call, or once as a second copy), this does not.
 // Built only with AVX-512 (SINTER_TILES16).
-#include "sparse/kernels.h"
+#include "cpu/sparse24/kernels.h"
 
 #if defined(SINTER_TILES16)
 #include <immintrin.h>
 
-#include "sparse/kernel_common.h"  // parallel_for, activate, byte_offsets, kPf
+#include "cpu/sparse24/kernel_common.h"  // parallel_for, activate, byte_offsets, kPf
 
 // GCC 12's AVX-512 headers start some intrinsics (widenings, permutes) from an undefined vector
 // and then warn that it may be used uninitialized; the instructions read no such input.

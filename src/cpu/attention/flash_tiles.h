@@ -1,7 +1,7 @@
 #pragma once
 // The f32 flash kernels' register-blocked micro-kernels (GCC vector types, one register wide),
 // shared by the forward (flash_forward.cpp) and the backward (flash_backward.cpp).
-#include "attention/flash.h"
+#include "cpu/attention/flash.h"
 
 namespace sinter::detail {
 namespace {

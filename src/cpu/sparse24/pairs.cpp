@@ -1,6 +1,6 @@
 // 2:4 bf16 x bf16 K-major kernel on vdpbf16ps (AVX512-BF16): a group's two kept values are one
 // pair (kernels.h).
-#include "sparse/kernel_common.h"
+#include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
 namespace {

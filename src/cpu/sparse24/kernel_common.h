@@ -16,7 +16,7 @@
 #include "ops/scalar_fns.h"
 #include "sinter/error.h"
 #include "sinter/tensor.h"
-#include "sparse/kernels.h"
+#include "cpu/sparse24/kernels.h"
 
 namespace sinter::sparse {
 namespace {

@@ -1,6 +1,6 @@
 // FlashAttention-2 backward: the f32 kernel on the register-blocked micro-kernels and the generic
 // kernel (any head dim, f32 or f64).
-#include "attention/flash_tiles.h"
+#include "cpu/attention/flash_tiles.h"
 #include "core/parallel.h"
 
 namespace sinter::detail {

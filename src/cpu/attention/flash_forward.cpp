@@ -1,6 +1,6 @@
 // FlashAttention-2 forward: the generic kernel (any head dim, f32 or f64) and the f32 kernel on
 // the register-blocked micro-kernels (flash_tiles.h).
-#include "attention/flash_tiles.h"
+#include "cpu/attention/flash_tiles.h"
 #include "core/parallel.h"
 
 namespace sinter::detail {

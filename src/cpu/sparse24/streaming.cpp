@@ -1,6 +1,6 @@
 // 2:4 decode kernel (M <= kSmallM rows of x, and every M without AVX2): one streaming pass over
 // the weights, kept columns of x gathered in registers (kernels.h).
-#include "sparse/kernel_common.h"
+#include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
 namespace {

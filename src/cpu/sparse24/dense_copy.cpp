@@ -6,8 +6,8 @@
 #include <mutex>
 
 #include "cpu/cpu.h"
-#include "sparse/dense_copy.h"
-#include "sparse/kernels.h"
+#include "cpu/sparse24/dense_copy.h"
+#include "cpu/sparse24/kernels.h"
 
 namespace sinter::sparse {
 namespace {

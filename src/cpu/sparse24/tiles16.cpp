@@ -14,7 +14,7 @@
 //   K = 4096, one set of L1, and thrashed it (M = 16: 7.0 against 5.2 ms packed).
 // - A prepacked weight is requested 8 KiB ahead, every line of a block: at 2 KiB the stream
 //   stalled on memory (M = 8 / 16: 2.3 / 3.2 ms at 8 KiB, 3.0 / 4.2 at 2 KiB, 3.9 / 4.8 at 1 KiB).
-#include "sparse/kernels.h"
+#include "cpu/sparse24/kernels.h"
 
 #if defined(SINTER_TILES16)
 #include <immintrin.h>
@@ -27,7 +27,7 @@
 #include "ops/scalar_fns.h"
 #include "sinter/error.h"
 #include "sinter/tensor.h"
-#include "sparse/kernel_common.h"  // with_value_type
+#include "cpu/sparse24/kernel_common.h"  // with_value_type
 
 // GCC 12's AVX-512 headers start some intrinsics (widenings, permutes) from an undefined vector
 // and then warn that it may be used uninitialized; the instructions read no such input.

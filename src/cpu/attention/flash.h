@@ -1,0 +1,34 @@
+#pragma once
+// FlashAttention-2 on the CPU: tiles of Q against tiles of K/V with an online softmax, fp32
+// accumulation, fully masked tiles skipped; the forward saves only O and the row log-sum-exp, and
+// the backward recomputes the scores tile by tile. Memory: O(tile^2) per thread, not O(L^2).
+// mask: additive, broadcastable to (B, Hq, Lq, Lkv), read in the compute dtype (f32 for bf16 inputs).
+// bf16 inputs compute in f32 (lse stays f32). A row that sees no key (or only -inf) gives 0 and
+// lse = -inf, as PyTorch's safe softmax.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attention/attention.h"
+#include "cpu/simd/lanes.h"
+
+namespace sinter::detail {
+
+constexpr int64_t kBr = 32, kBc = 64;  // query rows x key columns per tile (generic kernels)
+
+// The f32 kernels' register blocking: floats per register, per block row.
+constexpr int64_t kV = cpu::simd::kVectorBytes / 4, kNr = 2 * kV;
+
+template <class T>
+void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse);
+void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
+                       float* lse);
+template <class T>
+void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
+                    const T* dlse, const T* mask, T* dq, T* dk, T* dv);
+void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                        const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv);
+// Whether the register-blocked kernels run this call (else the generic path, a slow reference).
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);
+
+}  // namespace sinter::detail
