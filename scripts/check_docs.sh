@@ -2,7 +2,7 @@
 # Docs and comments describe the code as it is, briefly. Fails on: a comment block of more than 8
 # lines in src/ or include/, words that tell a history (old commits, scratch programs, "the
 # issue", before -> after figures), a repository path in the docs or comments that git does not
-# track, and a README of more than 220 lines. Run by CI.
+# track, a README over 220 lines and a BENCHMARKS.md of 400 or more. Run by CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -37,9 +37,11 @@ done < <({ grep -noE "\b$roots/[a-z0-9_./-]*[a-z0-9_/]" "${docs[@]}";
              grep -oE "^[^:]+:[0-9]+:|\b$roots/[a-z0-9_./-]*[a-z0-9_/]" | awk '/:$/ { at = $0; next } { print at $0 }'; } |
          grep -vE ':(src|include|docs|tests|scripts|bench|examples|tools|cmake|fuzz|\.ci)/$' || true)
 
-# 4. The README stays short.
+# 4. The README and BENCHMARKS.md stay short.
 n=$(wc -l < README.md)
 [ "$n" -le 220 ] || fail "README.md has $n lines (at most 220: details go to docs/)"
+n=$(wc -l < BENCHMARKS.md)
+[ "$n" -lt 400 ] || fail "BENCHMARKS.md has $n lines (under 400: tables, their commands and a line of why)"
 
 [ "$bad" = 0 ] && echo "check_docs: comments, docs and paths are as they should be"
 exit "$bad"

@@ -116,7 +116,7 @@ double packed_value(const R& bytes, int64_t at, DType vt) {
 std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
   const int64_t N = scales.shape[0], NB = (K + 15) / 16, es = vt == DType::f32 ? 4 : vt == DType::bf16 ? 2 : 1, blk = 64 + 128 * es;
   std::vector<double> w(size_t(N * K), 0.0);
-  int64_t at = 0;
+  int64_t at = 64;  // past the header
   for (int64_t c0 = 0; c0 < N; c0 += 128)
     for (int64_t s0 = 0; s0 < NB; s0 += 64)
       for (int64_t n0 = c0; n0 < std::min(N, c0 + 128); n0 += 16)
@@ -139,7 +139,7 @@ std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t
 std::vector<double> dense_of_prepacked(const R& packed, const R& scales, int64_t K, DType vt) {
   const int64_t N = scales.shape[0], Q = (K + 31) / 32, es = vt == DType::f32 ? 4 : vt == DType::bf16 ? 2 : 1, blk = 32 + 128 * es;
   std::vector<double> w(size_t(N * K), 0.0);
-  int64_t at = 0;
+  int64_t at = 64;  // past the header
   for (int64_t n0 = 0; n0 < N; n0 += 64) {
     const int64_t groups = std::min<int64_t>(8, (N - n0 + 7) / 8);
     for (int64_t q0 = 0; q0 < Q; q0 += 8)

@@ -1,6 +1,8 @@
 // 2:4 sparse weights through the public API: packing and its errors, pruning, linear against the
 // dense linear of the same pruned weights (every value dtype, odd M on both kernel paths, bias or
 // not, fused activations), and gradients against the dense computation.
+#include <cstring>
+
 #include "sinter/data.h"
 #include "sinter/train.h"
 #include "cpu/sparse24/kernels.h"  // SINTER_TILES16: which tile layout prepack() builds
@@ -145,10 +147,11 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
         SemiStructuredSparse s = to_sparse_semi_structured(pruned(N, K), vt);
         s.prepack();
         ASSERT_TRUE(s.packed_current());
+        // A 64-byte header (the format), then the blocks.
 #if defined(SINTER_TILES16)  // blocks of 16 rows x 16 columns: 16 index words, 8 x 16 values
-        EXPECT_EQ(s.packed.numel(), (N + 15) / 16 * ((K + 15) / 16) * (64 + 128 * s.values.element_size()));
+        EXPECT_EQ(s.packed.numel(), 64 + (N + 15) / 16 * ((K + 15) / 16) * (64 + 128 * s.values.element_size()));
 #else  // blocks of 8 rows x 32 columns: 8 meta words, 16 x 8 values
-        EXPECT_EQ(s.packed.numel(), (N + 7) / 8 * ((K + 31) / 32) * (32 + 128 * s.values.element_size()));
+        EXPECT_EQ(s.packed.numel(), 64 + (N + 7) / 8 * ((K + 31) / 32) * (32 + 128 * s.values.element_size()));
 #endif
         const Tensor wd = s.to_dense().to(DType::f64), b = randn({N});
         for (int64_t M : {1, 2, 3, 8, 9, 17, 32, 40, 41}) {
@@ -180,6 +183,41 @@ TEST(Sparse24, PrepackedWeightsGiveTheSameProduct) {
   EXPECT_TRUE(test::throws_naming("prepack", [&] { d.prepack(); }));
   SemiStructuredSparse empty;
   EXPECT_TRUE(test::throws_naming("prepack", [&] { empty.prepack(); }));
+}
+
+TEST(Sparse24, BytesPrepackedForAnotherIsaAreAnErrorNamingBothFormats) {
+  // The prepacked bytes carry their format in a header: bytes packed by a build with the other tile
+  // layout (an AVX-512 machine's, read on AVX2, or the reverse) are refused by linear() and
+  // unpack() naming both, not multiplied as if they were this build's.
+#if defined(SINTER_TILES16)
+  const uint32_t other = 1;  // the 8-row tiles
+  const char *mine = "16-row tiles (AVX-512)", *theirs = "8-row tiles (AVX2)";
+#else
+  const uint32_t other = 2;  // the 16-row tiles
+  const char *mine = "8-row tiles (AVX2)", *theirs = "16-row tiles (AVX-512)";
+#endif
+  manual_seed(5);
+  SemiStructuredSparse s = to_sparse_semi_structured(pruned(64, 256));
+  s.prepack(/*replace=*/true);
+  NoGradGuard ng;
+  const Tensor x = randn({8, 256}), y = linear(x, s);  // this build's bytes serve
+  std::memcpy(s.packed.data<uint8_t>() + 8, &other, 4);  // the header's format, as the other build writes it
+  for (const char* what : {"linear", "unpack"}) {
+    SCOPED_TRACE(what);
+    try {
+      if (std::string(what) == "linear") (void)linear(x, s);
+      else s.unpack();
+      ADD_FAILURE() << "bytes of the other format were read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("prepacked as ") + theirs), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("this build reads ") + mine), std::string::npos) << e.what();
+    }
+  }
+  const uint32_t own = other == 1 ? 2 : 1;
+  std::memcpy(s.packed.data<uint8_t>() + 8, &own, 4);
+  EXPECT_TRUE(test::bitwise_equal(linear(x, s), y));
+  std::memcpy(s.packed.data<uint8_t>(), "NOTPACKD", 8);
+  EXPECT_TRUE(test::throws_naming("sparse24_linear", [&] { (void)linear(x, s); }));
 }
 
 TEST(Sparse24, APrepackedLayoutAloneServesEveryRowCountAndUnpacksBitForBit) {

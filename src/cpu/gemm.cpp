@@ -217,9 +217,9 @@ void few_rows_block(const float* const* xr, const W* w, const float* bias, float
     // 1 KiB ahead in each of the four weight rows: the hardware prefetcher alone keeps too few
     // lines in flight for four streams (bf16 at M = 1: 0.87 of a plain read without, 1.2 with).
     // bf16: past a row's end the prefetch moves to the same row of the next four, whose first KiB
-    // would otherwise start cold (M = 1, 13824 rows of 5120, Intel Xeon, alternating builds:
-    // 4.24-4.49 -> 3.63-3.81 ms); f32 keeps running on into the next row in memory (the same
-    // change made its 20 KiB rows 12% slower).
+    // would otherwise start cold (M = 1, 13824 rows of 5120, Intel Xeon: 3.63-3.81 ms, against
+    // 4.24-4.49 staying in the row); f32 keeps running on into the next row in memory (moving
+    // made its 20 KiB rows 12% slower).
     constexpr int64_t ahead = 1024 / int64_t(sizeof(W));
     const int64_t turn = sizeof(W) == 2 ? std::max<int64_t>(0, std::min(kv, K - ahead)) : kv;
     for (int64_t k = 0; k < kv; k += kV) {

@@ -170,6 +170,7 @@ void SemiStructuredSparse::unpack() {
   if (!packed_only()) return;
   const int64_t N = rows(), K = cols();
   Tensor v = Tensor::empty({N, K / 2}, dtype()), m = Tensor::empty({N, K / 8}, DType::u8);
+  sparse::packed_payload(packed.data<uint8_t>(), packed.numel(), dtype(), N, K, "unpack");  // this build's format, this weight
   sparse::unpack(packed.data<uint8_t>(), dtype(), N, K, v.data_ptr(), m.data<uint8_t>());
   values = v, meta = m;
   packed_from[0] = {values.storage(), values.data_ptr(), values.version()};
@@ -341,18 +342,18 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
 
 bool prepack_helps(const SemiStructuredSparse& w, DType x, int64_t M) {
   SINTER_CHECK(w.defined() && w.values.dim() == 2, "[prepack_helps] needs a 2:4 weight");
-  const sparse::Kernel k = sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), true, true});
+  const sparse::Kernel k = sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), true, true}).kernel;
   return k == sparse::Kernel::prepacked8 || k == sparse::Kernel::prepacked16 || k == sparse::Kernel::pairs_prepacked16;
 }
 
 std::string sparse_kernel_for(const SemiStructuredSparse& w, DType x, int64_t M) {
   SINTER_CHECK(w.defined() && w.values.dim() == 2, "[sparse_kernel_for] needs a 2:4 weight");
-  return sparse::kernel_name(sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), w.packed_current(), true, w.packed_only()}));
+  return sparse::kernel_name(sparse::choose({x, w.dtype(), M, w.rows(), w.cols(), w.packed_current(), true, w.packed_only()}).kernel);
 }
 
 bool sparse_runs_densely(const SemiStructuredSparse& w, DType x) {
   SINTER_CHECK(w.defined() && w.values.dim() == 2, "[sparse_runs_densely] needs a 2:4 weight");
-  return sparse::choose({x, w.dtype(), 1, w.rows(), w.cols(), false, true, w.packed_only()}) == sparse::Kernel::dense;
+  return sparse::choose({x, w.dtype(), 1, w.rows(), w.cols(), false, true, w.packed_only()}).kernel == sparse::Kernel::dense;
 }
 
 int64_t sparse_dense_copy_bytes() { return sparse::dense_copy_bytes(); }

@@ -1,5 +1,9 @@
-// The one place a 2:4 call's kernel is chosen (choose), the prepacked layout's entry points,
-// the f64 reference, and the dense <-> kept conversions.
+// The one place a 2:4 call's kernel is chosen (choose: the families' records in order), the
+// prepacked layout's header and entry points, the f64 reference, and the dense <-> kept conversions.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
@@ -31,95 +35,97 @@ const char* kernel_name(Kernel k) {
   return "?";
 }
 
+namespace {
+
+// The kernels every build has that are not a family's: f64 calls (plainly), and small layers
+// (a cached dense copy) wherever values + meta exist.
+const KernelDef kBuiltIn[] = {
+    {Kernel::reference_f64, kOrderReference, [](const Call& c) { return c.x == DType::f64; }, nullptr},
+    {Kernel::dense, kOrderDense,
+     [](const Call& c) {
+       return c.has_values() && c.dense_allowed && (c.x == DType::f32 || c.x == DType::bf16) && c.N * c.K * 4 <= kSmallLayerBytes;
+     },
+     nullptr},
+};
+
+// Every record of the families built, in walking order.
+const std::vector<const KernelDef*>& walk() {
+  static const std::vector<const KernelDef*> all = [] {
+    std::vector<const KernelDef*> v;
+    for (std::span<const KernelDef> family :
+         {std::span<const KernelDef>(kBuiltIn), streaming_kernels(), tiles8_kernels(), tiles8_portable_kernels(), tiles16_kernels(),
+          tiles16_bf16_kernels(), k_major_kernels(), k_major_prepacked8_kernels(), pairs_kernels(), rows512_kernels()})
+      for (const KernelDef& k : family) v.push_back(&k);
+    std::stable_sort(v.begin(), v.end(), [](const KernelDef* a, const KernelDef* b) { return a->order < b->order; });
+    return v;
+  }();
+  return all;
+}
+
+}  // namespace
+
+const KernelDef& choose(const Call& c) {
+  for (const KernelDef* k : walk())
+    if (k->serves(c)) return *k;
+  SINTER_THROW(Error, "[internal] sparse24_linear: no 2:4 kernel of this build serves a call with ", c.M, " rows");
+}
+
 bool prepacked_serves(DType vt, int64_t M) {
-#if defined(__AVX2__)
-  return M <= kPrepackedMaxM && (M >= 2 || (M == 1 && vt == DType::i8));
-#else
-  (void)vt, (void)M;
-  return false;
-#endif
+  return M <= pack_format().max_m && (M >= 2 || (M == 1 && vt == DType::i8));
 }
 
-// The kernel that reads a prepacked weight for this call's dtypes.
-static Kernel prepacked_kernel(const Call& c) {
-  (void)c;  // a build without AVX2 or AVX512-BF16 reads nothing of it
-#if defined(SINTER_TILES16)
-#if defined(__AVX512BF16__)
-  if (c.x == DType::bf16 && c.values == DType::bf16) return Kernel::pairs_prepacked16;
-#endif
-  return Kernel::prepacked16;
-#else
-#if defined(__AVX2__)
-  if (c.values == DType::f32 && c.M >= kKmpMinM && c.M <= kKmpMaxM) return Kernel::k_major_prepacked8;
-#endif
-  return Kernel::prepacked8;
-#endif
+const PackFormat& pack_format() {
+  static const PackFormat& f = tiles16_format() ? *tiles16_format() : tiles8_format();
+  return f;
 }
 
-Kernel choose(const Call& c) {
-  if (c.x == DType::f64) return Kernel::reference_f64;
-  if (c.packed_only) return prepacked_kernel(c);
-  if (c.dense_allowed && (c.x == DType::f32 || c.x == DType::bf16) && c.N * c.K * 4 <= kSmallLayerBytes) return Kernel::dense;
-#if defined(__AVX512BF16__)
-  const bool pairs = c.x == DType::bf16 && c.values == DType::bf16 &&
-#if defined(SINTER_TILES16)
-                     c.M > kSmallM;
-  const bool pairs_first = false;  // the prepacked 16-row tiles read bf16 x with vdpbf16ps too
-#else
-                     c.M >= kPairsM;
-  const bool pairs_first = pairs && (c.M <= kPairsM || c.M >= kPairsPrepackedM);
-#endif
-#else
-  const bool pairs = false, pairs_first = false;
-#endif
-#if defined(SINTER_TILES16)
-  // f32 values at 2 <= M <= kSmallM: the rows kernel streams values + meta faster than the
-  // prepacked tiles stream their copy (kernels.h)
-  if (c.values == DType::f32 && c.M >= 2 && c.M <= kSmallM) return Kernel::rows512;
-#endif
-  if (c.prepacked && prepacked_serves(c.values, c.M) && !pairs_first) return prepacked_kernel(c);
-  if (pairs) {
-#if defined(SINTER_TILES16)
-    if (c.M > kPairsM) return Kernel::pairs_tiles16;
-#endif
-    return Kernel::pairs_k_major;
+namespace {
+
+constexpr char kMagic[8] = {'S', '2', '4', 'P', 'A', 'C', 'K', '\0'};
+struct Header {
+  char magic[8];
+  uint32_t format, dtype;
+  int64_t N, K;
+};
+static_assert(sizeof(Header) <= kPackHeaderBytes);
+
+const char* format_name(uint32_t id) {
+  switch (id) {
+    case kPack8Rows: return "8-row tiles (AVX2)";
+    case kPack16Rows: return "16-row tiles (AVX-512)";
+    default: return "unknown";
   }
-#if defined(SINTER_TILES16)
-  if (c.M <= kRowsMaxM && (c.M >= 2 || c.values == DType::i8)) return Kernel::rows512;
-#endif
-#if defined(__AVX2__)
-  if (c.M >= kKMajorM) return Kernel::k_major;
-#if defined(SINTER_TILES16)
-  if (c.M > kSmallM) return Kernel::tiles16;
-#else
-  if (c.M > kSmallM) return Kernel::tiles8;
-#endif
-#endif
-  return Kernel::streaming;
 }
 
-int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) {
-#if defined(SINTER_TILES16)
-  return tiles16_bytes(vt, N, K);
-#else
-  return tiles8_bytes(vt, N, K);
-#endif
-}
+}  // namespace
+
+int64_t prepacked_bytes(DType vt, int64_t N, int64_t K) { return kPackHeaderBytes + pack_format().bytes(vt, N, K); }
 
 void prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-#if defined(SINTER_TILES16)
-  tiles16_prepack(values, vt, meta, N, K, out);
-#else
-  tiles8_prepack(values, vt, meta, N, K, out);
-#endif
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.format = pack_format().id, h.dtype = uint32_t(vt), h.N = N, h.K = K;
+  std::memset(out, 0, kPackHeaderBytes);
+  std::memcpy(out, &h, sizeof h);
+  pack_format().pack(values, vt, meta, N, K, out + kPackHeaderBytes);
+}
+
+const uint8_t* packed_payload(const uint8_t* packed, int64_t nbytes, DType vt, int64_t N, int64_t K, const char* op) {
+  Header h{};
+  SINTER_CHECK(nbytes >= kPackHeaderBytes, "[", op, "] ", nbytes, " bytes are not a prepacked 2:4 weight (no header)");
+  std::memcpy(&h, packed, sizeof h);
+  SINTER_CHECK(std::memcmp(h.magic, kMagic, sizeof kMagic) == 0, "[", op, "] the bytes are not a prepacked 2:4 weight (no S24PACK header)");
+  const PackFormat& f = pack_format();
+  SINTER_CHECK(h.format == f.id, "[", op, "] the weight was prepacked as ", format_name(h.format), "; this build reads ", f.name,
+               ": unpack() it where it was packed, or prepack() it here from values + meta");
+  SINTER_CHECK(h.dtype == uint32_t(vt) && h.N == N && h.K == K, "[", op, "] the prepacked bytes hold a (", h.N, ", ", h.K, ") weight of ",
+               dtype_name(DType(h.dtype)), " values, not (", N, ", ", K, ") of ", vt);
+  return packed + kPackHeaderBytes;
 }
 
 void unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
-#if defined(SINTER_TILES16)
-  tiles16_unpack(packed, vt, N, K, values, meta);
-#else
-  tiles8_unpack(packed, vt, N, K, values, meta);
-#endif
+  const uint8_t* p = packed_payload(packed, prepacked_bytes(vt, N, K), vt, N, K, "unpack");
+  pack_format().unpack(p, vt, N, K, values, meta);
 }
 
 void linear_f64(const double* x, int64_t M, int64_t K, const double* values, const uint8_t* meta, const float* scales,

@@ -1,12 +1,14 @@
-// 2:4 K-major kernel (AVX2 / AVX-512, M >= kKMajorM): x as column-major panels, each kept value
-// broadcast against its column of x, picked by address (kernels.h).
+// 2:4 K-major kernel (AVX2 / AVX-512, the rows the tiles leave): x as column-major panels, each
+// kept value broadcast against its column of x, picked by address; and the same over the 8-row
+// prepacked layout in place.
 #include "cpu/sparse24/kernel_common.h"
 #include <utility>
 
 namespace sinter::sparse {
-namespace {
 
 #if defined(__AVX2__)
+namespace {
+
 // A meta byte's four kept columns as byte offsets into a column-major panel of x (ColBytes a column).
 template <int ColBytes> struct PanelOffsets {  // 16 bits each
   uint64_t at[256];
@@ -46,23 +48,14 @@ struct KmVec {
 #endif
 constexpr int kKmPanelVecs = 8;  // registers of rows per full panel: 64 rows (AVX2) or 128 (AVX-512)
 
-// M >= kKMajorM: x packed as column-major panels of PV registers of rows (xp[p][k][PV L]; the
-// last panel NV registers wide for the rows left), so a kept value (n, k) multiplies the NV
-// registers of column k: one broadcast and NV loads feeding NV FMAs, the column found through
-// PanelOffsets from the meta byte. Kept values pick x by address (the load ports) instead of by
-// permute (on Zen 3 the shuffles share a pipe with the FMAs: the permute kernel above runs at half
-// the FMA peak). Each thread takes a chunk of weight rows and packs one 64-column block of them at
-// a time (every row's 32 values, as f32, then its 8 meta bytes) just before the panels pass over
-// it, with the next block's lines requested meanwhile; a block of x (64 columns x a panel) stays
-// in L1 while the chunk's rows pass over it, and the next block of x is requested ahead.
-// Packing a block at a time instead of the whole chunk first (Zen 5, alternating):
-// M = 128 / 512 on 4096 x 11008 22-24 / 76 ms against 25 / 80-81.
-// Measured (2 threads, alternating in one process, the three bench shapes) against the permute
-// kernel: M = 32-64 1.1-1.4x, M = 128 1.25-1.38x, M = 512 1.27-1.52x, M = 2048 1.26-1.61x; against
-// the column-major panel kernel that served f32 at 9 <= M <= 24 (weights read in place, now gone)
-// and the permute kernel for int8 and bf16 there: 0.91-1.09x, even; at M = 8 0.79-0.85x (the
-// permute kernel is faster up to M = 21, see kKMajorM). Reading each row's 64-column block in
-// place instead (short runs across many rows) stalls on memory: 0.6-0.7x of the permute kernel.
+// x packed as column-major panels of PV registers of rows (the last panel NV registers wide), so
+// a kept value (n, k) multiplies the NV registers of column k: one broadcast and NV loads feeding
+// NV FMAs, the column found by address (PanelOffsets) on the load ports, not by a permute sharing
+// the FMA pipes. Each thread packs its weight rows one 64-column block at a time (as f32, then the
+// meta bytes) just before the panels pass over it, the next block requested meanwhile. Measured
+// (2 threads, the three bench shapes) against the permute tiles: M = 32-64 1.1-1.4x, 128
+// 1.25-1.38x, 512 1.27-1.52x, 2048 1.26-1.61x; whole-chunk packing ran 0.92-0.96x this (Zen 5),
+// and reading the blocks in place (short runs over many rows) 0.6-0.7x the tiles.
 constexpr int64_t kKmCols = 64;                  // columns per block: 8 meta bytes
 constexpr int64_t kKmRowFloats = kKmCols / 2 + 2;  // a row's block: 32 values, then 8 meta bytes (2 floats)
 
@@ -313,35 +306,59 @@ void k_major_prepacked(const float* x, int64_t M, int64_t K, const uint8_t* pack
     }
   });
 }
-#endif
+#endif  // the 8-row prepacked layout
 
-#endif
+void run_k_major(const Args& a) {
+  if (a.M == 0 || a.N == 0) return;
+  switch (a.vt) {
+    case DType::f32: return k_major<KmVec, kKmPanelVecs, 8>(a.x, a.M, a.K, static_cast<const float*>(a.values), a.meta, a.scales, a.bias, a.act, a.y, a.N);
+    case DType::bf16: return k_major<KmVec, kKmPanelVecs, 8>(a.x, a.M, a.K, static_cast<const bf16*>(a.values), a.meta, a.scales, a.bias, a.act, a.y, a.N);
+    case DType::i8: return k_major<KmVec, kKmPanelVecs, 8>(a.x, a.M, a.K, static_cast<const int8_t*>(a.values), a.meta, a.scales, a.bias, a.act, a.y, a.N);
+    default: return plain_rows(a.x, a.M, a.K, [&](int64_t i) { return value_at(a.values, a.vt, i); }, a.meta, a.scales, a.bias, a.act, a.y, a.N);
+  }
+}
+
+// From values + meta: every M the tiles leave (M > kSmallM past their range).
+const KernelDef kKMajor[] = {
+    {Kernel::k_major, kOrderKMajor, [](const Call& c) { return c.has_values() && c.M > kSmallM; }, run_k_major},
+};
 
 }  // namespace
 
-void run_k_major_prepacked(const float* x, int64_t M, int64_t K, const uint8_t* packed, const float* scales, const float* bias,
-                           Act act, float* y, int64_t N) {
-  if (M == 0 || N == 0) return;
-#if defined(__AVX2__) && !defined(SINTER_TILES16)
-  k_major_prepacked(x, M, K, packed, scales, bias, act, y, N);
-#else
-  (void)x, (void)K, (void)packed, (void)scales, (void)bias, (void)act, (void)y;
-  SINTER_THROW(Error, "[internal] sparse24_linear: K-major over the 8-row prepacked layout needs an AVX2 build without AVX-512");
-#endif
+std::span<const KernelDef> k_major_kernels() { return kKMajor; }
+
+#if !defined(SINTER_TILES16)
+namespace {
+
+void run_k_major_prepacked(const Args& a) {
+  if (a.M > 0 && a.N > 0) k_major_prepacked(a.x, a.M, a.K, a.packed, a.scales, a.bias, a.act, a.y, a.N);
 }
 
-void run_k_major(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const float* scales,
-                 const float* bias, Act act, float* y, int64_t N) {
-  if (M == 0 || N == 0) return;
-#if defined(__AVX2__)
-  switch (vt) {
-    case DType::f32: return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, static_cast<const float*>(values), meta, scales, bias, act, y, N);
-    case DType::bf16: return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, static_cast<const bf16*>(values), meta, scales, bias, act, y, N);
-    case DType::i8: return k_major<KmVec, kKmPanelVecs, 8>(x, M, K, static_cast<const int8_t*>(values), meta, scales, bias, act, y, N);
-    default: break;
-  }
+// f32 values prepacked in the 8-row layout at kKmpMinM <= M <= kKmpMaxM: read in place instead of
+// by the permute tiles. Zen 3, 2 threads, the three `sinter bench sparse` shapes, one-copy
+// weights, the two alternating in one process: M = 24-64 1.03-1.12x the tiles' speed, 128
+// 1.09-1.13x; M = 8 0.71-0.75x, 16 0.98-1.02x, 20 0.88-0.92x; M = 512 0.89-1.05x.
+constexpr int64_t kKmpMinM = 24, kKmpMaxM = 128;
+
+const KernelDef kKMajorPrepacked[] = {
+    {Kernel::k_major_prepacked8, kOrderPrepacked,
+     [](const Call& c) {
+       return pack_format().id == kPack8Rows && c.values == DType::f32 && c.M >= kKmpMinM && c.M <= kKmpMaxM &&
+              (c.packed_only || (c.prepacked && prepacked_serves(c.values, c.M)));
+     },
+     run_k_major_prepacked, false, true},
+};
+
+}  // namespace
+
+std::span<const KernelDef> k_major_prepacked8_kernels() { return kKMajorPrepacked; }
+#else
+std::span<const KernelDef> k_major_prepacked8_kernels() { return {}; }
 #endif
-  plain_rows(x, M, K, [&](int64_t i) { return value_at(values, vt, i); }, meta, scales, bias, act, y, N);
-}
+
+#else
+std::span<const KernelDef> k_major_kernels() { return {}; }
+std::span<const KernelDef> k_major_prepacked8_kernels() { return {}; }
+#endif
 
 }  // namespace sinter::sparse

@@ -1,7 +1,7 @@
 #pragma once
-// Helpers the 2:4 kernel families share (streaming.cpp, tiles8.cpp, k_major.cpp, pairs.cpp,
-// choose.cpp): kept values as f32, 8-float vectors, the tile layout of prepacked weights, and the
-// plain row-by-row product. Every name here is internal to src/sparse/.
+// Helpers the 2:4 kernel families share (streaming, tiles8, k_major, pairs, choose.cpp): kept
+// values as f32, 8-float vectors, the 8-row tile layout, and the plain row-by-row product. Every
+// name here is internal to src/cpu/sparse24/.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,26 +42,27 @@ SINTER_INLINE void store8f(float* p, v8f v) { std::memcpy(p, &v, 32); }
 // Eight kept values as f32.
 template <class V> SINTER_INLINE v8f load_values(const V* p);
 template <> SINTER_INLINE v8f load_values<float>(const float* p) { return load8f(p); }
-template <> SINTER_INLINE v8f load_values<bf16>(const bf16* p) {
 #if defined(__AVX2__)
+template <> SINTER_INLINE v8f load_values<bf16>(const bf16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return (v8f)_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);  // the bf16 bits are the high half of an f32
+}
+template <> SINTER_INLINE v8f load_values<int8_t>(const int8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
 #else
+template <> SINTER_INLINE v8f load_values<bf16>(const bf16* p) {
   v8s s;
   std::memcpy(&s, p, 16);
   return (v8f)(__builtin_convertvector(s, v8i) << 16);
-#endif
 }
 template <> SINTER_INLINE v8f load_values<int8_t>(const int8_t* p) {
-#if defined(__AVX2__)
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-#else
   v8c c;
   std::memcpy(&c, p, 8);
   return __builtin_convertvector(__builtin_convertvector(c, v8i), v8f);
-#endif
 }
+#endif
 
 #if !defined(__AVX2__)
 // For a meta byte: lanes 0-3 the byte's four kept columns (0..7), lanes 4-7 the same plus 8.
@@ -75,21 +76,21 @@ struct PermuteTable {
     }
   }
 };
-const PermuteTable& permute_table() {
+inline const PermuteTable& permute_table() {
   static const PermuteTable t;
   return t;
 }
 
 // The eight kept columns of x[16c, 16c + 16) for meta bytes b0 (lanes 0-3) and b1 (lanes 4-7).
-SINTER_INLINE v8f gather16(const float* x16, v8i idx) {
 #if defined(__clang__)  // clang's shufflevector takes constant indices only
+SINTER_INLINE v8f gather16(const float* x16, v8i idx) {
   v8f r;
   for (int l = 0; l < 8; ++l) r[l] = x16[idx[l]];
   return r;
-#else
-  return __builtin_shuffle(load8f(x16), load8f(x16 + 8), idx);
-#endif
 }
+#else
+SINTER_INLINE v8f gather16(const float* x16, v8i idx) { return __builtin_shuffle(load8f(x16), load8f(x16 + 8), idx); }
+#endif
 
 #endif
 

@@ -1,6 +1,6 @@
-// CPU kernels of the 2:4 ops (semi_structured.cpp): sparse24_linear runs the kernel choose()
-// picks (kernels.h); sparse24_to_dense and sparse24_gather convert between the dense matrix and
-// the kept values.
+// CPU kernels of the 2:4 ops (src/sparse/semi_structured.cpp): sparse24_linear runs the kernel
+// choose() picks (kernels.h); sparse24_to_dense and sparse24_gather convert between the dense
+// matrix and the kept values.
 #include "cpu/cpu.h"
 #include "ops/common.h"
 #include "cpu/sparse24/dense_copy.h"
@@ -39,16 +39,16 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
   const int64_t N = packed_only ? a.i("rows") : in[1].size(0), K = packed_only ? a.i("cols") : in[1].size(1) * 2;
   const int64_t M = in[0].numel() / std::max<int64_t>(K, 1);
   Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true), packed_only};
-  Kernel k = choose(call);
+  const KernelDef* k = &choose(call);
   Tensor dense;
-  if (k == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3])).defined()) {
+  if (k->kernel == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3])).defined()) {
     call.dense_allowed = false;
-    k = choose(call);
+    k = &choose(call);
   }
-  if (k == Kernel::dense) return run_dense(in[0], dense, bias, act, out[0], M, N, K);
+  if (k->kernel == Kernel::dense) return run_dense(in[0], dense, bias, act, out[0], M, N, K);
   Tensor values = packed_only ? in[1] : contiguous_as(in[1], in[1].dtype()), meta = packed_only ? in[2] : contiguous_as(in[2], DType::u8);
   Tensor scales = contiguous_as(in[3], DType::f32);
-  if (k == Kernel::reference_f64) {
+  if (k->kernel == Kernel::reference_f64) {
     Tensor x = contiguous_as(in[0], DType::f64), b = bias.defined() ? contiguous_as(bias, DType::f64) : Tensor();
     linear_f64(x.data<double>(), M, K, values.data<double>(), meta.data<uint8_t>(), scales.data<float>(),
                b.defined() ? b.data<double>() : nullptr, act, out[0].data<double>(), N);
@@ -56,32 +56,12 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
   }
   Tensor b = bias.defined() ? contiguous_as(bias, DType::f32) : Tensor();
   Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
-  const float* bp = b.defined() ? b.data<float>() : nullptr;
-  const uint8_t* pp = packed.defined() ? packed.data<uint8_t>() : nullptr;
-  const bool bf16_x = k == Kernel::pairs_k_major || k == Kernel::pairs_tiles16 || k == Kernel::pairs_prepacked16;
-  Tensor x = contiguous_as(in[0], bf16_x ? DType::bf16 : DType::f32);
-  const auto* xh = reinterpret_cast<const uint16_t*>(x.data_ptr());
-  const auto* vh = reinterpret_cast<const uint16_t*>(values.data_ptr());
-  const float* xf = bf16_x ? nullptr : x.data<float>();
-  float* yp = y.data<float>();
-  switch (k) {
-    case Kernel::streaming: run_streaming(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::tiles8: run_tiles8(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::prepacked8: run_tiles8(xf, M, K, nullptr, values.dtype(), nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::k_major_prepacked8: run_k_major_prepacked(xf, M, K, pp, scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::k_major: run_k_major(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::pairs_k_major: run_k_major_pairs(xh, M, K, vh, meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
-#if defined(SINTER_TILES16)
-    case Kernel::tiles16: tiles16_linear(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::rows512: run_rows512(xf, M, K, values.data_ptr(), values.dtype(), meta.data<uint8_t>(), scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::prepacked16: tiles16_linear(xf, M, K, nullptr, values.dtype(), nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
-#if defined(__AVX512BF16__)
-    case Kernel::pairs_tiles16: tiles16_linear_bf16(xh, M, K, vh, meta.data<uint8_t>(), nullptr, scales.data<float>(), bp, act, yp, N); break;
-    case Kernel::pairs_prepacked16: tiles16_linear_bf16(xh, M, K, nullptr, nullptr, pp, scales.data<float>(), bp, act, yp, N); break;
-#endif
-#endif
-    default: SINTER_THROW(Error, "[internal] sparse24_linear: kernel '", kernel_name(k), "' is not built for this CPU");
-  }
+  Tensor x = contiguous_as(in[0], k->bf16_x ? DType::bf16 : DType::f32);
+  const uint8_t* pp = packed.defined() && k->reads_packed ? packed_payload(packed.data<uint8_t>(), packed.numel(), values.dtype(), N, K, "sparse24_linear")
+                                       : nullptr;
+  k->run({.x = k->bf16_x ? nullptr : x.data<float>(), .xh = reinterpret_cast<const uint16_t*>(x.data_ptr()), .M = M, .K = K, .N = N,
+          .values = values.data_ptr(), .vt = values.dtype(), .meta = meta.data<uint8_t>(), .packed = pp, .scales = scales.data<float>(),
+          .bias = b.defined() ? b.data<float>() : nullptr, .act = act, .y = y.data<float>()});
   if (out[0].dtype() != DType::f32) cpu::copy(y, out[0]);
 }
 

@@ -3,19 +3,17 @@
 #include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
-namespace {
 
 #if defined(__AVX512BF16__)
-// bf16 x and bf16 values, M >= kPairsM: vdpbf16ps multiplies 16 pairs of bf16 into 16 f32 sums,
-// and a 2:4 group's two kept values are such a pair. K-major as above, with 16 rows of x a
-// vector: for each group of four columns and each pair of its columns (6), x is laid out as 16
-// lanes (x[m, a], x[m, b]); a weight row's group broadcasts its two kept values (stored side by
-// side) and picks its pair's vector by address, so one vdpbf16ps does 32 kept multiply-adds (the
-// f32 kernel's FMA does 8 or 16).
-// Blocks of 64 columns over panels of 32 rows (alternating runs, 2 threads, 4096 x 11008, against
-// 32 columns over 64 rows: M = 32 1.03-1.10x against 0.92-0.96x oneDNN's bf16 matmul, M = 512
-// 1.08-1.09x against 1.05-1.06x, M = 128 0.99-1.10x against 1.03-1.05x): half the loads and
-// stores of the sums per multiply-add, and the block of pairs stays at 12 KiB.
+namespace {
+
+// vdpbf16ps multiplies 16 pairs of bf16 into 16 f32 sums, and a 2:4 group's two kept values are
+// such a pair. K-major as in k_major.cpp, 16 rows of x a vector: per group of four columns and pair
+// of its columns (6), x is laid out as 16 lanes (x[m, a], x[m, b]); a weight row's group
+// broadcasts its two kept values and picks its pair's vector by address: one vdpbf16ps does 32
+// kept multiply-adds. Blocks of 64 columns over panels of 32 rows (2 threads, 4096 x 11008): M =
+// 32 1.03-1.10x oneDNN's bf16 matmul, 512 1.08-1.09x, where 32 columns over 64 rows gave
+// 0.92-0.96x and 1.05-1.06x: half the loads and stores of the sums, a block of pairs in 12 KiB.
 constexpr int64_t kPrCols = 64;                          // columns per block: 16 groups, 8 meta bytes
 constexpr int64_t kPrPanel = 32;                         // rows of x per full panel: 2 vectors of 16
 constexpr int64_t kPrSlot = kPrPanel / 16 * 64;          // bytes of one pair of one group for a full panel
@@ -294,18 +292,33 @@ void k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* valu
     }
   });
 }
-#endif
+void run_pairs(const Args& a) {
+  if (a.M > 0 && a.N > 0) k_major_pairs(a.xh, a.M, a.K, static_cast<const uint16_t*>(a.values), a.meta, a.scales, a.bias, a.act, a.y, a.N);
+}
+
+bool bf16_pair(const Call& c) { return c.x == DType::bf16 && c.values == DType::bf16 && c.has_values(); }
+
+// bf16 x with bf16 values. Zen 4, 2 threads, 4096 x 4096, against the f32 kernels on values + meta:
+// M = 16-32 1.18-1.27x, 48-128 1.37-1.45x. Against the 8-row prepacked tiles (4096 x 4096 and
+// 4096 x 11008): M = 12 0.97x, 16 1.22-1.28x, 20 0.84-0.87x, 24 0.97-1.01x, 28 1.13-1.16x, 32
+// 1.25-1.30x: a prepacked weight keeps its 8-row tiles at kPairsM < M < kPairsPrepackedM. With
+// the 16-row tiles this kernel serves kSmallM < M <= kPairsM (their pairs kernel the rest).
+constexpr int64_t kPairsPrepackedM = 26;
+
+const KernelDef kPairs[] = {
+    {Kernel::pairs_k_major, kOrderPairsFirst,
+     [](const Call& c) { return pack_format().id == kPack8Rows && bf16_pair(c) && (c.M == kPairsM || c.M >= kPairsPrepackedM); },
+     run_pairs, true},
+    {Kernel::pairs_k_major, kOrderPairs + 1,
+     [](const Call& c) { return bf16_pair(c) && (pack_format().id == kPack16Rows ? c.M > kSmallM : c.M >= kPairsM); }, run_pairs, true},
+};
 
 }  // namespace
 
-void run_k_major_pairs(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const float* scales,
-                       const float* bias, Act act, float* y, int64_t N) {
-#if defined(__AVX512BF16__)
-  if (M > 0 && N > 0) k_major_pairs(x, M, K, values, meta, scales, bias, act, y, N);
+std::span<const KernelDef> pairs_kernels() { return kPairs; }
+
 #else
-  (void)x, (void)M, (void)K, (void)values, (void)meta, (void)scales, (void)bias, (void)act, (void)y, (void)N;
-  SINTER_THROW(Error, "[sparse24_linear] the bf16 pairs kernel needs AVX512-BF16");
+std::span<const KernelDef> pairs_kernels() { return {}; }
 #endif
-}
 
 }  // namespace sinter::sparse

@@ -1,356 +1,16 @@
-// The 2:4 tile kernels for AVX-512 (kernels.h, tiles16_*): vectors run over 16 weight rows, and
-// for each 16 columns of a row of x one vpermps per kept value gives every lane (weight row) its
-// kept column of x; for bf16 x with bf16 values one vpermw per pair of kept values feeds vdpbf16ps.
-// Built only with AVX-512 (the AVX2 kernels in kernels.cpp serve the rest).
-//
-// Why this shape on Zen 5, where a zmm FMA runs at the rate of a ymm one (2 threads,
-// 4096 x 11008, prepacked, alternating in one process): M = 16 3.2 ms against 5.3 for the AVX2
-// 8-row tiles, M = 32 5.7 against 10.0, M = 64 12.0 against 14.4 for the K-major kernel.
-// - Selection by vpermps over the 16 columns, not vpermilps over four broadcast ones: per row of x
-//   and block, one load of x and 8 permutes feed 8 FMAs, where the in-lane form needs one
-//   broadcast (a load and a shuffle) per two (61-63% against 47-53% of the FMA peak in a scratch
-//   loop).
-// - x packed per tile of rows, block-major: 8 rows of x read in place are 16 KiB apart for
-//   K = 4096, one set of L1, and thrashed it (M = 16: 7.0 against 5.2 ms packed).
-// - A prepacked weight is requested 8 KiB ahead, every line of a block: at 2 KiB the stream
-//   stalled on memory (M = 8 / 16: 2.3 / 3.2 ms at 8 KiB, 3.0 / 4.2 at 2 KiB, 3.9 / 4.8 at 1 KiB).
+// The 2:4 tile kernels for AVX-512 (tiles16.h): vectors run over 16 weight rows, and for each 16
+// columns of a row of x one vpermps per kept value gives every lane (weight row) its kept column
+// of x. Zen 5, where a zmm FMA runs at the rate of a ymm one (2 threads, 4096 x 11008, prepacked,
+// alternating in one process): M = 16 3.2 ms against 5.3 for the AVX2 8-row tiles, M = 32 5.7
+// against 10.0, M = 64 12.0 against 14.4 for the K-major kernel. Selection by vpermps over 16
+// columns feeds 8 FMAs per load of x; x is packed per tile of rows (8 rows read in place are 16 KiB
+// apart at K = 4096, one set of L1); a prepacked weight is requested 8 KiB ahead.
 #include "cpu/sparse24/kernels.h"
 
 #if defined(SINTER_TILES16)
-#include <immintrin.h>
-
-#include <algorithm>
-#include <cstring>
-#include <type_traits>
-
-#include "core/parallel.h"
-#include "ops/scalar_fns.h"
-#include "sinter/error.h"
-#include "sinter/tensor.h"
-#include "cpu/sparse24/kernel_common.h"  // with_value_type
-
-// GCC 12's AVX-512 headers start some intrinsics (widenings, permutes) from an undefined vector
-// and then warn that it may be used uninitialized; the instructions read no such input.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "cpu/sparse24/tiles16.h"
 
 namespace sinter::sparse {
-
-namespace {
-
-// A block: 16 weight rows x 16 columns. First 16 u32 index words, row r's word holding the block
-// column (0..15) of its kept value j in bits 4j..4j+3 (vpermps reads bits 0-3 of each lane, so a
-// shift by 4j makes the word value j's index); then the 8 kept values of each row, of type W:
-// value j of row r at 16 j + r (f32, i8), or for bf16 as the pairs vdpbf16ps takes, the two
-// values of group j / 2 side by side in lane r (at 32 (j / 2) + 2 r + j % 2). A prepacked weight
-// holds ceil(K / 16) blocks for each group of 16 rows, in the order the tiles read them
-// (prepacked_at).
-template <class W> constexpr int64_t kBytes = 64 + 128 * int64_t(sizeof(W));
-template <class W> constexpr int64_t slot(int j, int r) { return std::is_same_v<W, bf16> ? 32 * (j / 2) + 2 * r + j % 2 : 16 * j + r; }
-
-int64_t blocks_of(int64_t K) { return (K + 15) / 16; }
-
-// The index word of a row's block from its two meta bytes (each 2-bit offset j moved to bits
-// 4j..4j+1, the group's first column 4 (j / 2) above it).
-SINTER_INLINE uint32_t index_word(uint32_t meta16) { return _pdep_u32(meta16, 0x33333333u) | 0xCC884400u; }
-
-template <class V> SINTER_INLINE __m256 widen8(const V* p) {
-  if constexpr (std::is_same_v<V, float>) return _mm256_loadu_ps(p);
-  else if constexpr (std::is_same_v<V, bf16>)
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-  else return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-// The 8 value vectors of a block (lane r: row r's kept value j).
-template <class W> SINTER_INLINE void block_values(const W* p, __m512 v[8]) {
-  for (int j = 0; j < 8; j += 2) {
-    if constexpr (std::is_same_v<W, float>) v[j] = _mm512_load_ps(p + 16 * j), v[j + 1] = _mm512_load_ps(p + 16 * j + 16);
-    else if constexpr (std::is_same_v<W, bf16>) {  // a pair's first value is the low half: shifted up, it is the f32 of its bits
-      const __m512i pairs = _mm512_load_si512(p + 16 * j);
-      v[j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
-      v[j + 1] = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int(0xffff0000u))));
-    } else {
-      v[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * j))));
-      v[j + 1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * j + 16))));
-    }
-  }
-}
-
-// 8 x 8 transpose: element j of rows[r] to out[j][r].
-SINTER_INLINE void transpose8(const __m256 rows[8], float* const out[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(rows[0], rows[1]), t1 = _mm256_unpackhi_ps(rows[0], rows[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(rows[2], rows[3]), t3 = _mm256_unpackhi_ps(rows[2], rows[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(rows[4], rows[5]), t5 = _mm256_unpackhi_ps(rows[4], rows[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(rows[6], rows[7]), t7 = _mm256_unpackhi_ps(rows[6], rows[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  _mm256_storeu_ps(out[0], _mm256_permute2f128_ps(s0, s4, 0x20));
-  _mm256_storeu_ps(out[1], _mm256_permute2f128_ps(s1, s5, 0x20));
-  _mm256_storeu_ps(out[2], _mm256_permute2f128_ps(s2, s6, 0x20));
-  _mm256_storeu_ps(out[3], _mm256_permute2f128_ps(s3, s7, 0x20));
-  _mm256_storeu_ps(out[4], _mm256_permute2f128_ps(s0, s4, 0x31));
-  _mm256_storeu_ps(out[5], _mm256_permute2f128_ps(s1, s5, 0x31));
-  _mm256_storeu_ps(out[6], _mm256_permute2f128_ps(s2, s6, 0x31));
-  _mm256_storeu_ps(out[7], _mm256_permute2f128_ps(s3, s7, 0x31));
-}
-
-// Rows [n0, n0 + 16) of the weight as blocks [b0, b1) of type W (W = V: prepack; W = float: the
-// per-call packing, values widened). Rows past N and columns past K are zero values.
-template <class V, class W>
-void pack_group(const V* values, const uint8_t* meta, int64_t N, int64_t K, int64_t n0, int64_t b0, int64_t b1, uint8_t* out) {
-  const int64_t K2 = K / 2, K8 = K / 8;
-  for (int64_t b = b0; b < b1; ++b, out += kBytes<W>) {
-    uint32_t* words = reinterpret_cast<uint32_t*>(out);
-    W* vals = reinterpret_cast<W*>(out + 64);
-    const bool whole = 2 * b + 2 <= K8;  // both meta bytes (all 16 columns) inside K
-    for (int r = 0; r < 16; ++r) {
-      const int64_t n = n0 + r;
-      uint32_t m16 = 0;
-      if (n < N) m16 = whole ? uint32_t(meta[n * K8 + 2 * b]) | uint32_t(meta[n * K8 + 2 * b + 1]) << 8 : meta[n * K8 + 2 * b];
-      words[r] = index_word(m16);
-    }
-    if constexpr (std::is_same_v<V, bf16> && std::is_same_v<W, bf16>) {
-      // A group's two values are one u32 (a pair): two blocks at a time, each row's 8 pairs are
-      // 8 u32, and two 8 x 8 transposes put pair j of row r in lane r of block b + j / 4.
-      if (b + 1 < b1 && 2 * b + 4 <= K8 && n0 + 16 <= N) {
-        for (int r = 0; r < 16; ++r) {  // the second block's index words
-          const int64_t n = n0 + r;
-          reinterpret_cast<uint32_t*>(out + kBytes<W>)[r] = index_word(uint32_t(meta[n * K8 + 2 * b + 2]) | uint32_t(meta[n * K8 + 2 * b + 3]) << 8);
-        }
-        for (int h = 0; h < 2; ++h) {
-          __m256 rows[8];
-          for (int r = 0; r < 8; ++r) rows[r] = _mm256_loadu_ps(reinterpret_cast<const float*>(values + (n0 + 8 * h + r) * K2 + 8 * b));
-          float* v0 = reinterpret_cast<float*>(out + 64) + 8 * h;
-          float* v1 = reinterpret_cast<float*>(out + kBytes<W> + 64) + 8 * h;
-          float* const out8[8] = {v0, v0 + 16, v0 + 32, v0 + 48, v1, v1 + 16, v1 + 32, v1 + 48};
-          transpose8(rows, out8);
-        }
-        ++b, out += kBytes<W>;
-        continue;
-      }
-    }
-    if constexpr (std::is_same_v<W, float>) {
-      if (whole && n0 + 16 <= N) {  // two 8 x 8 transposes
-        for (int h = 0; h < 2; ++h) {
-          __m256 rows[8];
-          for (int r = 0; r < 8; ++r) rows[r] = widen8(values + (n0 + 8 * h + r) * K2 + 8 * b);
-          float* const out8[8] = {vals + 8 * h, vals + 8 * h + 16, vals + 8 * h + 32, vals + 8 * h + 48,
-                                  vals + 8 * h + 64, vals + 8 * h + 80, vals + 8 * h + 96, vals + 8 * h + 112};
-          transpose8(rows, out8);
-        }
-        continue;
-      }
-    }
-    for (int j = 0; j < 8; ++j)
-      for (int r = 0; r < 16; ++r) {
-        const int64_t n = n0 + r, i = 8 * b + j;
-        vals[slot<W>(j, r)] = n < N && i < K2 ? W(values[n * K2 + i]) : W(0.0f);
-      }
-  }
-}
-template <class V, class W>
-void pack_group_as(const void* values, const uint8_t* meta, int64_t N, int64_t K, int64_t n0, int64_t b0, int64_t b1, uint8_t* out) {
-  pack_group<V, W>(static_cast<const V*>(values), meta, N, K, n0, b0, b1, out);
-}
-
-constexpr int kPairTileRows = 16;   // rows of x per tile of the pairs kernel
-// Chunks of kChunkGroups groups of 16 weight rows pass over spans of kSpanBlocks blocks of 16
-// columns (a tile's span of x: 32 KiB of f32, in L1; a chunk's span of f32 weights: 288 KiB, in
-// L2). Measured (Zen 5, prepacked, the three shapes, alternating): spans of 64 x 8
-// groups, 128 x 4 and whole rows x 1 group within the spread of each other for f32 at M = 16 and
-// 128; bf16 x at M = 128 13.7-14.3 ms against 15.2 for whole rows.
-constexpr int64_t kSpanBlocks = 64, kChunkGroups = 8;
-
-// Blocks [b0, b0 + kSpanBlocks) of group g in a prepacked weight: stored in the order the tiles
-// read them (chunk, span, group, block), so the requests kAhead bytes ahead fetch what comes next.
-template <class W> int64_t prepacked_at(int64_t G, int64_t NB, int64_t g, int64_t b0) {
-  const int64_t ch = g / kChunkGroups, groups = std::min(kChunkGroups, G - ch * kChunkGroups), nb = std::min(kSpanBlocks, NB - b0);
-  return (ch * kChunkGroups * NB + b0 * groups + (g - ch * kChunkGroups) * nb) * kBytes<W>;
-}
-constexpr int64_t kAhead = 8192;    // bytes a prepacked weight is requested ahead
-
-// f(std::integral_constant<int, r>) for r in 1..16: a row count as a template argument.
-template <class F> SINTER_INLINE void with_rows(int r, const F& f) {
-  switch (r) {
-#define SINTER_ROWS_CASE(n) \
-  case n: return f(std::integral_constant<int, n>{});
-    SINTER_ROWS_CASE(1) SINTER_ROWS_CASE(2) SINTER_ROWS_CASE(3) SINTER_ROWS_CASE(4) SINTER_ROWS_CASE(5) SINTER_ROWS_CASE(6)
-    SINTER_ROWS_CASE(7) SINTER_ROWS_CASE(8) SINTER_ROWS_CASE(9) SINTER_ROWS_CASE(10) SINTER_ROWS_CASE(11) SINTER_ROWS_CASE(12)
-    SINTER_ROWS_CASE(13) SINTER_ROWS_CASE(14) SINTER_ROWS_CASE(15)
-#undef SINTER_ROWS_CASE
-    default: return f(std::integral_constant<int, 16>{});
-  }
-}
-
-// A tile's sums: R rows, A chains each, started from c (or zero) and stored back to c, its first
-// `cols` columns (mask mk).
-template <int R, int A> SINTER_INLINE void start_sums(__m512 (&acc)[R][A], const float* c, int64_t ldc, __mmask16 mk, bool first) {
-  for (int m = 0; m < R; ++m) {
-    acc[m][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, c + m * ldc);
-    for (int a = 1; a < A; ++a) acc[m][a] = _mm512_setzero_ps();
-  }
-}
-template <int R, int A> SINTER_INLINE void store_sums(const __m512 (&acc)[R][A], float* c, int64_t ldc, __mmask16 mk) {
-  for (int m = 0; m < R; ++m) {
-    __m512 s = acc[m][0];
-    for (int a = 1; a < A; ++a) s = _mm512_add_ps(s, acc[m][a]);
-    _mm512_mask_storeu_ps(c + m * ldc, mk, s);
-  }
-}
-
-// Rows of x per tile: 16 where the values can be read by the FMAs from memory (f32: 16 sums and
-// 8 index registers), 8 where they are widened into registers first (8 sums, 8 index and 8 value
-// registers); bf16 x (the pairs tile): 16 sums, 4 index and 4 pair registers.
-template <class W> constexpr int kTileRowsOf = std::is_same_v<W, float> ? 16 : 8;
-
-// c (R rows, row stride ldc, `cols` <= 16 valid columns) = (first ? 0 : c) + a tile of x (R of
-// its TR rows, xt: block-major, TR x 16 floats a block) times one group's nb blocks.
-template <int R, class W, bool Stream>
-__attribute__((noinline)) void tile(const uint8_t* wp, int64_t nb, const float* xt, float* c, int64_t ldc, int cols, bool first) {
-  constexpr int TR = kTileRowsOf<W>;
-  constexpr int A = R <= 2 ? 2 : 1;  // sums per row: one or two rows alone would wait on the FMA latency
-  const __mmask16 mk = __mmask16((1u << cols) - 1);
-  __m512 acc[R][A];
-  start_sums(acc, c, ldc, mk, first);
-  for (int64_t b = 0; b < nb; ++b, wp += kBytes<W>, xt += TR * 16) {
-    if constexpr (Stream)
-      for (int64_t l = 0; l < kBytes<W>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
-    const __m512i words = _mm512_load_si512(wp);
-    const W* vals = reinterpret_cast<const W*>(wp + 64);
-    __m512i ix[8];
-    __m512 v[8];
-    if constexpr (!std::is_same_v<W, float>) block_values(vals, v);
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) ix[j] = _mm512_srli_epi32(words, 4 * j);
-#pragma GCC unroll 16
-    for (int m = 0; m < R; ++m) {
-      const __m512 xm = _mm512_load_ps(xt + 16 * m);
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        __m512 vj;
-        if constexpr (std::is_same_v<W, float>) vj = _mm512_load_ps(reinterpret_cast<const float*>(vals) + 16 * j);  // an FMA operand
-        else vj = v[j];
-        acc[m][j % A] = _mm512_fmadd_ps(vj, _mm512_permutexvar_ps(ix[j], xm), acc[m][j % A]);
-      }
-    }
-  }
-  store_sums(acc, c, ldc, mk);
-}
-
-template <class W, bool Stream>
-void tile_rows(int rows, const uint8_t* wp, int64_t nb, const float* xt, float* c, int64_t ldc, int cols, bool first) {
-  with_rows(std::min(rows, kTileRowsOf<W>), [&](auto R) { tile<R, W, Stream>(wp, nb, xt, c, ldc, cols, first); });
-}
-
-#if defined(__AVX512BF16__)
-// bf16 x and bf16 values: vdpbf16ps on pairs. Per group of four columns, vpermw gives lane r the
-// pair (x[a], x[b]) of the two columns row r keeps, against the block's pair of values in lane r:
-// one permute per 32 kept multiply-adds (the f32 tile: per 16). x's tiles hold each block's 16
-// columns twice (words 0-15 and 16-31), so bit 4 of a vpermw index, left over from the next
-// nibble, picks the same column.
-template <int R, bool Stream>
-__attribute__((noinline)) void tile_pairs(const uint8_t* wp, int64_t nb, const uint16_t* xt, float* c, int64_t ldc, int cols, bool first) {
-  constexpr int A = R <= 2 ? 2 : 1;
-  const __mmask16 mk = __mmask16((1u << cols) - 1);
-  __m512 acc[R][A];
-  start_sums(acc, c, ldc, mk, first);
-  for (int64_t b = 0; b < nb; ++b, wp += kBytes<bf16>, xt += kPairTileRows * 32) {
-    if constexpr (Stream)
-      for (int64_t l = 0; l < kBytes<bf16>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + l, _MM_HINT_T0);
-    const __m512i words = _mm512_load_si512(wp);
-    __m512i ix[4];
-    __m512bh pv[4];
-#pragma GCC unroll 4
-    for (int gg = 0; gg < 4; ++gg) {
-      const __m512i d = _mm512_srli_epi32(words, 8 * gg);  // nibbles 2gg, 2gg + 1 in bits 0-7
-      ix[gg] = _mm512_mask_blend_epi16(__mmask32(0xAAAAAAAAu), d, _mm512_slli_epi32(d, 12));  // into the low and high words
-      pv[gg] = (__m512bh)_mm512_load_si512(wp + 64 + 64 * gg);
-    }
-#pragma GCC unroll 16
-    for (int m = 0; m < R; ++m) {
-      const __m512i xm = _mm512_load_si512(xt + 32 * m);
-#pragma GCC unroll 4
-      for (int gg = 0; gg < 4; ++gg)
-        acc[m][gg % A] = _mm512_dpbf16_ps(acc[m][gg % A], (__m512bh)_mm512_permutexvar_epi16(ix[gg], xm), pv[gg]);
-    }
-  }
-  store_sums(acc, c, ldc, mk);
-}
-
-template <bool Stream>
-void pair_rows(int rows, const uint8_t* wp, int64_t nb, const uint16_t* xt, float* c, int64_t ldc, int cols, bool first) {
-  with_rows(rows, [&](auto R) { tile_pairs<R, Stream>(wp, nb, xt, c, ldc, cols, first); });
-}
-#endif
-
-// y = act(scale * (x W^T) + b) in tiles of 8 or 16 rows of x against groups of 16 weight rows; X is
-// float (the f32 tile) or uint16_t (bf16 x: the pairs tile, values bf16).
-template <class X, class V>
-void linear_as(const X* x, int64_t M, int64_t K, const V* values, const uint8_t* meta, const uint8_t* prepacked,
-               const float* scales, const float* bias, Act act, float* y, int64_t N) {
-  constexpr bool pairs = std::is_same_v<X, uint16_t>;
-  using W = std::conditional_t<pairs, bf16, float>;  // the per-call packing's value type
-  const int TR = pairs ? kPairTileRows : prepacked ? kTileRowsOf<V> : kTileRowsOf<float>;
-  const int64_t XB = TR * 16 * (pairs ? 2 : 1);  // x elements per tile and block
-  const int64_t NB = blocks_of(K), T = (M + TR - 1) / TR, G = (N + 15) / 16;
-  // x as tiles of TR rows, block-major (xt[t][b][TR][16], bf16 x each block's columns twice);
-  // rows past M and columns past K zero.
-  Tensor xt_buf = Tensor::empty({T * NB * XB}, pairs ? DType::bf16 : DType::f32);
-  X* xt = reinterpret_cast<X*>(xt_buf.data_ptr());
-  parallel_for(0, T * NB, 64, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / NB, b = i % NB, k0 = 16 * b, kc = std::min<int64_t>(16, K - k0);
-      X* d = xt + i * XB;
-      for (int m = 0; m < TR; ++m) {
-        const int64_t row = t * TR + m, have = row < M ? kc : 0;
-        for (int h = 0; h < (pairs ? 2 : 1); ++h) {
-          X* o = d + (pairs ? 32 : 16) * m + 16 * h;
-          if (have) std::memcpy(o, x + row * K + k0, size_t(have) * sizeof(X));
-          std::memset(o + have, 0, size_t(16 - have) * sizeof(X));
-        }
-      }
-    }
-  });
-  // Chunks of kChunkGroups groups, each pass over a span of kSpanBlocks blocks: a tile's span of
-  // x stays in L1 while the chunk's groups pass over it, and the chunk's span of weights in L2
-  // while the tiles pass over them.
-  const int64_t chunks = (G + kChunkGroups - 1) / kChunkGroups, span = std::min(NB, kSpanBlocks);
-  parallel_dynamic(0, chunks, [&](const auto& next) {
-    Tensor w_buf;
-    if (!prepacked) w_buf = Tensor::empty({kChunkGroups * span * kBytes<W>}, DType::u8);
-    for (int64_t ch; (ch = next()) >= 0;) {
-      const int64_t g0 = ch * kChunkGroups, g1 = std::min(G, g0 + kChunkGroups);
-      for (int64_t b0 = 0; b0 < NB; b0 += span) {
-        const int64_t nb = std::min(NB - b0, span);
-        if (!prepacked)
-          for (int64_t g = g0; g < g1; ++g) pack_group<V, W>(values, meta, N, K, 16 * g, b0, b0 + nb, w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>);
-        for (int64_t t = 0; t < T; ++t) {
-          const int rows = int(std::min<int64_t>(TR, M - t * TR));
-          const X* xb = xt + (t * NB + b0) * XB;
-          for (int64_t g = g0; g < g1; ++g) {
-            const int cols = int(std::min<int64_t>(16, N - 16 * g));
-            float* c = y + t * TR * N + 16 * g;
-            const uint8_t* wp = prepacked ? prepacked + prepacked_at<V>(G, NB, g, b0) : w_buf.data<uint8_t>() + (g - g0) * span * kBytes<W>;
-            if constexpr (pairs) {
-#if defined(__AVX512BF16__)
-              if (prepacked) pair_rows<true>(rows, wp, nb, xb, c, N, cols, b0 == 0);
-              else pair_rows<false>(rows, wp, nb, xb, c, N, cols, b0 == 0);
-#endif
-            } else if (prepacked) tile_rows<V, true>(rows, wp, nb, xb, c, N, cols, b0 == 0);
-            else tile_rows<float, false>(rows, wp, nb, xb, c, N, cols, b0 == 0);
-          }
-        }
-      }
-      const int64_t n0 = 16 * g0, n1 = std::min(N, 16 * g1);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n) y[m * N + n] = activate(y[m * N + n] * scales[n] + (bias ? bias[n] : 0.0f), act);
-    }
-  });
-}
-
-}  // namespace
 
 int64_t tiles16_bytes(DType vt, int64_t N, int64_t K) {
   return with_value_type(vt, "prepack", [&](auto v) { return (N + 15) / 16 * blocks_of(K) * kBytes<decltype(v)>; });
@@ -397,23 +57,46 @@ void tiles16_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void*
   });
 }
 
-void tiles16_linear(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
-                    const float* scales, const float* bias, Act act, float* y, int64_t N) {
-  if (M == 0 || N == 0) return;
-  with_value_type(vt, "sparse24_linear", [&](auto v) {
+namespace {
+
+void run_tiles(const Args& a) {
+  if (a.M == 0 || a.N == 0) return;
+  with_value_type(a.vt, "sparse24_linear", [&](auto v) {
     using V = decltype(v);
-    linear_as<float, V>(x, M, K, static_cast<const V*>(values), meta, prepacked, scales, bias, act, y, N);
+    linear_as<float, V>(a.x, a.M, a.K, static_cast<const V*>(a.values), a.meta, a.packed, a.scales, a.bias, a.act, a.y, a.N);
   });
 }
 
-#if defined(__AVX512BF16__)
-void tiles16_linear_bf16(const uint16_t* x, int64_t M, int64_t K, const uint16_t* values, const uint8_t* meta, const uint8_t* prepacked,
-                         const float* scales, const float* bias, Act act, float* y, int64_t N) {
-  if (M == 0 || N == 0) return;
-  linear_as<uint16_t, bf16>(x, M, K, reinterpret_cast<const bf16*>(values), meta, prepacked, scales, bias, act, y, N);
+// Zen 5, 2 threads, 4096 x 11008 (`sinter bench sparse`, the 2:4 rows): the 16-row tiles from
+// values + meta against the K-major kernel at M = 8 / 16 / 32 / 64 / 96: 4.4 / 5.8 / 8.0 /
+// 13.9-14.9 / 19.6 against 10.2 / 10.4 / 11.0 / 15.2-16.8 / 19.8 ms; even at M = 128.
+constexpr int64_t kKMajorM = 96;
+
+const KernelDef kTiles16[] = {
+    {Kernel::prepacked16, kOrderPrepacked + 1,
+     [](const Call& c) { return c.packed_only || (c.prepacked && prepacked_serves(c.values, c.M)); }, run_tiles, false, true},
+    {Kernel::tiles16, kOrderTiles, [](const Call& c) { return c.has_values() && c.M > kSmallM && c.M < kKMajorM; }, run_tiles},
+};
+
+}  // namespace
+
+std::span<const KernelDef> tiles16_kernels() { return kTiles16; }
+
+// Blocks of 16 weight rows x 16 columns: 16 u32 index words (row r's block column of kept value j
+// in bits 4j..4j+3), then 8 kept values per row (value j of row r at 16 j + r; bf16 as vdpbf16ps's
+// pairs); chunks of 8 groups of 16 rows, then spans of 64 blocks, group, block. Padded to 16 rows
+// and columns: 6% more bytes than values + meta for f32 values, 11% bf16, 20% int8. Its readers
+// beat values + meta up to M = 128 (Zen 5, 4096 x 11008, f32: M = 16 3.16 against 5.8 ms).
+const PackFormat* tiles16_format() {
+  static const PackFormat f{kPack16Rows, "16-row tiles (AVX-512)", 128, tiles16_bytes, tiles16_prepack, tiles16_unpack};
+  return &f;
 }
-#endif
 
 }  // namespace sinter::sparse
 
+#else
+namespace sinter::sparse {
+std::span<const KernelDef> tiles16_kernels() { return {}; }
+const PackFormat* tiles16_format() { return nullptr; }
+}  // namespace sinter::sparse
 #endif

@@ -1,11 +1,18 @@
-// 2:4 tile kernels over 8 weight rows (AVX2: kSmallM < M < kKMajorM, and prepacked weights in
-// this layout), the layout's packing, and its portable reading (kernels.h).
+// 2:4 tile kernels over 8 weight rows on AVX2: x in tiles of 8 rows, each kept value's column
+// picked per lane by an in-lane permute indexed by the meta nibbles; the weights packed per call
+// (or read prepacked, tiles8_layout.cpp) and reused for every tile of x.
 #include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
-namespace {
 
 #if defined(__AVX2__)
+namespace {
+
+// Zen 3, 2 threads, 4096 x 4096 and 4096 x 11008, f32 values: the 8-row tiles against the
+// K-major kernel 1.11-1.45x at M = 9-18, even at 22, 0.91-0.93x at 24 (where K-major's 24-row
+// panel has no padding). So they serve kSmallM < M < kKMajorM, K-major from there.
+constexpr int64_t kKMajorM = 23;
+
 constexpr int kTileRows = 8;                 // rows of x per register tile
 constexpr int64_t kTileQFloats = 8 * kTileRows * 4;  // 8 groups of a tile of x
 
@@ -74,13 +81,10 @@ void prefetch_block(const V* values, const uint8_t* meta, int64_t K, int64_t n0,
 }
 
 // Reading a prepacked weight, a tile requests the blocks kPrefetchBytes ahead: the weight is one
-// stream per thread, which the hardware prefetcher alone left stalling on memory. Measured (Zen 3,
-// 2 threads, 4096 x 11008, caches flushed before each call, calls with and without alternated
-// in one process, 30-40 each): medians int8 M = 1 1.34 -> 1.19 and 1.20 -> 1.00 ms, f32 M = 4
-// 3.55 -> 3.09 and 4.19 -> 3.84, f32 M = 16 8.79 -> 8.37 and 9.49 -> 9.42; int8 M = 4 and 16 and
-// f32 M = 32 (compute-bound) even; 1024 bytes ahead about as good, 512 less. Blocks packed per
-// call are in cache already: there the requests cost 0-4% (f32 and int8 M = 16, bf16 M = 12),
-// so that path makes none.
+// stream per thread, which the hardware prefetcher alone left stalling on memory (Zen 3, 2 threads,
+// 4096 x 11008, caches flushed, with and without alternated: int8 M = 1 1.19 / 1.00 ms with them
+// against 1.34 / 1.20 without, f32 M = 4 3.09 / 3.84 against 3.55 / 4.19; compute-bound sizes
+// even). Blocks packed per call are in cache already: there the requests cost 0-4%, so none.
 constexpr int64_t kPrefetchBytes = 2048;
 template <class W> SINTER_INLINE void prefetch_ahead(const uint8_t* block) {
   for (int64_t l = 0; l < kBlockBytes<W>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + l, _MM_HINT_T0);
@@ -236,88 +240,32 @@ void interleaved(const float* x, int64_t M, int64_t K, const V* values, const ui
   });
 }
 
-#endif
 
-template <class V>
-void prepacked_rows(const float* x, int64_t M, int64_t K, const uint8_t* packed, const float* scales, const float* bias, Act act,
-                    float* y, int64_t N) {
-  const int64_t Q = (K + 31) / 32;
-  parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      for (int64_t m = 0; m < M; ++m) {
-        float s = 0;
-        const int64_t ch = n / (8 * kTilesRowGroups), b = n % (8 * kTilesRowGroups) / 8, r = n % 8;
-        for (int64_t q = 0; q < Q; ++q) {
-          const int64_t q0 = q / kTilesQb * kTilesQb;
-          const uint8_t* blk = packed + prepacked_at<V>(N, K, ch, b, q0) + (q - q0) * kBlockBytes<V>;
-          uint32_t word;
-          std::memcpy(&word, blk + 4 * r, 4);
-          const V* vals = reinterpret_cast<const V*>(blk + 32);
-          for (int64_t g = 0; g < 8 && 32 * q + 4 * g < K; ++g) {
-            const float* xg = x + m * K + 32 * q + 4 * g;
-            const uint32_t nib = (word >> (4 * g)) & 15;
-            s += float(vals[8 * (2 * g) + r]) * xg[nib & 3] + float(vals[8 * (2 * g + 1) + r]) * xg[nib >> 2];
-          }
-        }
-        y[m * N + n] = activate(s * scales[n] + (bias ? bias[n] : 0.0f), act);
-      }
+void run_tiles(const Args& a) {
+  if (a.M == 0 || a.N == 0) return;
+  with_value_type(a.vt, "sparse24_linear", [&](auto v) {
+    using V = decltype(v);
+    interleaved<V>(a.x, a.M, a.K, static_cast<const V*>(a.values), a.meta, a.packed, a.scales, a.bias, a.act, a.y, a.N);
   });
 }
 
-template <class V> void prepack_as(const V* values, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-  const int64_t K2 = K / 2, K8 = K / 8;
-  each_block8<V>(N, K, [&](int64_t n0, int64_t q, int64_t at) {
-    uint8_t* blk = out + at;
-    std::memset(blk, 0, size_t(kBlockBytes<V>));  // rows past N, columns past K: zero values, meta 0
-    V* vals = reinterpret_cast<V*>(blk + 32);
-    for (int64_t r = 0; r < 8 && n0 + r < N; ++r) {
-      const int64_t n = n0 + r;
-      std::memcpy(blk + 4 * r, meta + n * K8 + 4 * q, size_t(std::min<int64_t>(4, K8 - 4 * q)));
-      for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) vals[8 * j + r] = values[n * K2 + 16 * q + j];
-    }
-  });
-}
+// The 8-row tiles serve the builds whose layout is theirs (no 16-row tiles).
+bool own_layout() { return pack_format().id == kPack8Rows; }
 
+const KernelDef kTiles8[] = {
+    {Kernel::prepacked8, kOrderPrepacked + 1,
+     [](const Call& c) { return own_layout() && (c.packed_only || (c.prepacked && prepacked_serves(c.values, c.M))); }, run_tiles,
+     false, true},
+    {Kernel::tiles8, kOrderTiles, [](const Call& c) { return own_layout() && c.has_values() && c.M > kSmallM && c.M < kKMajorM; },
+     run_tiles},
+};
 
 }  // namespace
 
-int64_t tiles8_bytes(DType vt, int64_t N, int64_t K) {
-  return with_value_type(vt, "prepack", [&](auto v) { return (N + 7) / 8 * ((K + 31) / 32) * kBlockBytes<decltype(v)>; });
-}
+std::span<const KernelDef> tiles8_kernels() { return kTiles8; }
 
-void tiles8_prepack(const void* values, DType vt, const uint8_t* meta, int64_t N, int64_t K, uint8_t* out) {
-  with_value_type(vt, "prepack", [&](auto v) { prepack_as(static_cast<const decltype(v)*>(values), meta, N, K, out); });
-}
-
-void tiles8_unpack(const uint8_t* packed, DType vt, int64_t N, int64_t K, void* values, uint8_t* meta) {
-  with_value_type(vt, "unpack", [&](auto v) {
-    using V = decltype(v);
-    const int64_t K2 = K / 2, K8 = K / 8;
-    V* out = static_cast<V*>(values);
-    each_block8<V>(N, K, [&](int64_t n0, int64_t q, int64_t at) {
-      const uint8_t* blk = packed + at;
-      const V* vals = reinterpret_cast<const V*>(blk + 32);
-      for (int64_t r = 0; r < 8 && n0 + r < N; ++r) {  // a row's meta bytes as they are, its kept values interleaved
-        const int64_t n = n0 + r;
-        std::memcpy(meta + n * K8 + 4 * q, blk + 4 * r, size_t(std::min<int64_t>(4, K8 - 4 * q)));
-        for (int64_t j = 0; j < 16 && 16 * q + j < K2; ++j) out[n * K2 + 16 * q + j] = vals[8 * j + r];
-      }
-    });
-  });
-}
-
-void run_tiles8(const float* x, int64_t M, int64_t K, const void* values, DType vt, const uint8_t* meta, const uint8_t* prepacked,
-                const float* scales, const float* bias, Act act, float* y, int64_t N) {
-  if (M == 0 || N == 0) return;
-  with_value_type(vt, "sparse24_linear", [&](auto v) {
-    using V = decltype(v);
-#if defined(__AVX2__)
-    interleaved<V>(x, M, K, static_cast<const V*>(values), meta, prepacked, scales, bias, act, y, N);
 #else
-    SINTER_ASSERT(prepacked != nullptr, "the 8-row tiles from values + meta need AVX2");
-    prepacked_rows<V>(x, M, K, prepacked, scales, bias, act, y, N);
+std::span<const KernelDef> tiles8_kernels() { return {}; }
 #endif
-  });
-}
 
 }  // namespace sinter::sparse
