@@ -13,19 +13,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ScopedEnv {  // sets one variable for a scope (unset: restores its absence)
-  ScopedEnv(const char* name, const std::string& value) : name(name) {
-    if (const char* v = std::getenv(name)) old = v, had = true;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name, old.c_str(), 1);
-    else unsetenv(name);
-  }
-  const char* name;
-  std::string old;
-  bool had = false;
-};
+using test::ScopedEnv;  // each test compiles into a cache folder of its own
 
 std::string fresh_cache(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("sinter_compile_passes_" + name);

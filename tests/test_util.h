@@ -2,9 +2,27 @@
 #include <gtest/gtest.h>
 #include <sinter/sinter.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace sinter::test {
+
+// Sets an environment variable for a scope, restoring its value (or its absence) after.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name(name) {
+    if (const char* v = std::getenv(name)) old = v, had = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name, old.c_str(), 1);
+    else unsetenv(name);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  const char* name;
+  std::string old;
+  bool had = false;
+};
 
 // Relative + absolute tolerance per dtype (f32 1e-5, f64 1e-10, bf16 2e-2, f16 2e-3).
 double default_rtol(DType t);
