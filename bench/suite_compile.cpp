@@ -125,7 +125,8 @@ void suite_compile(const Options& o, Report& r) {
     };
     auto me = make(), mc = make();
     optim::AdamW oe(me->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1), oc(mc->named_parameters(), 1e-3, 0.9, 0.95, 1e-8, 0.1);
-    auto [x, y] = data.batch(true, 16, 128, 1, 0);
+    const auto batch = data.batch(true, 16, 128, 1, 0);
+    const Tensor &x = batch.first, &y = batch.second;  // references, not bindings: the lambdas below capture them
     CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{train::step(*mc, oc, in[0], in[1])}; },
                                  {.name = "train_step"});
     const auto t0 = std::chrono::steady_clock::now();

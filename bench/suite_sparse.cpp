@@ -172,8 +172,9 @@ void suite_sparse(const Options& o, Report& r) {
       Tensor prompt = randint(32, 127, {16});
       train::Sampling greedy;
       greedy.temperature = 0;
-      auto [ours, peer] = time_pair([&] { (void)train::generate(sparse, prompt, n_new, greedy); },
-                                    [&] { (void)train::generate(dense, prompt, n_new, greedy); }, 1, 5, 0);
+      const int64_t tokens = n_new;  // a structured binding: lambdas capture it by copy (clang 14)
+      auto [ours, peer] = time_pair([&] { (void)train::generate(sparse, prompt, tokens, greedy); },
+                                    [&] { (void)train::generate(dense, prompt, tokens, greedy); }, 1, 5, 0);
       auto per_token = [n = double(n_new)](Timing t) { return Timing{t.best_ms / n, t.median_ms / n}; };
       char note[240];
       std::snprintf(note, sizeof note, "%.0f tokens/s; Linear weights %.1f MB vs dense %.1f MB%s%s", 1e3 * double(n_new) / ours.best_ms,

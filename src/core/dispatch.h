@@ -1,6 +1,9 @@
 #pragma once
 // Runs a templated callable with the C++ type of a runtime dtype:
 //   visit_dtype(t.dtype(), [&]<class T>() { ... T ... });
+#include <cstdint>
+#include <type_traits>
+
 #include "sinter/dtype.h"
 #include "sinter/error.h"
 
@@ -27,11 +30,18 @@ template <> struct compute_type<f16> { using type = float; };
 template <> struct compute_type<bf16> { using type = float; };
 template <class T> using compute_t = typename compute_type<T>::type;
 
+// A float to an integer: truncated toward zero, NaN as 0, beyond int64 saturated; then narrowed
+// modulo 2^bits (well-defined, where converting an out-of-range float directly is not).
+inline int64_t float_to_int64(double d) {
+  return d != d ? 0 : d >= 9.2233720368547758e18 ? INT64_MAX : d <= -9.2233720368547758e18 ? INT64_MIN : int64_t(d);
+}
+
 template <class D, class S> inline D convert(S v) {
   if constexpr (std::is_same_v<D, S>) return v;
   else if constexpr (std::is_same_v<D, f16> || std::is_same_v<D, bf16>) return D(float(v));
-  else if constexpr (std::is_same_v<S, f16> || std::is_same_v<S, bf16>) return D(float(v));
+  else if constexpr (std::is_same_v<S, f16> || std::is_same_v<S, bf16>) return convert<D>(float(v));
   else if constexpr (std::is_same_v<D, bool>) return v != S(0);
+  else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<S>) return D(float_to_int64(double(v)));
   else return D(v);
 }
 
