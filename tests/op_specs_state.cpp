@@ -158,6 +158,31 @@ void add_state_specs(std::map<std::string, Spec>& m) {
   };
   m["slice_update_"] = su;
 
+  // kv_append_: both caches written at start (effects: writes 0, writes 1), and a fresh end.
+  Spec ka;
+  ka.cases = [at] {
+    return std::vector<Case>{{{rn({1, 2, 8, 4}), rn({1, 2, 8, 4}), rn({1, 2, 1, 4}), rn({1, 2, 1, 4}), at(5)}, {{"dim", int64_t(2)}}},
+                             {{rn({6, 3}), rn({6, 3}), rn({2, 3}), rn({2, 3}), at(4)}, {{"dim", int64_t(0)}}}};
+  };
+  ka.ref = [](const std::vector<R>& in, const Attrs& a) {
+    std::vector<R> out{in[0], in[1], R{{}, {in[4].v[0] + double(in[2].shape[size_t(wrap(a.i("dim"), int64_t(in[0].shape.size())))])}, DType::i64}};
+    const int64_t nd = int64_t(in[0].shape.size()), dim = wrap(a.i("dim"), nd), s0 = int64_t(in[4].v[0]);
+    for (size_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i < in[2 + c].shape.numel(); ++i) {
+        auto idx = unravel(i, in[2 + c].shape);
+        idx[size_t(dim)] += s0;
+        out[c].v[size_t(ravel(idx, in[c].shape))] = round_to(out[c].dtype, in[2 + c].v[size_t(i)]);
+      }
+    return out;
+  };
+  ka.bad = [at] {
+    return std::vector<Case>{{{rn({6, 3}), rn({6, 3}), rn({2, 3}), rn({2, 3}), at(5)}, {{"dim", int64_t(0)}}},  // past the end
+                             {{rn({6, 3}), rn({6, 3}), rn({2, 3}), rn({2, 4}), at(0)}, {{"dim", int64_t(0)}}},
+                             {{rn({6, 3}), rn({6, 3}), rn({2, 3}), rn({2, 3}, DType::f64), at(0)}, {{"dim", int64_t(0)}}},
+                             {{rn({6, 3}).requires_grad_(), rn({6, 3}), rn({2, 3}), rn({2, 3}), at(0)}, {{"dim", int64_t(0)}}}};
+  };
+  m["kv_append_"] = ka;
+
   // ---- factories ----
   Spec fu;
   fu.cases = [] {

@@ -115,7 +115,7 @@ TEST(Tokenizer, GenerateReadsTheCheckpointsTokenizer) {
   EXPECT_EQ(ids, std::vector<int64_t>(all.begin() + long(prompt.size()), all.end()));
   EXPECT_EQ(j["text"].get<std::string>(), tok.decode(ids));
   // Training and sparsify read byte-level data: a BPE model is refused rather than fed byte ids.
-  for (const std::string cmd : {"train --init " + dir + "/model --steps 1 --out " + dir + "/ft", "sparsify " + dir + "/model --out " + dir + "/sp"}) {
+  for (const std::string& cmd : {"train --init " + dir + "/model --steps 1 --out " + dir + "/ft", "sparsify " + dir + "/model --out " + dir + "/sp"}) {
     EXPECT_NE(std::system((std::string(SINTER_CLI) + " " + cmd + " > /dev/null 2> " + dir + "/err3.txt").c_str()), 0) << cmd;
     EXPECT_NE(test::read_file(dir + "/err3.txt").find("has a tokenizer.json"), std::string::npos) << test::read_file(dir + "/err3.txt");
   }

@@ -55,6 +55,8 @@ struct Explanation {
   int64_t saved_bytes = 0;         // with a compiled backward: forward values kept for it
   int recomputed = 0;              // forward nodes the backward computes again instead
   std::vector<std::string> warnings;  // what the function warned about (also sent to sinter::warn)
+  std::vector<std::string> notes;     // what the passes removed that a reader may wonder about
+                                      // ("dropped copy_ (node 3): it writes a buffer nothing reads afterwards")
   std::string text;                // all of the above, readable
 };
 

@@ -71,8 +71,8 @@ struct BackwardCtx {
 };
 
 using InferFn = std::function<std::vector<TensorMeta>(std::span<const TensorMeta>, const Attrs&)>;
-// Fills `out`: fresh contiguous tensors allocated from `infer`, or for an op that mutates its
-// inputs, those inputs themselves (then out[k] is input k of the op's `mutates` bits, in order).
+// Fills `out`, whose tensors follow the op's effects: fresh contiguous tensors allocated from
+// `infer`, the inputs it writes, or tensors over the inputs it aliases.
 using KernelFn = std::function<void(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&)>;
 using ViewFn = std::function<std::vector<Tensor>(std::span<const Tensor> in, const Attrs&)>;
 using BackwardFn = std::function<std::vector<Tensor>(BackwardCtx&)>;
@@ -94,6 +94,21 @@ struct Spelling {
   bool true_div = false;     // a binary functor computes integer inputs in f32 (div)
 };
 
+// What one output of an op is, relative to its inputs.
+struct Effect {
+  enum class Kind : uint8_t {
+    fresh,    // a new buffer the kernel fills
+    writes,   // input `input` itself, written in place (its version counter advances)
+    aliases,  // input `input`'s buffer, read and returned, not written: contiguous from its offset
+  };
+  Kind kind = Kind::fresh;
+  int input = -1;
+  static Effect fresh() { return {}; }
+  static Effect writes(int i) { return {Kind::writes, i}; }
+  static Effect aliases(int i) { return {Kind::aliases, i}; }
+  bool operator==(const Effect&) const = default;
+};
+
 struct OpDef {
   std::string name = {};
   int num_inputs = 1;        // -1: variadic (at least one unless min_inputs says otherwise)
@@ -104,8 +119,12 @@ struct OpDef {
   BackwardFn backward = {};  // null: not differentiable
   uint32_t save_inputs = ~0u;  // bit i: input i is needed by backward
   uint32_t save_outputs = 0;   // bit i: output i is needed by backward
-  // Bit i: the op writes input i in place; its outputs are those inputs, in order (add_, fill_,
-  // the optimizer updates). Refused on tensors that require grad while grad mode is on.
+  // What each output is (Effect). Empty: every output fresh, or, for an op with `mutates`, the
+  // inputs it writes in order. Writing an input is refused on tensors that require grad while grad
+  // mode is on, and an op that writes has no backward. register_op fills in the other form.
+  std::vector<Effect> effects = {};
+  // Bit i: the op writes input i in place (add_, fill_, the optimizer updates): the effects'
+  // `writes`, as a mask.
   uint32_t mutates = 0;
   // The output's values (or shape) need the inputs' data (item, nonzero): a trace cannot see
   // past it, so a compiled function breaks its graph here.

@@ -133,6 +133,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // position: a copy of x.narrow(dim, start, length), and a write of src at dst.narrow(dim, start, n).
 Tensor dynamic_slice(const Tensor& x, const Tensor& start, int64_t dim, int64_t length);
 void slice_update_(const Tensor& dst, const Tensor& src, const Tensor& start, int64_t dim);
+// A KV cache step: k and v written into their caches at start along dim; returns start + n.
+Tensor kv_append_(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& start, int64_t dim);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // out = x; out[index[i][j]][j] += src[i][j] (dim 0), and so on.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);

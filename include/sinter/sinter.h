@@ -7,6 +7,7 @@
 #include "sinter/data.h"
 #include "sinter/dist.h"
 #include "sinter/io.h"
+#include "sinter/kernel.h"
 #include "sinter/nn.h"
 #include "sinter/optim.h"
 #include "sinter/parallel.h"

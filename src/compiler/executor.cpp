@@ -88,7 +88,8 @@ void call_extern(void* ctx, int step) {
     (*c.kernel)(c.in, c.out, *c.attrs);
   }
   if (c.op->mutates)
-    for (Tensor& t : c.out) ++t.storage()->version;
+    for (size_t k = 0; k < c.out.size(); ++k)
+      if (c.op->effects[k].kind == Effect::Kind::writes) ++c.out[k].storage()->version;
 }
 }  // namespace
 

@@ -35,6 +35,7 @@ void explain_program(const compiler::Entry& p, Explanation& x, std::ostringstrea
     x.library.push_back(what);
   }
   for (const compiler::Group& gr : p.plan.groups) x.kernels.push_back(gr.ops), os << "    fused: " << gr.ops << "\n";
+  for (const std::string& n : g.notes) x.notes.push_back(n), os << "    " << n << "\n";
   x.fused_kernels += fused, x.library_calls += library;
   x.planned_bytes += p.plan.arena_bytes;
   x.unplanned_bytes += p.plan.unplanned_bytes;

@@ -40,6 +40,11 @@ void verify(const Graph& g) {
                      " does not name node ", n, " output ", k, " as its producer");
       SINTER_CHECK_T(CompileError, x.strides.size() == x.meta.shape.size(), "[compile] %", v, " has ", x.strides.size(),
                      " strides for ", x.meta.shape.size(), " dims");
+      if (!node.is_view()) {  // a written or aliased output lives in its input's buffer, a fresh one in its own
+        const Effect& e = node.op->effects[k];
+        const bool ok = e.kind == Effect::Kind::fresh ? x.owns_buffer() : x.base == g.buffer_of(node.inputs[size_t(e.input)]);
+        SINTER_CHECK_T(CompileError, ok, "[compile] %", v, " (", node.op->name, " output ", k, ") does not live in the buffer its effect names");
+      }
       defined[size_t(v)] = true;
     }
   }

@@ -46,6 +46,7 @@ struct Graph {
   std::vector<int> captured;        // values of kind captured
   std::vector<int> outputs;         // what the function returns
   uint64_t random_blocks = 0;       // Philox blocks one call reserves (random_offset above)
+  std::vector<std::string> notes;   // what the passes removed that a reader may wonder about
 
   // The value whose buffer v lives in.
   int buffer_of(int v) const { return values[size_t(v)].base < 0 ? v : values[size_t(v)].base; }

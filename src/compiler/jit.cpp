@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -52,22 +53,17 @@ uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
 }
+}  // namespace
+
 std::string content_hash(const std::string& s) { return hex(fnv(s), 16) + hex(fnv(s, 0x9e3779b97f4a7c15ull), 16); }
+
+namespace {
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-void write_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    SINTER_CHECK_T(CompileError, f.good(), "[compile] cannot write ", tmp);
-  }
-  fs::rename(tmp, path);
 }
 
 std::string compiler() {
@@ -106,22 +102,7 @@ std::string compiler_identity(const std::string& cxx) {
   return known[cxx] = out.substr(0, out.find('\n'));
 }
 
-std::string cpu_features() {
-  static const std::string flags = [] {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line))
-      if (line.rfind("flags", 0) == 0) return line;
-    return std::string("unknown");
-  }();
-  return flags;
-}
 
-std::string cache_dir() {
-  if (const char* d = std::getenv("SINTER_CACHE_DIR"); d && *d) return d;
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/sinter";
-}
 
 // Holds an exclusive lock on <path>.lock while it lives.
 struct FileLock {
@@ -142,6 +123,34 @@ bool valid_entry(const std::string& so, const std::string& sum) {
 
 }  // namespace
 
+void write_atomic(const std::string& path, const std::string& text) {
+  static std::atomic<uint64_t> serial{0};  // threads of one process write apart too
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++);
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    SINTER_CHECK_T(CompileError, f.good(), "[compile] cannot write ", tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+std::string cpu_features() {
+  static const std::string flags = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("flags", 0) == 0) return line;
+    return std::string("unknown");
+  }();
+  return flags;
+}
+
+std::string cache_dir() {
+  if (const char* d = std::getenv("SINTER_CACHE_DIR"); d && *d) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/sinter";
+}
+
 JitModule::~JitModule() = default;  // the code stays loaded: outputs and callbacks may still point into it
 
 std::string debug_dir() {
@@ -157,16 +166,40 @@ void debug_write(const std::string& file, const std::string& text) {
   std::ofstream(dir + "/" + file, std::ios::binary) << text;
 }
 
-std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name) {
+namespace {
+// One dlopen per entry per process; one compile of a key at a time (different keys in parallel).
+struct Loaded {
+  std::mutex mu;  // guards the maps, never held across a compile
+  std::map<std::string, std::weak_ptr<JitModule>> modules;
+  std::map<std::string, std::shared_ptr<std::mutex>> building;
+  std::shared_ptr<JitModule> find(const std::string& key) {
+    std::lock_guard lock(mu);
+    auto it = modules.find(key);
+    return it == modules.end() ? nullptr : it->second.lock();
+  }
+};
+Loaded& loaded() {
+  static Loaded l;
+  return l;
+}
+}  // namespace
+
+std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name, const std::string& symbol) {
   const std::string cxx = compiler();
   const std::string identity = compiler_identity(cxx);
   const std::string key = content_hash(source + "\n" + identity + "\n" + kFlags + "\n" + cpu_features() + "\n" + kSinterVersion +
                                        "\n" + kJitPrelude);
-  static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<JitModule>> loaded;  // one dlopen per entry per process
-  std::lock_guard lock(mu);
-  if (auto it = loaded.find(key); it != loaded.end())
-    if (auto m = it->second.lock()) return m;
+  Loaded& l = loaded();
+  if (auto m = l.find(key)) return m;
+  std::shared_ptr<std::mutex> key_mu;
+  {
+    std::lock_guard lock(l.mu);
+    auto& b = l.building[key];
+    if (!b) b = std::make_shared<std::mutex>();
+    key_mu = b;
+  }
+  std::lock_guard building(*key_mu);
+  if (auto m = l.find(key)) return m;  // another thread compiled it meanwhile
   const std::string dir = cache_dir();
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -201,9 +234,11 @@ std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string
   m->path = so;
   m->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   SINTER_CHECK_T(CompileError, m->handle != nullptr, "[compile] cannot load ", so, ": ", dlerror());
-  m->run = reinterpret_cast<GraphRunFn>(dlsym(m->handle, "sinter_graph_run"));
-  SINTER_CHECK_T(CompileError, m->run != nullptr, "[compile] ", so, " has no sinter_graph_run");
-  loaded[key] = m;
+  m->entry = dlsym(m->handle, symbol.c_str());
+  SINTER_CHECK_T(CompileError, m->entry != nullptr, "[compile] ", so, " has no ", symbol);
+  if (symbol == "sinter_graph_run") m->run = reinterpret_cast<GraphRunFn>(m->entry);
+  std::lock_guard lock(l.mu);
+  l.modules[key] = m;
   return m;
 }
 

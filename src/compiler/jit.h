@@ -15,15 +15,24 @@ using GraphRunFn = void (*)(char* const* slots, const int64_t* params, void (*ca
 
 struct JitModule {
   void* handle = nullptr;
-  GraphRunFn run = nullptr;
+  GraphRunFn run = nullptr;  // sinter_graph_run, for a graph's translation unit
+  void* entry = nullptr;     // the symbol jit_load was asked for
   std::string path;
   bool from_cache = false;  // loaded without compiling
   ~JitModule();
 };
 
-// Compiles (or loads from the cache) a translation unit that defines sinter_graph_run. Throws
-// CompileError naming the compiler and showing its message when it is missing or fails.
-std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name);
+// Compiles (or loads from the cache) a translation unit that defines `symbol` (a graph's:
+// sinter_graph_run). Throws CompileError naming the compiler and showing its message when it is
+// missing or fails. Compiles of different sources run in parallel: a key's lock, not a global one.
+std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name, const std::string& symbol = "sinter_graph_run");
+
+// The content hash the cache keys by, the cache folder, the CPU's feature line, and an atomic
+// write (temporary file, rename): what the autotuner's records share with the code cache.
+std::string content_hash(const std::string& s);
+std::string cache_dir();
+std::string cpu_features();
+void write_atomic(const std::string& path, const std::string& text);
 
 // The directory SINTER_COMPILE_DEBUG names, or empty: graphs, sources and command lines go there.
 std::string debug_dir();

@@ -13,16 +13,31 @@
 namespace sinter::compiler {
 
 void eliminate_dead_code(Graph& g) {
-  std::vector<bool> used(g.values.size(), false);
-  for (int v : g.outputs) used[size_t(v)] = true;
+  // A value is used when a live node reads it or the graph returns it; a buffer is observed when
+  // it is the caller's (an input, a captured tensor) or something live reads it later, so a write
+  // into it matters. Walking backwards, program order decides "later".
+  std::vector<bool> used(g.values.size(), false), observed(g.values.size(), false);
+  for (int v : g.outputs) used[size_t(v)] = true, observed[size_t(g.buffer_of(v))] = true;
+  for (int v : g.inputs) observed[size_t(g.buffer_of(v))] = true;
+  for (int v : g.captured) observed[size_t(g.buffer_of(v))] = true;
   std::vector<bool> keep(g.nodes.size(), false);
   for (size_t n = g.nodes.size(); n-- > 0;) {
     const Node& node = g.nodes[n];
-    bool live = node.mutates();
-    for (int v : node.outputs) live = live || used[size_t(v)];
-    if (!live) continue;
+    bool live = false, writes_dead = false;
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      const int v = node.outputs[k];
+      live = live || used[size_t(v)];
+      if (!node.is_view() && node.op->effects[k].kind == Effect::Kind::writes) {
+        const bool seen = observed[size_t(g.buffer_of(v))];
+        live = live || seen, writes_dead = writes_dead || !seen;
+      }
+    }
+    if (!live) {
+      if (writes_dead) g.notes.push_back("dropped " + node.op->name + " (node " + std::to_string(n) + "): it writes a buffer nothing reads afterwards");
+      continue;
+    }
     keep[n] = true;
-    for (int v : node.inputs) used[size_t(v)] = true;
+    for (int v : node.inputs) used[size_t(v)] = true, observed[size_t(g.buffer_of(v))] = true;
   }
   std::vector<Node> kept;
   for (size_t n = 0; n < g.nodes.size(); ++n)

@@ -61,16 +61,16 @@ class Tracer : public OpObserver {
     }
     for (const Tensor& t : inputs) n.inputs.push_back(value_of(t));
     const int node = int(g.nodes.size());
-    size_t mutated = 0;
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Tensor& o = outputs[k];
       const int v = new_value(ValueKind::node, o);
       Value& x = g.values[size_t(v)];
       x.node = node, x.output = int(k);
-      if (op.mutates) {  // a new version of the input it writes: same buffer, same layout
-        while (!(op.mutates >> mutated & 1u)) ++mutated;
-        const Value& in = g.values[size_t(n.inputs[mutated++])];
-        x.base = g.buffer_of(n.inputs[mutated - 1]), x.strides = in.strides, x.offset = in.offset;
+      const Effect e = op.view ? Effect{} : op.effects[k];
+      if (e.kind != Effect::Kind::fresh) {  // written in place (a new version) or aliased: the input's buffer
+        const int in = n.inputs[size_t(e.input)];
+        x.base = g.buffer_of(in), x.offset = g.values[size_t(in)].offset;
+        if (e.kind == Effect::Kind::writes) x.strides = g.values[size_t(in)].strides;
       } else if (op.view) {
         x.base = g.buffer_of(n.inputs[0]);
       }

@@ -36,11 +36,19 @@ void slice_update_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
   copy(in[1], detail::raw_slice(out[0], dim, s, s + n));
 }
 
+void kv_append_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const int64_t dim = detail::wrap_dim("kv_append_", a.i("dim"), out[0].dim()), n = in[2].size(dim);
+  const int64_t s = start_of("kv_append_", in[4], n, out[0].size(dim));
+  copy(in[2], detail::raw_slice(out[0], dim, s, s + n));
+  copy(in[3], detail::raw_slice(out[1], dim, s, s + n));
+  *out[2].data<int64_t>() = s + n;
+}
+
 }  // namespace
 
 void register_shape_kernels() {
   detail::add_kernels(DeviceType::cpu, {{"copy", copy_kernel}, {"cat", cat_kernel}, {"dynamic_slice", dynamic_slice_kernel},
-                                        {"slice_update_", slice_update_kernel}});
+                                        {"slice_update_", slice_update_kernel}, {"kv_append_", kv_append_kernel}});
 }
 
 }  // namespace sinter::cpu

@@ -254,9 +254,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& rope_cos, con
   Tensor kv_len;
   if (cache) {  // the new keys and values go in at the cache's position; attention reads its first pos + T
     NoGradGuard g;
-    slice_update_(cache->k, k, cache->pos, 2);
-    slice_update_(cache->v, v, cache->pos, 2);
-    kv_len = cache->end.defined() ? cache->end : cache->pos + T;
+    const Tensor end = kv_append_(cache->k, cache->v, k, v, cache->pos, 2);  // one op: both caches, and pos + T
+    kv_len = cache->end.defined() ? cache->end : end;
     k = cache->k, v = cache->v;
   }
   // Causal aligns bottom-right, so a one-token decode step sees the whole cache (or its window).

@@ -10,6 +10,7 @@
 #include "autograd/node.h"
 #include "core/parallel.h"
 #include "core/small_vector.h"
+#include "core/view.h"
 #include "sinter/autograd.h"
 #include "core/format.h"
 #include "sinter/op.h"
@@ -36,6 +37,30 @@ Registry& registry() {
 }
 }  // namespace
 
+namespace {
+// One source for what outputs are: effects from `mutates` (the inputs written, in order) or
+// `mutates` from effects; checked against the op's arity.
+void complete_effects(OpDef& def) {
+  if (def.effects.empty()) {
+    for (int i = 0; i < 32; ++i)
+      if (def.mutates >> i & 1u) def.effects.push_back(Effect::writes(i));
+    def.effects.resize(size_t(std::max(def.num_outputs, int(def.effects.size()))));
+    return;
+  }
+  SINTER_CHECK(int(def.effects.size()) == def.num_outputs, "[register_op] op '", def.name, "' declares ", def.effects.size(),
+               " effects for ", def.num_outputs, " outputs");
+  uint32_t writes = 0;
+  for (const Effect& e : def.effects) {
+    if (e.kind == Effect::Kind::fresh) continue;
+    SINTER_CHECK(e.input >= 0 && e.input < 32 && (def.num_inputs < 0 || e.input < def.num_inputs), "[register_op] op '", def.name,
+                 "': an effect names input ", e.input, " of ", def.num_inputs);
+    if (e.kind == Effect::Kind::writes) writes |= 1u << e.input;
+  }
+  SINTER_CHECK(def.mutates == 0 || def.mutates == writes, "[register_op] op '", def.name, "': mutates and effects disagree");
+  def.mutates = writes;
+}
+}  // namespace
+
 namespace detail {
 const OpDef& add_op(OpDef def) {
   Registry& r = raw_registry();
@@ -47,6 +72,7 @@ const OpDef& add_op(OpDef def) {
   SINTER_CHECK(def.num_inputs >= 0 || def.min_inputs >= 0, "[register_op] op '", def.name, "' has a negative minimum arity");
   SINTER_CHECK(!def.fusable || def.spelling.form != Spelling::Form::functor || !def.spelling.functor.empty(), "[register_op] op '",
                def.name, "' is fusable but has no spelling (a scalar functor or a form) for generated code");
+  complete_effects(def);
   auto p = std::make_unique<OpDef>(std::move(def));
   const OpDef& ref = *p;
   r.ops.emplace(ref.name, std::move(p));
@@ -250,6 +276,43 @@ void run_kernel(const OpDef& op, Device dev, std::span<const Tensor> in, std::sp
   }
 }
 
+bool fresh_only(const OpDef& op) {
+  for (const Effect& e : op.effects)
+    if (e.kind != Effect::Kind::fresh) return false;
+  return true;
+}
+
+// The outputs of an op whose effects name inputs: the inputs it writes (checked against autograd),
+// tensors over the inputs it aliases (contiguous from their offset), fresh tensors for the rest.
+std::vector<Tensor> outputs_by_effect(const OpDef& op, std::span<const Tensor> in, std::span<const TensorMeta> meta, bool symbolic) {
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < meta.size(); ++k) {
+    const Effect& e = op.effects[k];
+    const TensorMeta& m = meta[k];
+    if (e.kind == Effect::Kind::fresh) {
+      out.push_back(symbolic ? Tensor::symbolic(m.shape, m.dtype, m.device) : Tensor::empty(m.shape, m.dtype, m.device));
+      continue;
+    }
+    SINTER_CHECK(size_t(e.input) < in.size(), "[", op.name, "] output ", k, " names input ", e.input, " of ", in.size());
+    const Tensor& x = in[size_t(e.input)];
+    if (e.kind == Effect::Kind::writes) {
+      SINTER_CHECK_T(AutogradError, !(x.requires_grad() && grad_enabled()), "[", op.name, "] writes input ", e.input,
+                     " in place, which requires grad while grad mode is on; use the out-of-place op, or wrap the update "
+                     "in NoGradGuard");
+      SINTER_CHECK_SHAPE(m.shape == x.shape() && m.dtype == x.dtype(), "[", op.name, "] output ", k, " is input ", e.input, " written in place, ",
+                         x.dtype(), x.shape(), ", but its shape function says ", m.dtype, m.shape);
+      out.push_back(x);
+      continue;
+    }
+    SINTER_CHECK_SHAPE(m.dtype == x.dtype() && x.is_contiguous() &&
+                           (x.is_symbolic() || (x.offset() + m.shape.numel()) * dtype_size(m.dtype) <= x.storage()->nbytes),
+                       "[", op.name, "] output ", k, " aliases input ", e.input, " ", x.dtype(), x.shape(), " as ", m.dtype, m.shape,
+                       ": it must be contiguous, of the same dtype and within its buffer");
+    out.push_back(detail::raw_reshape_contiguous(x, m.shape));
+  }
+  return out;
+}
+
 // A symbolic stand-in with x's layout (a tracer views real tensors without touching them).
 Tensor stand_in(const Tensor& x) {
   if (x.is_symbolic()) return x;
@@ -310,19 +373,12 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
     SINTER_ASSERT(out.size() == out_meta.size(), op.name);
     for (size_t i = 0; i < out.size(); ++i)
       SINTER_ASSERT(out[i].shape() == out_meta[i].shape && out[i].dtype() == out_meta[i].dtype, op.name);
-  } else if (op.mutates) {
-    for (size_t i = 0; i < inputs.size() && i < 32; ++i) {
-      if (!(op.mutates >> i & 1u)) continue;
-      SINTER_CHECK_T(AutogradError, !(inputs[i].requires_grad() && grad_enabled()), "[", op.name, "] writes input ", i,
-                     " in place, which requires grad while grad mode is on; use the out-of-place op, or wrap the update "
-                     "in NoGradGuard");
-      out.push_back(inputs[i]);
-    }
-    SINTER_ASSERT(out.size() == out_meta.size(), op.name, " mutates ", out.size(), " inputs but declares ", out_meta.size(),
-                  " outputs");
+  } else if (!fresh_only(op)) {
+    out = outputs_by_effect(op, inputs, out_meta, symbolic);
     if (!symbolic) {
       run_kernel(op, dev, inputs, out, attrs);
-      for (Tensor& t : out) ++t.storage()->version;
+      for (size_t k = 0; k < out.size(); ++k)
+        if (op.effects[k].kind == Effect::Kind::writes) ++out[k].storage()->version;
     }
   } else if (symbolic) {
     for (auto& m : out_meta) out.push_back(Tensor::symbolic(m.shape, m.dtype, m.device));

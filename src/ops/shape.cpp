@@ -348,6 +348,30 @@ void define_slice_update() {
   add_op(std::move(d));
 }
 
+// A KV cache step: the new keys and values written into both caches at `start` along dim, and the
+// caches' new length, start + n, as a fresh i64 0-d tensor. Effects: writes 0, writes 1, fresh.
+//   kv_append_(k_cache, v_cache, k, v, start) -> (k_cache, v_cache, end)    attr dim
+void define_kv_append() {
+  OpDef d;
+  d.name = "kv_append_";
+  d.num_inputs = 5;
+  d.num_outputs = 3;
+  d.effects = {Effect::writes(0), Effect::writes(1), Effect::fresh()};
+  d.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    check_start("kv_append_", in[4]);
+    const int64_t dim = wrap_dim("kv_append_", a.i("dim"), int64_t(in[0].shape.size()));
+    for (size_t c = 0; c < 2; ++c) {
+      bool ok = in[2 + c].shape.size() == in[c].shape.size() && in[2 + c].shape[size_t(dim)] <= in[c].shape[size_t(dim)] &&
+                in[2 + c].dtype == in[c].dtype;
+      for (size_t i = 0; ok && i < in[c].shape.size(); ++i) ok = int64_t(i) == dim || in[2 + c].shape[i] == in[c].shape[i];
+      SINTER_CHECK_SHAPE(ok, "[kv_append_] ", c ? "v" : "k", in[2 + c].dtype, in[2 + c].shape, " does not fit its cache", in[c].dtype,
+                         in[c].shape, " along dim ", dim);
+    }
+    return std::vector<TensorMeta>{in[0], in[1], in[4]};
+  };
+  add_op(std::move(d));
+}
+
 }  // namespace
 
 void register_shape_ops() {
@@ -359,6 +383,7 @@ void register_shape_ops() {
   define_cat();
   define_dynamic_slice();
   define_slice_update();
+  define_kv_append();
 }
 
 }  // namespace detail
@@ -370,6 +395,10 @@ Tensor dynamic_slice(const Tensor& x, const Tensor& start, int64_t dim, int64_t 
 void slice_update_(const Tensor& dst, const Tensor& src, const Tensor& start, int64_t dim) {
   static const OpDef& op = get_op("slice_update_");
   call(op, {dst, src, start}, {{"dim", dim}});
+}
+Tensor kv_append_(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& start, int64_t dim) {
+  static const OpDef& op = get_op("kv_append_");
+  return call(op, {k_cache, v_cache, k, v, start}, {{"dim", dim}})[2];
 }
 
 
