@@ -48,6 +48,8 @@ struct Explanation {
   std::vector<std::string> kernels;  // each fused kernel with its ops
   std::vector<std::string> library;  // each library call: its op, a GEMM with its epilogue
                                      // ("linear_fused: bias + gelu_tanh + residual")
+  std::vector<std::string> user_kernels;  // each user kernel called, with each key bucket's config
+                                          // ("swiglu: 2 config(s); bucket (64, 512): config 1")
   std::vector<std::string> guards;   // of the latest graph
   double guard_check_us = 0;       // finding the compiled code for these inputs (guards), per call
   int64_t planned_bytes = 0;       // intermediate buffers after reuse

@@ -2,6 +2,7 @@
 // backward), builds programs within the recompile limit, and runs them; a trace that broke runs
 // lazily, its pieces compiled once per structure.
 #include <algorithm>
+#include <future>
 
 #include "compiler/compiled.h"
 #include "sinter/autograd.h"
@@ -39,6 +40,37 @@ void CompiledFunction::State::build(compiler::Entry& e) {
     warn("sinter::compile: " + opts.name + ": " + err.what() + "\nsinter::compile: running '" + opts.name + "' eagerly");
     e.eager = true, e.break_reason = "the compiler failed";
   }
+}
+
+// The forward program, and the backward one (if any) in parallel with it; a backward that fails
+// to compile makes the function eager, autograd and all.
+void CompiledFunction::State::build_both(compiler::Entry& e) {
+  std::future<std::string> backward;
+  if (e.backward) {
+    compiler::Entry& b = *e.backward->entry;
+    b.profile_name = "compiled " + opts.name + " (backward)", b.debug_name = opts.name + ".backward";
+    backward = std::async(std::launch::async, [&b, this]() -> std::string {
+      try {
+        compiler::build(b, opts);
+        return "";
+      } catch (const CompileError& err) {
+        return err.what();
+      }
+    });
+  }
+  build(e);
+  count_program(e);
+  if (!e.backward) return;
+  const std::string failed = backward.get();
+  if (e.eager) return;
+  compiler::Entry& b = *e.backward->entry;
+  if (!failed.empty()) {
+    if (opts.fullgraph) throw CompileError(failed);
+    warn("sinter::compile: " + opts.name + " (backward): " + failed + "\nsinter::compile: running '" + opts.name + "' eagerly");
+    b.eager = true, b.break_reason = "the compiler failed";
+  }
+  count_program(b);
+  if (b.eager) e.eager = true;  // the function runs eagerly, autograd and all
 }
 
 std::vector<Tensor> CompiledFunction::State::run_piece(compiler::Graph& g, uint64_t random_base, const std::string& reason) {
@@ -95,14 +127,7 @@ compiler::Entry* CompiledFunction::State::make(const std::vector<Tensor>& in) {
     const bool recompute = opts.recompute && compiler::enabled_passes().recompute;
     if (r.backward.forward_nodes >= 0) compiler::split_backward(*e, r, in.size(), recompute);
     else e->graph = std::move(r.graph);
-    build(*e);
-    count_program(*e);
-    if (e->backward && !e->eager) {
-      e->backward->entry->profile_name = "compiled " + opts.name + " (backward)";
-      build(*e->backward->entry);
-      count_program(*e->backward->entry);
-      if (e->backward->entry->eager) e->eager = true;  // the function runs eagerly, autograd and all
-    }
+    build_both(*e);
   }
   entries.push_back(std::move(e));
   return last_hit = entries.back().get();

@@ -52,6 +52,7 @@ struct Entry {
   // Under op profiling (SINTER_PROFILE=1): library calls are listed as "op < compiled NAME", the
   // rest of the program's time as "fused kernels < compiled NAME".
   std::string profile_name;
+  std::string debug_name;           // its files under SINTER_COMPILE_DEBUG (default: the function's name)
   double extern_seconds = 0;
   std::vector<int> random_nodes;    // nodes whose seed and counter each call sets
   std::vector<std::string> guard_text;
@@ -123,6 +124,7 @@ struct CompiledFunction::State {
   bool may_compile();
   void count_program(const compiler::Entry& e);
   void build(compiler::Entry& e);
+  void build_both(compiler::Entry& e);
   std::vector<Tensor> run_piece(compiler::Graph& g, uint64_t random_base, const std::string& reason);
   std::vector<Tensor> run_lazily(const std::vector<Tensor>& in);
   compiler::Entry* find(const std::vector<Tensor>& in);

@@ -2,8 +2,11 @@
 // running it: library kernels run through the op table's CPU kernel of their node, called with
 // tensors built once over per-slot storages whose addresses are set at each call.
 #include <chrono>
+#include <future>
+#include <set>
 
 #include "compiler/compiled.h"
+#include "compiler/user_kernel.h"
 #include "autograd/node.h"
 #include "sinter/autograd.h"
 #include "sinter/random.h"
@@ -26,19 +29,27 @@ namespace {
 void compile_graph(Entry& e, const CompileOptions& opts, const Target& t) {
   Graph& g = e.graph;
   const PassSet on = enabled_passes();
-  debug_write(opts.name + ".graph.txt", dump(g));
+  const std::string& name = e.debug_name.empty() ? opts.name : e.debug_name;
+  debug_write(name + ".graph.txt", dump(g));
   if (on.cse) eliminate_common_subexpressions(g);  // (dead code too)
   else eliminate_dead_code(g);
   if (on.epilogues) fuse_gemm_epilogues(g);
   if (on.siblings) fuse_sibling_linears(g);
   if (on.layouts) absorb_layout_copies(g);
   verify(g);
-  debug_write(opts.name + ".passes.txt", dump(g));
+  debug_write(name + ".passes.txt", dump(g));
   e.plan = plan(g, t, on.fuse);
   e.slots = assign_slots(g, e.plan);
   const Generated code = generate(g, e.plan, e.slots, opts.name, t);
-  debug_write(opts.name + ".cpp", code.source);
-  e.module = jit_load(code.source, opts.name);
+  debug_write(name + ".cpp", code.source);
+  // The user kernels the program calls compile in translation units of their own, beside its own.
+  std::set<UserKernel*> kernels;
+  for (const Node& n : g.nodes)
+    if (UserKernel* k = user_kernel_of(n.op)) kernels.insert(k);
+  std::vector<std::future<void>> pending;
+  for (UserKernel* k : kernels) pending.push_back(std::async(std::launch::async, [k] { (void)user_kernel_code(*k); }));
+  e.module = jit_load(code.source, name);
+  for (std::future<void>& f : pending) f.get();
   e.params = code.params;
 }
 

@@ -1,10 +1,12 @@
 // explain(): what a compiled function is now: graphs traced, programs compiled, graph breaks,
 // each program's fused kernels and library calls (GEMM epilogues named), buffer bytes, what its
 // backward keeps, the guards and what checking them costs per call, and the warnings it raised.
+#include <algorithm>
 #include <chrono>
 #include <climits>
 
 #include "compiler/compiled.h"
+#include "compiler/user_kernel.h"
 
 namespace sinter {
 namespace {
@@ -23,6 +25,19 @@ std::string library_call(const compiler::Node& n) {
   return parts.empty() ? what : what + ": " + parts;
 }
 
+// A user kernel the program calls: its configs and the one each key bucket seen so far runs.
+std::string user_kernel_line(compiler::UserKernel& k) {
+  std::ostringstream os;
+  os << k.def.name << ": " << k.def.configs.size() << " config(s)";
+  std::lock_guard lock(k.mu);
+  for (const auto& [bucket, c] : k.tuned) {
+    os << "; bucket (";
+    for (size_t i = 0; i < bucket.size(); ++i) os << (i ? ", " : "") << bucket[i];
+    os << "): config " << c.config;
+  }
+  return os.str();
+}
+
 // One compiled program's part of the report.
 void explain_program(const compiler::Entry& p, Explanation& x, std::ostringstream& os) {
   const compiler::Graph& g = p.graph;
@@ -30,9 +45,15 @@ void explain_program(const compiler::Entry& p, Explanation& x, std::ostringstrea
   for (const compiler::Step& st : p.plan.steps) {
     if (st.group >= 0) continue;
     ++library;
-    const std::string what = library_call(g.nodes[size_t(st.node)]);
+    const compiler::Node& n = g.nodes[size_t(st.node)];
+    const std::string what = library_call(n);
     if (what.find(':') != std::string::npos) os << "    GEMM epilogue: " << what << "\n";
     x.library.push_back(what);
+    if (compiler::UserKernel* k = compiler::user_kernel_of(n.op)) {
+      const std::string line = user_kernel_line(*k);
+      if (std::find(x.user_kernels.begin(), x.user_kernels.end(), line) == x.user_kernels.end())
+        x.user_kernels.push_back(line), os << "    user kernel " << line << "\n";
+    }
   }
   for (const compiler::Group& gr : p.plan.groups) x.kernels.push_back(gr.ops), os << "    fused: " << gr.ops << "\n";
   for (const std::string& n : g.notes) x.notes.push_back(n), os << "    " << n << "\n";
