@@ -236,3 +236,36 @@ TEST(UserKernel, ErrorsNameTheKernelItsShapesAndTheSourceLines) {
     register_kernel_def({.name = "test_rows_bad", .source = "x", .inputs = {DType::u8}, .outputs = {DType::f32}, .shape = same_as_input(0)});
   }));
 }
+
+TEST(UserKernel, ElementwiseConsumersOfAPointwiseOutputRunInsideItsStore) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_dir("epilogue"));
+  manual_seed(3);
+  const OpDef& swiglu = find_op("test_swiglu") ? *find_op("test_swiglu") : register_kernel_def({
+      .name = "test_swiglu",
+      .source = R"(template <class Cfg> void kernel(sinter::In<float> g, sinter::In<float> u, auto& y) {
+  for (int64_t i = 0; i < y.numel(); ++i) y.store(i, sinter::fn::Silu{}(g[i]) * u[i]);
+})",
+      .inputs = {DType::f32, DType::f32},
+      .outputs = {DType::f32},
+      .shape = same_as_input(0),
+      .pointwise = {true},
+  });
+  // The kernel's output scaled, a bias of its last dim added, a residual of its shape added: all in
+  // the kernel's store(); the result equals eager's bit for bit (the same functors, in order).
+  auto fn = [&](const std::vector<Tensor>& in) {
+    Tensor y = call1(swiglu, {in[0], in[1]});
+    return std::vector<Tensor>{y * 0.5 + in[2] + in[3]};
+  };
+  const std::vector<Tensor> in{randn({6, 16}), randn({6, 16}), randn({16}), randn({6, 16})};
+  CompiledFunction f = compile(fn, {.fullgraph = true, .name = "swiglu_epilogue"});
+  EXPECT_TRUE(test::bitwise_equal(f(in)[0], fn(in)[0]));
+  const Explanation e = f.explain(in);
+  EXPECT_EQ(e.fused_kernels, 0) << e.text;
+  ASSERT_EQ(e.library.size(), 1u) << e.text;
+  EXPECT_EQ(e.library[0], "test_swiglu -> mul -> add -> add") << e.text;
+  // Off with the epilogue passes: the same result from the kernel and a fused elementwise kernel.
+  ScopedEnv off("SINTER_COMPILE_DISABLE", "epilogues");
+  CompiledFunction plain = compile(fn, {.fullgraph = true, .name = "swiglu_plain"});
+  EXPECT_TRUE(test::bitwise_equal(plain(in)[0], fn(in)[0]));
+  EXPECT_EQ(plain.explain(in).fused_kernels, 1);
+}

@@ -35,6 +35,9 @@ struct KernelDef {
   // The sizes the best config depends on; each key bucket rounds them up to powers of two.
   // Null: every size of every input.
   std::function<std::vector<int64_t>(std::span<const TensorMeta>)> key = {};
+  // Per output: written only through store(i, v) at its flat index (a fresh, contiguous output). In a
+  // compiled graph, the elementwise ops that consume it are then computed inside store().
+  std::vector<bool> pointwise = {};
   BackwardFn backward = {};        // in public ops or other kernels; null: not differentiable
   uint32_t save_inputs = ~0u, save_outputs = 0;  // what the backward reads (as OpDef's)
 };

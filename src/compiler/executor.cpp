@@ -33,7 +33,7 @@ void compile_graph(Entry& e, const CompileOptions& opts, const Target& t) {
   debug_write(name + ".graph.txt", dump(g));
   if (on.cse) eliminate_common_subexpressions(g);  // (dead code too)
   else eliminate_dead_code(g);
-  if (on.epilogues) fuse_gemm_epilogues(g);
+  if (on.epilogues) fuse_gemm_epilogues(g), fuse_user_epilogues(g);
   if (on.siblings) fuse_sibling_linears(g);
   if (on.layouts) absorb_layout_copies(g);
   verify(g);

@@ -5,6 +5,7 @@
 // make new values for the same buffer, so program order is what separates a read from a write.
 // The IR names ops and devices, not C++: code generation is a later stage. The stages and their
 // files: docs/compiler.md.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct Graph {
   std::vector<int> outputs;         // what the function returns
   uint64_t random_blocks = 0;       // Philox blocks one call reserves (random_offset above)
   std::vector<std::string> notes;   // what the passes removed that a reader may wonder about
+  std::vector<std::shared_ptr<const OpDef>> owned_ops;  // ops the passes made for this graph's nodes
 
   // The value whose buffer v lives in.
   int buffer_of(int v) const { return values[size_t(v)].base < 0 ? v : values[size_t(v)].base; }

@@ -79,7 +79,6 @@ void eliminate_common_subexpressions(Graph& g) {
   eliminate_dead_code(g);
 }
 
-namespace {
 // Drops the marked nodes and renumbers the producers of the values the rest make.
 void remove_nodes(Graph& g, const std::vector<bool>& removed) {
   std::vector<Node> kept;
@@ -101,7 +100,6 @@ bool written_between(const Graph& g, size_t from, size_t to, const std::vector<i
           if (g.buffer_of(w) == g.buffer_of(in)) return true;
   return false;
 }
-}  // namespace
 
 void fuse_gemm_epilogues(Graph& g) {
   static const OpDef& fused = get_op("linear_fused");

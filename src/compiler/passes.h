@@ -23,13 +23,22 @@ struct PassSet {
 };
 PassSet enabled_passes();  // read at each compile; an unknown name is a CompileError listing the names
 
-void eliminate_dead_code(Graph& g);  // keeps nodes that write in place (their effect is the point)
+void eliminate_dead_code(Graph& g);
+// Helpers of the rewrites: drop the marked nodes (renumbering the producers of the rest), and
+// whether a node strictly between `from` and `to` writes a buffer one of `reads` lives in.
+void remove_nodes(Graph& g, const std::vector<bool>& removed);
+bool written_between(const Graph& g, size_t from, size_t to, const std::vector<int>& reads);  // keeps nodes that write in place (their effect is the point)
 void eliminate_common_subexpressions(Graph& g);
 // GEMM epilogues: linear -> activation -> add of a tensor of the output's shape (either step
 // optional) becomes one linear_fused node, whose activation and add run on the GEMM's output
 // tiles. Each value absorbed has one use and is not returned. A 2:4 sparse linear absorbs a
 // following relu, silu or gelu (its kernels apply them to the output tiles).
 void fuse_gemm_epilogues(Graph& g);
+// A user kernel's pointwise output (KernelDef::pointwise) and the chain of elementwise nodes that
+// consume it become one node: the kernel compiled again with the chain generated into that
+// output's store() (user_epilogue.cpp). The chain's other inputs are scalars, the output's shape
+// or its trailing dims, contiguous.
+void fuse_user_epilogues(Graph& g);
 // Three plain linears of one input (q, k and v) become one linear3 node: a decode step then runs
 // them in one parallel region instead of three.
 void fuse_sibling_linears(Graph& g);

@@ -17,6 +17,7 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::map<const OpDef*, std::shared_ptr<UserKernel>> by_op;
+  std::vector<std::shared_ptr<OpDef>> variants;  // kept: their addresses stay keys of by_op
 };
 Registry& registry() {
   static Registry r;
@@ -90,7 +91,7 @@ void run_user_kernel(UserKernel& k, std::span<const Tensor> in, std::span<Tensor
   const UserKernelFn fn = user_kernel_code(k);
   UserKernelCall call;
   std::vector<Tensor> keep;  // contiguous copies of read-only inputs
-  std::vector<TensorMeta> meta;
+  std::vector<TensorMeta> meta;  // of the kernel's own inputs (a fused variant's extras come after)
   for (size_t i = 0; i < in.size(); ++i) {
     bool written = false;
     for (const Effect& e : k.def.effects) written = written || (e.kind == Effect::Kind::writes && e.input == int(i));
@@ -98,10 +99,10 @@ void run_user_kernel(UserKernel& k, std::span<const Tensor> in, std::span<Tensor
     if (written) call.written.push_back(x), call.written_slot.push_back(i);
     call.p.push_back(static_cast<char*>(x.data_ptr()));
     describe(x, call.q);
-    meta.push_back({x.shape(), x.dtype(), x.device()});
+    if (i < k.def.inputs.size()) meta.push_back({x.shape(), x.dtype(), x.device()});
   }
   for (Tensor& y : out) call.p.push_back(static_cast<char*>(y.data_ptr())), describe(y, call.q);
-  const int config = choose_config(k, meta, call, fn);
+  const int config = choose_config(k.tuning ? *k.tuning : k, meta, call, fn);
   fn(call.p.data(), call.q.data(), config);
 }
 
@@ -112,6 +113,13 @@ UserKernel* user_kernel_of(const OpDef* op) {
   std::lock_guard lock(r.mu);
   auto it = r.by_op.find(op);
   return it == r.by_op.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<UserKernel> user_kernel_ptr(const OpDef* op) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  auto it = r.by_op.find(op);
+  return it == r.by_op.end() ? nullptr : it->second;
 }
 
 std::string user_kernel_source(const UserKernel& k) {
@@ -143,7 +151,7 @@ std::string user_kernel_source(const UserKernel& k) {
 
 UserKernelFn user_kernel_code(UserKernel& k) {
   std::lock_guard lock(k.mu);
-  if (!k.module) k.module = jit_load(user_kernel_source(k), k.def.name, "sinter_user_kernel");
+  if (!k.module) k.module = jit_load(k.unit.empty() ? user_kernel_source(k) : k.unit, k.def.name, "sinter_user_kernel");
   return reinterpret_cast<UserKernelFn>(k.module->entry);
 }
 
@@ -169,6 +177,7 @@ const OpDef& register_kernel_def(KernelDef def) {
   for (DType t : k->def.outputs) key << dtype_name(t) << " ";
   for (const KernelConfig& c : k->def.configs)
     for (const auto& [n, v] : c) key << n << "=" << v << " ";
+  k->def.pointwise.resize(k->def.outputs.size(), false);
   k->hash = content_hash(key.str());
   const OpDef& registered = register_op(std::move(op));
   register_kernel(registered.name, DeviceType::cpu, [k](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
@@ -178,6 +187,24 @@ const OpDef& register_kernel_def(KernelDef def) {
   std::lock_guard lock(r.mu);
   r.by_op[&registered] = k;
   return registered;
+}
+
+std::shared_ptr<OpDef> variant_op(std::shared_ptr<UserKernel> variant, const std::string& name, int extra_inputs) {
+  auto op = std::make_shared<OpDef>();
+  op->name = name;
+  op->num_inputs = op->min_inputs = int(variant->def.inputs.size()) + extra_inputs;
+  op->num_outputs = int(variant->def.outputs.size());
+  op->effects = variant->def.effects;
+  for (const Effect& e : op->effects)
+    if (e.kind == Effect::Kind::writes) op->mutates |= 1u << e.input;
+  op->kernels[size_t(DeviceType::cpu)] = [variant](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    run_user_kernel(*variant, in, out);
+  };
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.by_op[op.get()] = std::move(variant);
+  r.variants.push_back(op);
+  return op;
 }
 
 InferFn same_as_input(int i) {

@@ -26,10 +26,18 @@ struct UserKernel {
   std::shared_ptr<JitModule> module;
   std::map<std::vector<int64_t>, TunedChoice> tuned;  // by key bucket
   bool tuned_loaded = false;
+  // A variant with a fused epilogue (user_epilogue.cpp): its whole translation unit, and the
+  // kernel whose tuning it shares.
+  std::string unit;
+  UserKernel* tuning = nullptr;
 };
 
 // The user kernel an op was registered from, or null.
 UserKernel* user_kernel_of(const OpDef* op);
+std::shared_ptr<UserKernel> user_kernel_ptr(const OpDef* op);
+// An op (not in the op table) for a variant of a user kernel: its inputs the kernel's then
+// `extra_inputs` more, its outputs and effects the kernel's; it runs `variant`.
+std::shared_ptr<OpDef> variant_op(std::shared_ptr<UserKernel> variant, const std::string& name, int extra_inputs);
 // Its translation unit: the prelude, the user's source under #line, one struct per config, and
 // the entry sinter_user_kernel, which builds the In/Out views and runs the config asked for.
 std::string user_kernel_source(const UserKernel& k);
