@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sinter/attention.h"
+#include "sinter/op.h"
 #include "sinter/ops.h"
 #include "sinter/sparse.h"
 
@@ -155,9 +156,15 @@ class GeluMLP : public Module {
 class SwiGLU : public Module {
  public:
   SwiGLU(int64_t dim, int64_t hidden, std::string act = "silu");
-  Tensor forward(const Tensor& x) const { return down->forward(activation(gate->forward(x), act) * up->forward(x)); }
+  Tensor forward(const Tensor& x) const {
+    const Tensor g = gate->forward(x), u = up->forward(x);
+    return down->forward(combine ? call1(*combine, {g, u}) : activation(g, act) * u);
+  }
   std::shared_ptr<Linear> gate, up, down;
   std::string act;
+  // An op (gate, up) -> act(gate) * up to run instead of the two ops: a user kernel
+  // (examples/kernels/swiglu.kernel.cpp).
+  const OpDef* combine = nullptr;
 };
 
 // Per-layer key/value cache for generation: (B, Hkv, max_len, D), the first `pos` positions
