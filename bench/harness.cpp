@@ -146,7 +146,8 @@ std::string Report::markdown_table() const {
                     r.ours.median_ms, r.peer.c_str(), r.peer_time.best_ms, r.ratio(), r.note.c_str());
     md << buf;
   }
-  for (const std::string& l : lines_) md << "\n" << l << "\n";
+  for (const std::string& l : lines_)
+    if (!l.empty()) md << "\n" << l << "\n";  // (blank lines space the terminal's table only)
   return md.str();
 }
 

@@ -269,3 +269,35 @@ TEST(UserKernel, ElementwiseConsumersOfAPointwiseOutputRunInsideItsStore) {
   EXPECT_TRUE(test::bitwise_equal(plain(in)[0], fn(in)[0]));
   EXPECT_EQ(plain.explain(in).fused_kernels, 1);
 }
+
+TEST(UserKernel, AnOutputThatAliasesAnInputSharesItsBuffer) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_dir("alias"));
+  // Returns its input as a flat vector (its buffer, unwritten) and a fresh sum of it.
+  const OpDef& op = find_op("test_flat_and_sum") ? *find_op("test_flat_and_sum") : register_kernel_def({
+      .name = "test_flat_and_sum",
+      .source = R"(template <class Cfg> void kernel(sinter::In<float> x, auto& flat, auto& total) {
+  float s = 0;
+  for (int64_t i = 0; i < flat.numel(); ++i) s += flat[i];
+  total.store(0, s);
+})",
+      .inputs = {DType::f32},
+      .outputs = {DType::f32, DType::f32},
+      .shape = [](std::span<const TensorMeta> in, const Attrs&) {
+        return std::vector<TensorMeta>{{{in[0].shape.numel()}, DType::f32, {}}, {{}, DType::f32, {}}};
+      },
+      .effects = {Effect::aliases(0), Effect::fresh()},
+  });
+  const Tensor x = arange(0, 12, 1, DType::f32).reshape({3, 4});
+  const std::vector<Tensor> out = call(op, {x});
+  EXPECT_EQ(out[0].storage(), x.storage());
+  EXPECT_EQ(out[0].shape(), Shape({12}));
+  EXPECT_EQ(out[1].item<float>(), 66.0f);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    const std::vector<Tensor> r = call(op, {in[0] + 1.0});
+    return std::vector<Tensor>{r[0] * 2.0, r[1]};
+  };
+  CompiledFunction f = compile(fn, {.fullgraph = true, .name = "alias"});
+  const std::vector<Tensor> got = f({x}), want = fn({x});
+  EXPECT_TRUE(test::bitwise_equal(got[0], want[0]));
+  EXPECT_TRUE(test::bitwise_equal(got[1], want[1]));
+}

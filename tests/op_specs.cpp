@@ -273,6 +273,7 @@ void add_sparse_specs(std::map<std::string, Spec>& m);
 void add_dist_specs(std::map<std::string, Spec>& m);
 void add_state_specs(std::map<std::string, Spec>& m);  // op_specs_state.cpp
 void add_fused_specs(std::map<std::string, Spec>& m);  // op_specs_fused.cpp (needs the linear spec)
+void add_kernel_specs(std::map<std::string, Spec>& m);  // op_specs_kernels.cpp
 
 const std::map<std::string, Spec>& op_specs() {
   static const std::map<std::string, Spec> specs = [] {
@@ -483,6 +484,7 @@ const std::map<std::string, Spec>& op_specs() {
     add_dist_specs(m);
     add_state_specs(m);
     add_fused_specs(m);
+    add_kernel_specs(m);
     return m;
   }();
   return specs;

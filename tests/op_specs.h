@@ -34,9 +34,11 @@ struct Spec {
 };
 
 const std::map<std::string, Spec>& op_specs();
+void register_test_kernels();  // op_specs_kernels.cpp: user kernels the sweeps cover too
 
 // Every registered op's name: what the op-table sweeps are parameterized over.
 inline std::vector<std::string> op_names() {
+  register_test_kernels();
   std::vector<std::string> n;
   for (const OpDef* op : all_ops()) n.push_back(op->name);
   return n;
