@@ -97,6 +97,47 @@ TEST(UserKernel, WritesInPlaceThroughAViewAndTheCallerSeesIt) {
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(v[size_t(i)], (i % 6 == 1 || i % 6 == 3) ? 3.0f * float(i) : float(i)) << i;
 }
 
+TEST(UserKernel, ACompiledWriteThroughAViewReachesItsBase) {
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_dir("view_graph"));
+  const OpDef& op = scale_in_place();
+  // Through a view of an intermediate (read after, through the base) and of the caller's tensor.
+  auto fn = [&](const std::vector<Tensor>& in) {
+    NoGradGuard ng;
+    Tensor b = in[0] + 1.0;
+    call1(op, {b.slice(1, 1, 5, 2), in[1]});
+    call1(op, {in[2].slice(0, 1, 3), in[1]});
+    return std::vector<Tensor>{b * 2.0};
+  };
+  const Tensor x = arange(0, 24, 1, DType::f32).reshape({4, 6}), s = full({1}, 3.0);
+  Tensor caller_eager = arange(0, 12, 1, DType::f32).reshape({4, 3}), caller_compiled = caller_eager.clone();
+  const std::vector<Tensor> want = fn({x, s, caller_eager});
+  CompiledFunction f = compile(fn, {.fullgraph = true, .name = "view_write"});
+  const std::vector<Tensor> got = f({x, s, caller_compiled});
+  EXPECT_TRUE(test::bitwise_equal(got[0], want[0]));
+  EXPECT_TRUE(test::bitwise_equal(caller_compiled, caller_eager));
+  EXPECT_EQ(want[0].to_vector<float>()[1], 2.0f * 3.0f * 2.0f);  // (1 + 1) * 3 * 2: the view's write is seen
+  const Explanation e = f.explain({x, s, caller_compiled});
+  EXPECT_EQ(e.graphs, 1) << e.text;
+  EXPECT_EQ(e.breaks, 0) << e.text;
+}
+
+TEST(UserKernel, AnOutOfBoundsWriteIsReportedByAddressSanitizer) {
+  if (!test::kAddressSanitizer) GTEST_SKIP() << "needs the AddressSanitizer build (scripts/sanitize.sh, SINTER_SANITIZE=1 scripts/test.sh)";
+  ScopedEnv cache("SINTER_CACHE_DIR", fresh_dir("asan"));
+  const OpDef& op = find_op("test_one_past_the_end") ? *find_op("test_one_past_the_end") : register_kernel_def({
+      .name = "test_one_past_the_end",
+      .source = R"(template <class Cfg> void kernel(sinter::In<float> x, auto& y) {
+  for (int64_t i = 0; i <= y.numel(); ++i) y[i] = x[0];  // <=: one element too many
+})",
+      .inputs = {DType::f32},
+      .outputs = {DType::f32},
+      .shape = same_as_input(0),
+  });
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Tensor x = ones({7, 13});
+  EXPECT_DEATH(call1(op, {x}), "heap-buffer-overflow");
+}
+
 TEST(UserKernel, CompiledGraphsKeepUserKernelsAsNodesWithTheirEffects) {
   ScopedEnv cache("SINTER_CACHE_DIR", fresh_dir("graph"));
   manual_seed(2);

@@ -5,7 +5,22 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SINTER_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SINTER_TEST_ASAN 1
+#endif
+#endif
+
 namespace sinter::test {
+
+// Whether these tests run under AddressSanitizer (SINTER_SANITIZE=ON).
+#if SINTER_TEST_ASAN
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 // Sets an environment variable for a scope, restoring its value (or its absence) after.
 struct ScopedEnv {

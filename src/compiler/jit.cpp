@@ -44,9 +44,17 @@ namespace fs = std::filesystem;
 #else
 #define SINTER_JIT_WIDTH ""
 #endif
+#if defined(SINTER_JIT_SANITIZE)
+#define SINTER_JIT_ASAN " -fsanitize=address -fno-omit-frame-pointer"
+#else
+#define SINTER_JIT_ASAN ""
+#endif
+#if !defined(SINTER_JIT_CXX)
+#define SINTER_JIT_CXX "g++"
+#endif
 constexpr const char* kFlags =
     "-std=c++20 -O3 -march=native " SINTER_JIT_WIDTH "-fPIC -shared -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math "
-    "-DSINTER_FUNCTORS_FMA=" SINTER_JIT_FMA;
+    "-DSINTER_FUNCTORS_FMA=" SINTER_JIT_FMA SINTER_JIT_ASAN;
 constexpr const char* kSinterVersion = SINTER_VERSION;
 
 uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
@@ -68,7 +76,7 @@ std::string read_all(const std::string& path) {
 
 std::string compiler() {
   const char* c = std::getenv("SINTER_CXX");
-  return c && *c ? c : "g++";
+  return c && *c ? c : SINTER_JIT_CXX;
 }
 
 // Runs a shell command, returning its exit status and what it printed (stdout and stderr).

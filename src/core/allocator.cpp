@@ -10,8 +10,25 @@
 
 #include "sinter/error.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SINTER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SINTER_ASAN 1
+#endif
+#endif
+
 namespace sinter {
 namespace {
+
+// Under AddressSanitizer every block is the exact size asked for and freed at once (no size
+// classes, no cache): a kernel (built-in, generated or a user's) writing past a tensor's end is
+// reported as a heap-buffer-overflow, and one touching a freed tensor as a heap-use-after-free.
+#if SINTER_ASAN
+constexpr bool kExact = true;
+#else
+constexpr bool kExact = false;
+#endif
 
 // Every block is cached by size class when freed. Small ones too: aligned_alloc goes through
 // glibc's memalign path (carve an aligned block, free the padding), whose internals
@@ -76,6 +93,11 @@ void cpu_reset_peak() { g_peak = g_live.load(); }
 void* cpu_alloc(int64_t nbytes) {
   const int64_t n = std::max<int64_t>(nbytes, 1);
   count_alloc(n);
+  if (kExact) {
+    void* p = nullptr;
+    SINTER_CHECK_T(Error, posix_memalign(&p, 64, size_t(n)) == 0, "[alloc] out of memory allocating ", nbytes, " bytes");
+    return p;
+  }
   const int64_t cls = size_class(n);
   Cache& c = cache();
   {
@@ -100,6 +122,7 @@ void cpu_free(void* p, int64_t nbytes) {
   if (!p) return;
   const int64_t n = std::max<int64_t>(nbytes, 1);
   g_live.fetch_sub(n, std::memory_order_relaxed);
+  if (kExact) return std::free(p);
   const int64_t cls = size_class(n);
   Cache& c = cache();
   {
