@@ -1,10 +1,10 @@
 // Flash against math through the public API: the sweep of the flash-attention issue (head dims
 // 32/64/80/128; lengths 1, 7, 129, 1000, not multiples of the tile; Lq != Lkv; causal or not;
 // boolean and additive masks; GQA 1/4/8; sliding windows; dropout, the same Philox mask both
-// ways), forward and backward. Error: max |flash - math| / max(max |math|, 1), per tensor: relative
-// for values of the inputs' unit scale, absolute near 0 (with one visible key dq and dk are 0 in
-// theory, and each backend leaves ~1e-6 of rounding in dP - delta, which cancels exactly in exact
-// arithmetic).
+// ways), forward and backward; head dims that are no multiple of the vector width. Error:
+// max |flash - math| / max(max |math|, 1), per tensor: relative for values of the inputs' unit
+// scale, absolute near 0 (with one visible key dq and dk are 0 in theory, and each backend leaves
+// ~1e-6 of rounding in dP - delta, which cancels exactly in exact arithmetic).
 #include <cmath>
 #include <sstream>
 
@@ -25,9 +25,10 @@ struct SweepCase {
   int mask;  // 0 none, 1 boolean (B, 1, Lq, Lkv), 2 additive (Lq, Lkv)
   int64_t window;
   double dropout;
+  int64_t Dv = 0;  // v's head dim: D where 0
   std::string name() const {
     std::ostringstream s;
-    s << "D=" << D << " Lq=" << Lq << " Lkv=" << Lkv << " GQA " << group << ":1" << (causal ? " causal" : "")
+    s << "D=" << D << (Dv ? " Dv=" + std::to_string(Dv) : "") << " Lq=" << Lq << " Lkv=" << Lkv << " GQA " << group << ":1" << (causal ? " causal" : "")
       << (mask == 1 ? " bool mask" : mask == 2 ? " additive mask" : "") << (window ? " window=" + std::to_string(window) : "")
       << (dropout > 0 ? " dropout=" + std::to_string(dropout) : "");
     return s.str();
@@ -51,7 +52,9 @@ void check(const SweepCase& c, double tol = 1e-5) {
   SCOPED_TRACE(c.name());
   manual_seed(uint64_t(c.D * 7 + c.Lq * 13 + c.Lkv));
   const int64_t B = 2, Hq = c.Hkv * c.group;
-  Tensor q = randn({B, Hq, c.Lq, c.D}), k = randn({B, c.Hkv, c.Lkv, c.D}), v = randn({B, c.Hkv, c.Lkv, c.D});
+  const int64_t Dv = c.Dv ? c.Dv : c.D;
+  Tensor q = randn({B, Hq, c.Lq, c.D}), k = randn({B, c.Hkv, c.Lkv, c.D}), v = randn({B, c.Hkv, c.Lkv, Dv});
+  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash) << "head dims " << c.D << "/" << Dv;
   Tensor mask;
   if (c.mask == 1) {
     mask = lt(rand({B, 1, c.Lq, c.Lkv}), full({}, 0.8));  // true: attend
@@ -59,14 +62,14 @@ void check(const SweepCase& c, double tol = 1e-5) {
   } else if (c.mask == 2) {
     mask = randn({c.Lq, c.Lkv}) * 2.0;
   }
-  Tensor dout = randn({B, Hq, c.Lq, c.D});
+  Tensor dout = randn({B, Hq, c.Lq, Dv});
   const Outputs f = run(c, q, k, v, mask, dout, SDPABackend::flash), m = run(c, q, k, v, mask, dout, SDPABackend::math);
   EXPECT_LE(rel_err(f.o, m.o), tol) << "output";
   EXPECT_LE(rel_err(f.dq, m.dq), tol) << "dq";
   EXPECT_LE(rel_err(f.dk, m.dk), tol) << "dk";
   EXPECT_LE(rel_err(f.dv, m.dv), tol) << "dv";
   if (c.dropout > 0) {  // the mask really dropped something: without it the outputs differ
-    const Outputs plain = run(SweepCase{c.D, c.Lq, c.Lkv, c.Hkv, c.group, c.causal, c.mask, c.window, 0.0}, q, k, v, mask, dout,
+    const Outputs plain = run(SweepCase{c.D, c.Lq, c.Lkv, c.Hkv, c.group, c.causal, c.mask, c.window, 0.0, c.Dv}, q, k, v, mask, dout,
                               SDPABackend::flash);
     EXPECT_GT(rel_err(plain.o, f.o), 1e-3);
   }
@@ -87,6 +90,24 @@ TEST(FlashSweep, HeadDimsLengthsAndLayouts) {
       const int64_t window = causal && i % 4 == 0 ? std::max<int64_t>(Lkv / 3, 1) : 0;
       const double dropout = i % 3 == 1 ? 0.2 : 0.0;
       check({D, Lq, Lkv, Hkv, group, causal, mask, window, dropout});
+    }
+}
+
+// Head dims that are no multiple of the vector width (nor of two of them), and v's head dim apart
+// from q's: the fast kernels read the tails masked (forward) or pad them (backward). Decode rows
+// (1-4 per KV head) across the 1024-key tiles, short and tiled prefill, masks and dropout.
+TEST(FlashSweep, EveryHeadDimRunsTheFastKernel) {
+  const int64_t dims[] = {3, 16, 20, 40, 72, 96, 112, 200};
+  const std::pair<int64_t, int64_t> lengths[] = {{1, 1030}, {2, 40}, {37, 37}, {129, 200}};
+  int n = 0;
+  for (int64_t D : dims)
+    for (auto [Lq, Lkv] : lengths) {
+      const int i = n++;
+      const int64_t Dv = i % 3 == 0 ? D + 5 : i % 3 == 1 ? std::max<int64_t>(D - 1, 1) : D;
+      const int64_t group = i % 2 == 0 ? 4 : 1;
+      const bool causal = i % 4 < 2;
+      const int mask = causal ? 0 : 1 + (i / 4) % 2;
+      check({D, Lq, Lkv, 2, group, causal, mask, 0, i % 5 == 2 ? 0.2 : 0.0, Dv});
     }
 }
 
@@ -127,7 +148,7 @@ TEST(FlashSweep, Bf16InputsAccumulateInF32) {
 // q, k, v as a model makes them: heads of one packed (B, L, (Hq + 2 Hkv) D) projection, transposed
 // to (B, H, L, D) views (rows (Hq + 2 Hkv) D apart), and an output gradient that is a transposed
 // view too. The kernels read and write them where they lie; flash against math, forward and
-// backward, on the register-blocked f32 path (D = 64), the generic f32 path (D = 80), f64 and bf16.
+// backward, on the f32 kernels (D = 64; D = 80, a tail where a register holds 16 floats), f64 and bf16.
 TEST(FlashSweep, StridedOperandsFromAPackedProjection) {
   struct Case {
     int64_t D, L, Hkv, group;

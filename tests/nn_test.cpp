@@ -550,11 +550,13 @@ TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
   Tensor flash = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::flash);
   Tensor math = scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, true, SDPABackend::math);
   EXPECT_TRUE(test::all_close(flash, math, 1e-5, 1e-5));
-  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash);  // f32, D = 32 (two vectors on AVX2 and on AVX-512): the fast kernel
+  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash);  // f32: the fast kernel, at any head dim
   const SDPAChoice odd = sdpa_choose(Tensor::symbolic({1, 2, 8, 12}), Tensor::symbolic({1, 2, 8, 12}), {}, 0.0);
-  EXPECT_EQ(odd.backend, SDPABackend::math);
-  EXPECT_NE(odd.reason.find("D = 12"), std::string::npos) << odd.reason;
-  EXPECT_EQ(sdpa_choose(q.to(DType::f64), k.to(DType::f64), {}, 0.0).backend, SDPABackend::math);
+  EXPECT_EQ(odd.backend, SDPABackend::flash);
+  EXPECT_NE(odd.reason.find("head dims 12/12"), std::string::npos) << odd.reason;
+  const SDPAChoice f64 = sdpa_choose(q.to(DType::f64), k.to(DType::f64), {}, 0.0);
+  EXPECT_EQ(f64.backend, SDPABackend::math);
+  EXPECT_NE(f64.reason.find("f64"), std::string::npos) << f64.reason;
   // A decode step against the first positions of a KV cache: read in place, same result.
   Tensor cache_k = randn({2, 2, 64, 32}), cache_v = randn({2, 2, 64, 32}), q1 = randn({2, 4, 1, 32});
   Tensor kv = cache_k.narrow(2, 0, 40), vv = cache_v.narrow(2, 0, 40);

@@ -64,15 +64,14 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const int64_t D = in[0].shape[3], Dv = in[2].shape[3];
   const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
   if (requested == "flash") return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
-  // Measured (BENCHMARKS.md, `sinter bench attention`, and the masked lengths below): the
-  // register-blocked flash kernel is faster than math at every length, forward and backward; its
-  // generic path (f64, odd head dims) is a slow reference.
+  // Measured (BENCHMARKS.md, `sinter bench attention` and `sweep`, and the masked lengths below):
+  // the register-blocked flash kernel (f32 and bf16, any head dims) is faster than math at every
+  // length, forward and backward; its generic path (f64) is a slow reference.
   static const OpDef& registered = get_op("sdpa");  // the backends register with the op table
   (void)registered;
   const FlashFastPath fast = g_fast_path[size_t(in[0].device.type)];
   if (!fast || !fast(dt, D, Dv))
-    return {SDPABackend::math, std::string("math: flash's fast kernel needs f32 or bf16 and head dims that are multiples of the ") +
-                                   "vector width (got " + dtype_name(dt) + ", D = " + std::to_string(D) + ")"};
+    return {SDPABackend::math, std::string("math: flash's fast kernel takes f32 or bf16 (got ") + dtype_name(dt) + ", head dims " + dims + ")"};
   // Masks too: flash adds an additive mask tile by tile as it reads it, math to the score matrix in
   // one pass. Measured (B = 1, H = 8, D = 64, forced flash and forced math alternating in one
   // process, Intel Xeon, 2 threads, best of 15): with an additive mask math takes 1.8-2.3x flash's

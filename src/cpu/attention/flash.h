@@ -5,6 +5,7 @@
 // mask: additive, broadcastable to (B, Hq, Lq, Lkv), read in the compute dtype (f32 for bf16 inputs).
 // bf16 inputs compute in f32 (lse stays f32). A row that sees no key (or only -inf) gives 0 and
 // lse = -inf, as PyTorch's safe softmax.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,7 @@ constexpr int64_t kBr = 32, kBc = 64;  // query rows x key columns per tile (gen
 
 // The f32 kernels' register blocking: floats per register, per block row.
 constexpr int64_t kV = cpu::simd::kVectorBytes / 4, kNr = 2 * kV;
+constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 template <class T>
 void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse);
@@ -28,7 +30,8 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
                     const T* dlse, const T* mask, T* dq, T* dk, T* dv);
 void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
                         const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv);
-// Whether the register-blocked kernels run this call (else the generic path, a slow reference).
+// Whether the register-blocked kernels run this call: f32 and bf16, any head dims (f64 runs the
+// generic kernels, a slow reference).
 bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);
 
 }  // namespace sinter::detail

@@ -1,5 +1,5 @@
-// FlashAttention-2 backward: the f32 kernel on the register-blocked micro-kernels and the generic
-// kernel (any head dim, f32 or f64).
+// FlashAttention-2 backward: the f32 kernel on the register-blocked micro-kernels (head dims
+// multiples of kNr; sdpa_cpu.cpp pads others) and the generic kernel (f64).
 #include "cpu/attention/flash_tiles.h"
 #include "core/parallel.h"
 
@@ -203,8 +203,6 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
 }
 
 
-template void flash_backward<float>(const Geometry&, const float*, const float*, const float*, const float*, const float*,
-                                    const float*, const float*, const float*, float*, float*, float*);
 template void flash_backward<double>(const Geometry&, const double*, const double*, const double*, const double*,
                                      const double*, const double*, const double*, const double*, double*, double*, double*);
 

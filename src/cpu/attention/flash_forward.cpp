@@ -1,5 +1,5 @@
-// FlashAttention-2 forward: the generic kernel (any head dim, f32 or f64) and the f32 kernel on
-// the register-blocked micro-kernels (flash_tiles.h).
+// FlashAttention-2 forward: the generic kernel (f64) and the f32 kernel on the register-blocked
+// micro-kernels (flash_tiles.h), for any head dims.
 #include "cpu/attention/flash_tiles.h"
 #include "core/parallel.h"
 
@@ -17,20 +17,24 @@ SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
   for (int64_t x = 0; x < n; x += 64 / 4) __builtin_prefetch(row + x, 0, 3);
 }
 
+// q's rows are D rounded up to kV floats apart, zero past D; K's rows end at D (a tail is read masked).
 template <int ROWS, int KC>
 SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld, int64_t k_rs) {
   for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * k_rs, D);
+  const int64_t Dp = round_up(D, kV), whole = D / kV * kV;
   fvec acc[ROWS][KC];
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < KC; ++j) acc[r][j] = fvec{};
-  for (int64_t d = 0; d < D; d += kV) {
+  auto step = [&](int64_t d, auto load) {
     fvec kv[KC];
-    for (int j = 0; j < KC; ++j) kv[j] = vload(K + (c + j) * k_rs + d);
+    for (int j = 0; j < KC; ++j) kv[j] = load(K + (c + j) * k_rs + d);
     for (int r = 0; r < ROWS; ++r) {
-      const fvec qv = vload(q + r * D + d);
+      const fvec qv = vload(q + r * Dp + d);
       for (int j = 0; j < KC; ++j) acc[r][j] += qv * kv[j];
     }
-  }
+  };
+  for (int64_t d = 0; d < whole; d += kV) step(d, [](const float* p) { return vload(p); });
+  if (whole < D) step(whole, [&](const float* p) { return vload_n(p, D - whole); });
 #if defined(__AVX__) && !defined(__AVX512F__)
   if constexpr (ROWS * KC == 8) {  // eight dot products reduced together: 3 rounds of pairwise adds
     const fvec* a = &acc[0][0];
@@ -71,8 +75,17 @@ void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, in
 
 // acc(rows, Dv) += sum over c of p(r, c) V(c, :) for a few rows (decode): V streamed row by row
 // in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r],
-// row c of V at V + c * v_rs.
+// row c of V at V + c * v_rs. acc's rows are Dv rounded up to kV floats apart; a tail of V's rows
+// is read masked.
 template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv, int64_t v_rs) {
+  const int64_t Dp = round_up(Dv, kV), whole = Dv / kV * kV, tail = Dv - whole;
+  // acc's rows += four keys' rows of V (at v, v_rs apart) over [d, d + kV), weighted by p
+  auto four = [&](const float* v, const float (*p)[ROWS], int64_t d, auto load) {
+    const fvec v0 = load(v + d), v1 = load(v + v_rs + d), v2 = load(v + 2 * v_rs + d), v3 = load(v + 3 * v_rs + d);
+    for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dp + d, vload(acc + r * Dp + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
+  };
+  auto whole_load = [](const float* x) { return vload(x); };
+  auto tail_load = [tail](const float* x) { return vload_n(x, tail); };
   int64_t c = 0;
   for (; c + 4 <= cols; c += 4) {
     float p[4][ROWS];
@@ -80,15 +93,13 @@ template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, flo
       for (int r = 0; r < ROWS; ++r) p[j][r] = pT[(c + j) * ld + r];
     const float* v = V + c * v_rs;
     for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * v_rs, Dv);
-    for (int64_t d = 0; d < Dv; d += kV) {
-      const fvec v0 = vload(v + d), v1 = vload(v + v_rs + d), v2 = vload(v + 2 * v_rs + d), v3 = vload(v + 3 * v_rs + d);
-      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
-    }
+    for (int64_t d = 0; d < whole; d += kV) four(v, p, d, whole_load);
+    if (tail) four(v, p, whole, tail_load);
   }
   for (; c < cols; ++c)
-    for (int64_t d = 0; d < Dv; d += kV) {
-      const fvec v0 = vload(V + c * v_rs + d);
-      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dv + d, vload(acc + r * Dv + d) + v0 * pT[c * ld + r]);
+    for (int64_t d = 0; d < Dp; d += kV) {
+      const fvec v0 = d < whole ? vload(V + c * v_rs + d) : vload_n(V + c * v_rs + d, tail);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dp + d, vload(acc + r * Dp + d) + v0 * pT[c * ld + r]);
     }
 }
 void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t v_rs) {
@@ -179,7 +190,6 @@ void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const 
 }
 
 
-template void flash_forward<float>(const Geometry&, const float*, const float*, const float*, const float*, float*, float*);
 template void flash_forward<double>(const Geometry&, const double*, const double*, const double*, const double*, double*,
                                     double*);
 
@@ -189,7 +199,7 @@ struct ForwardScratch {
   std::vector<int64_t> lim_of, first_of, row_keys, strip_keys;
   std::vector<const float*> mask_of;
   std::vector<uint64_t> element_of;
-  void reserve(int64_t D, int64_t Dv) {
+  void reserve(int64_t D, int64_t Dv) {  // padded head dims: D and Dv rounded up
     auto at_least = [](auto& v, int64_t n) {
       if (int64_t(v.size()) < n) v.resize(size_t(n));
     };
@@ -210,6 +220,9 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
                        float* lse) {
   static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
+  // Any head dims: q's rows in scratch zero-padded to Dq (the decode kernel reads whole registers),
+  // the accumulators' to Da (the P V kernels' blocks); K's and V's tails are read masked.
+  const int64_t Dq = round_up(D, kV), Da = round_up(Dv, kNr), Dd = round_up(Dv, kV);  // Dd: the decode kernel's acc rows
   // Scores in log2 units (q scaled by scale log2(e)): the softmax takes 2^t (vexp2_nonpos), the
   // mask is scaled to match, and lse goes back to natural units.
   const float scale = float(g.scale * double(kLog2e)), ninf = -std::numeric_limits<float>::infinity();
@@ -217,7 +230,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
     // Each thread's scratch lives across calls: a decode step's attention is a few microseconds,
     // and allocating (and zeroing) ~50 KiB of it per call had cost half of that.
     thread_local ForwardScratch sc;
-    sc.reserve(D, Dv);
+    sc.reserve(Dq, Da);
     std::vector<float>&qt = sc.qt, &qs = sc.qs, &sT = sc.sT, &acc = sc.acc, &m = sc.m, &l = sc.l, &alpha = sc.alpha, &z = sc.z;
     std::vector<int64_t>&lim_of = sc.lim_of, &first_of = sc.first_of, &row_keys = sc.row_keys, &strip_keys = sc.strip_keys;
     std::vector<const float*>& mask_of = sc.mask_of;
@@ -234,10 +247,12 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       const float* V = g.lv.at(v, b, hk, 0);
       const int64_t k_rs = g.lk.r, v_rs = g.lv.r;
       const bool few = rows <= 4;
+      const int64_t acc_rs = few ? Dd : Da;  // the accumulators' rows, as the P V kernel of the job lays them
       if (few) {
         for (int64_t r = 0; r < rows; ++r) {
           const float* Qr = q_row(r);
-          for (int64_t d = 0; d < D; ++d) qs[size_t(r * D + d)] = Qr[d] * scale;
+          for (int64_t d = 0; d < D; ++d) qs[size_t(r * Dq + d)] = Qr[d] * scale;
+          for (int64_t d = D; d < Dq; ++d) qs[size_t(r * Dq + d)] = 0.0f;
         }
       } else {  // qt(D, kFBr) = scale Q^T, zero past the last row
         for (int64_t r = 0; r < rows; ++r) {
@@ -247,7 +262,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         for (int64_t d = 0; d < D; ++d)
           for (int64_t r = rows; r < rows_r; ++r) qt[size_t(d * kFBr + r)] = 0.0f;
       }
-      std::fill(acc.begin(), acc.begin() + (few ? rows : kFBr) * Dv, 0.0f);  // the rows the P V kernels touch
+      std::fill(acc.begin(), acc.begin() + (few ? rows : kFBr) * Da, 0.0f);  // the rows the P V kernels touch
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), 0.0f);
       // Tiles before every row's first key or past every row's limit are fully masked.
@@ -318,7 +333,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         }
         for (int64_t r = 0; r < rows; ++r) {
           if (alpha[size_t(r)] != 1.0f) {
-            float* ar = acc.data() + r * Dv;
+            float* ar = acc.data() + r * acc_rs;
             const float a = alpha[size_t(r)];
             for (int64_t d = 0; d < Dv; ++d) ar[d] *= a;
           }
@@ -328,12 +343,12 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           }
         }
         if (few) pv_few_rows(sT.data(), ld, V + j0 * v_rs, acc.data(), rows, cols, Dv, v_rs);
-        else pv_tile(sT.data(), V + j0 * v_rs, acc.data(), rows, cols, Dv, 1, ld, -1, cut ? row_keys.data() : nullptr, v_rs);  // acc += P V, P from P^T
+        else pv_tile(sT.data(), V + j0 * v_rs, acc.data(), rows, cols, Da, 1, ld, Da, cut ? row_keys.data() : nullptr, v_rs, nullptr, Dv);  // acc += P V, P from P^T
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = g.lo.at(o, b, hk * group + (r0 + r) / g.Lq, (r0 + r) % g.Lq);
         const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;  // no visible key: 0, lse -inf
-        for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * Dv + d)] * inv;
+        for (int64_t d = 0; d < Dv; ++d) orow[d] = acc[size_t(r * acc_rs + d)] * inv;
         lse[row_base + r] = l[size_t(r)] > 0 ? m[size_t(r)] * kLn2 + std::log(l[size_t(r)]) : ninf;
       }
     }

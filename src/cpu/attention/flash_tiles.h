@@ -15,6 +15,23 @@ constexpr int64_t kFewBc = 1024;  // keys per tile for a few rows (decode): long
 
 SINTER_INLINE fvec vload(const float* p) { fvec v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
+typedef int32_t ivec __attribute__((vector_size(cpu::simd::kVectorBytes)));
+// The first n floats at p (0 <= n <= kV) in a register, the other lanes 0: a head dim's tail,
+// read without touching what lies past it (the next row, or the end of the buffer).
+SINTER_INLINE fvec vload_n(const float* p, int64_t n) {
+#if defined(__AVX512F__)
+  return (fvec)_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1u), p);
+#elif defined(__AVX__)
+  const ivec lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  return (fvec)_mm256_maskload_ps(p, (__m256i)(lane < int32_t(n)));
+#else
+  fvec v{};
+  std::memcpy(&v, p, size_t(n) * sizeof(float));
+  return v;
+#endif
+}
+// Floats of a head dim of n past d0, in the register j of a block: kV, fewer at the tail, or 0.
+SINTER_INLINE int64_t lanes_at(int64_t n, int64_t d0, int j) { return std::clamp<int64_t>(n - d0 - j * kV, 0, kV); }
 
 // Rows per micro-kernel block: 6 x 2 registers of accumulators, 2 loads and 6 broadcasts per 12
 // FMAs (the BLAS shape for 16 registers): FMA-bound rather than load-bound. AVX-512's 32 registers
@@ -80,16 +97,24 @@ void scores_tile(const float* q, const float* kt, float* s, int64_t rows, int64_
   }
 }
 
-// One block of MR rows: acc rows [.., d0, d0 + NV kV) += sum over c of p(r, c) v(c, ..).
-template <int MR, int NV = 2>
+// One block of MR rows: acc rows [.., d0, d0 + NV kV) += sum over c of p(r, c) v(c, ..). TAIL:
+// v's rows end inside the block (at v_cols): its loads are masked, the accumulators' lanes past
+// it gain 0.
+template <int MR, int NV = 2, bool TAIL = false>
 SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
-                            int64_t v_rs) {
+                            int64_t v_rs, int64_t v_cols) {
   fvec a[MR][NV];
+  int64_t n[NV] = {};
+  if constexpr (TAIL)
+    for (int j = 0; j < NV; ++j) n[j] = lanes_at(v_cols, d0, j);
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NV; ++j) a[r][j] = vload(ar[r] + d0 + j * kV);
   for (int64_t c = 0; c < cols; ++c) {
     fvec vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = vload(v + c * v_rs + d0 + j * kV);
+    for (int j = 0; j < NV; ++j) {
+      if constexpr (TAIL) vv[j] = vload_n(v + c * v_rs + d0 + j * kV, n[j]);
+      else vv[j] = vload(v + c * v_rs + d0 + j * kV);
+    }
     for (int r = 0; r < MR; ++r) {
       const float pv = pr[r][c * p_cs];
       for (int j = 0; j < NV; ++j) a[r][j] += vv[j] * pv;
@@ -104,15 +129,21 @@ SINTER_INLINE void pv_block(const float* const* pr, int64_t p_cs, const float* v
 // NV registers of the head dim per block (2, or 4 where AVX-512's 32 registers hold 6 x 4
 // accumulators: a broadcast of p then feeds four FMAs instead of two; the same in pv_block and
 // scores_block).
-template <int MR, int NV = 2>
+template <int MR, int NV = 2, bool TAIL = false>
 SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, float* const* ar, int64_t cols, int64_t d0,
-                              int64_t v_rs) {
+                              int64_t v_rs, int64_t v_cols) {
   fvec a[MR][NV];
+  int64_t n[NV] = {};
+  if constexpr (TAIL)
+    for (int j = 0; j < NV; ++j) n[j] = lanes_at(v_cols, d0, j);
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NV; ++j) a[r][j] = vload(ar[r] + d0 + j * kV);
   for (int64_t c = 0; c < cols; ++c, p += p_cs, v += v_rs) {
     fvec vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = vload(v + d0 + j * kV);
+    for (int j = 0; j < NV; ++j) {
+      if constexpr (TAIL) vv[j] = vload_n(v + d0 + j * kV, n[j]);
+      else vv[j] = vload(v + d0 + j * kV);
+    }
     for (int r = 0; r < MR; ++r) {
       const float pr = p[r];
       for (int j = 0; j < NV; ++j) a[r][j] += vv[j] * pr;
@@ -122,17 +153,31 @@ SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, floa
     for (int j = 0; j < NV; ++j) vstore(ar[r] + d0 + j * kV, a[r][j]);
 }
 
+// The block of pv_tile holding v's last floats (read masked), kept out of line: inlined, its six
+// row variants grew the flash kernels' loop enough to slow the aligned head dims' code (5% on the
+// masked forward, Zen 3).
+[[gnu::noinline]] void pv_tail_block(const float* pt, int64_t p_rs, const float* const* pr, int64_t p_cs, const float* v,
+                                     float* const* ar, int64_t rows, int64_t cols, int64_t d0, int64_t v_rs, int64_t v_cols) {
+  with_rows<kMr>(rows, [&](auto mr) {
+    if (p_rs == 1) pv_block_t<decltype(mr)::value, 2, true>(pt, p_cs, v, ar, cols, d0, v_rs, v_cols);
+    else pv_block<decltype(mr)::value, 2, true>(pr, p_cs, v, ar, cols, d0, v_rs, v_cols);
+  });
+}
+
 // acc(rows, Dv) += p(rows, cols) v(cols, Dv), p(r, c) at p[r * p_rs + c * p_cs] (so a transposed
 // tile needs no copy: its elements are broadcast one at a time anyway); Dv a multiple of kNr;
 // row r of acc at acc + r * acc_rs, row c of v at v + c * v_rs. With row_cols, p(r, c) = 0 for
 // c >= row_cols[r] (a causal tile on the diagonal): each block of rows stops at its rows' last
 // nonzero column; with row_first, p(r, c) = 0 for c < row_first[r] (the diagonal read transposed):
-// each block of rows starts at its rows' first nonzero column.
+// each block of rows starts at its rows' first nonzero column. With v_cols < Dv, v's rows hold
+// only v_cols floats (a head dim that is no multiple of kNr, acc padded to Dv): they are read
+// masked, and acc's columns past v_cols stay as they were.
 void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t p_rs = kFBc,
              int64_t p_cs = 1, int64_t acc_rs = -1, const int64_t* row_cols = nullptr, int64_t v_rs = -1,
-             const int64_t* row_first = nullptr) {
+             const int64_t* row_first = nullptr, int64_t v_cols = -1) {
   if (acc_rs < 0) acc_rs = Dv;
   if (v_rs < 0) v_rs = Dv;
+  if (v_cols < 0) v_cols = Dv;
   for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
     int64_t n = cols, c0 = 0;
     if (row_cols) {
@@ -149,25 +194,25 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
     for (int64_t r = 0; r < kMr; ++r)
       pr[r] = p + std::min(r0 + r, rows - 1) * p_rs + c0 * p_cs, ar[r] = acc + std::min(r0 + r, rows - 1) * acc_rs;
     const float* vc = v + c0 * v_rs;
-    for (int64_t d0 = 0; d0 < Dv;) {
-      if (kWide && Dv - d0 >= 2 * kNr) {
+    const int64_t full = std::min(Dv, v_cols / kNr * kNr);  // blocks wholly inside v's rows
+    for (int64_t d0 = 0; d0 < full;) {
+      if (kWide && full - d0 >= 2 * kNr) {
         with_rows<kMr>(rows - r0, [&](auto mr) {
-          if (p_rs == 1) pv_block_t<decltype(mr)::value, 4>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs);
-          else pv_block<decltype(mr)::value, 4>(pr, p_cs, vc, ar, n - c0, d0, v_rs);
+          if (p_rs == 1) pv_block_t<decltype(mr)::value, 4>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs, v_cols);
+          else pv_block<decltype(mr)::value, 4>(pr, p_cs, vc, ar, n - c0, d0, v_rs, v_cols);
         });
         d0 += 2 * kNr;
         continue;
       }
       with_rows<kMr>(rows - r0, [&](auto mr) {
-        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs);
-        else pv_block<decltype(mr)::value>(pr, p_cs, vc, ar, n - c0, d0, v_rs);
+        if (p_rs == 1) pv_block_t<decltype(mr)::value>(p + r0 + c0 * p_cs, p_cs, vc, ar, n - c0, d0, v_rs, v_cols);
+        else pv_block<decltype(mr)::value>(pr, p_cs, vc, ar, n - c0, d0, v_rs, v_cols);
       });
       d0 += kNr;
     }
+    if (full < Dv) pv_tail_block(p + r0 + c0 * p_cs, p_rs, pr, p_cs, vc, ar, rows - r0, n - c0, full, v_rs, v_cols);
   }
 }
-
-typedef int32_t ivec __attribute__((vector_size(cpu::simd::kVectorBytes)));
 
 SINTER_INLINE fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
 

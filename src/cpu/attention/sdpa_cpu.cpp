@@ -9,9 +9,9 @@
 
 namespace sinter::detail {
 
-bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
-  return (dtype == DType::f32 || dtype == DType::bf16) && D % kV == 0 && Dv % kNr == 0;
-}
+// Any head dims: the forward reads the tails of K's and V's rows masked, the backward runs on
+// copies padded with zeros to whole blocks (zero columns add nothing to a score or a gradient).
+bool flash_fast_path(DType dtype, int64_t, int64_t) { return dtype == DType::f32 || dtype == DType::bf16; }
 
 namespace {
 
@@ -83,10 +83,7 @@ void flash_forward_into(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
     Tensor o = out_rows(o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct), g.lo);
     const T* mp = m.defined() ? static_cast<const T*>(m.data_ptr()) : nullptr;
     if constexpr (std::is_same_v<T, float>) {
-      if (g.D % kV == 0 && g.Dv % kNr == 0)  // the register-blocked kernel (D: vectors, Dv: pairs of them)
-        flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
-      else
-        flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
+      flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
     } else {
       flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
     }
@@ -119,11 +116,44 @@ void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
                      out[0], out[1]);
 }
 
+// t (B, H, L, n) as a contiguous f32 copy with its last dim zero-padded to `to`.
+Tensor padded(const Tensor& t, int64_t to) {
+  Tensor p = Tensor::empty({t.size(0), t.size(1), t.size(2), to}, DType::f32);
+  cpu::fill(p, 0.0);
+  cpu::copy(t, raw_slice(p, 3, 0, t.size(3)));
+  return p;
+}
+
+// The f32 backward on head dims padded to whole blocks (kNr): q and k to Dp, v, o and dO to Dvp;
+// the gradients come back narrowed into `out`.
+void flash_backward_padded(Geometry g, std::span<const Tensor> in, const Tensor& mask, std::span<Tensor> out) {
+  const int64_t D = g.D, Dv = g.Dv, Dp = round_up(D, kNr), Dvp = round_up(Dv, kNr);
+  const int64_t widths[] = {Dp, Dp, Dvp, Dvp, 0, Dvp, 0};
+  RowLayout* const layouts[] = {&g.lq, &g.lk, &g.lv, &g.lo, nullptr, &g.ldo, nullptr};
+  std::vector<Tensor> c;
+  for (size_t i = 0; i < 7; ++i) {
+    c.push_back(widths[i] ? padded(in[i], widths[i]) : cpu::contiguous_as(in[i], DType::f32));
+    if (layouts[i]) *layouts[i] = layout_of(c.back());
+  }
+  std::vector<Tensor> grads;
+  RowLayout* const grad_layouts[] = {&g.ldq, &g.ldk, &g.ldv};
+  for (size_t i = 0; i < 3; ++i) {
+    grads.push_back(Tensor::empty({out[i].size(0), out[i].size(1), out[i].size(2), i == 2 ? Dvp : Dp}, DType::f32));
+    *grad_layouts[i] = layout_of(grads.back());
+  }
+  g.D = Dp, g.Dv = Dvp;  // the scale stays the caller's
+  const float* m = mask.defined() ? static_cast<const float*>(mask.data_ptr()) : nullptr;
+  flash_backward_f32(g, c[0].data<float>(), c[1].data<float>(), c[2].data<float>(), c[3].data<float>(), c[4].data<float>(),
+                     c[5].data<float>(), c[6].data<float>(), m, grads[0].data<float>(), grads[1].data<float>(), grads[2].data<float>());
+  for (size_t i = 0; i < 3; ++i) cpu::copy(raw_slice(grads[i], 3, 0, out[i].size(3)), out[i]);
+}
+
 void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   SINTER_KERNEL_ENTRY();
   Geometry g = geometry(metas(in, 3), a, "sdpa_flash_backward");
   const DType ct = compute_dtype(in[0].dtype());
   Tensor mask = in.size() > 7 ? mask_view(in[7], ct, g) : Tensor();
+  if (ct == DType::f32 && (g.D % kNr != 0 || g.Dv % kNr != 0)) return flash_backward_padded(g, in, mask, out);
   with_compute_type(in[0].dtype(), [&]<class T>() {
     // q, k, v, o, dO where they lie; lse and dlse contiguous; the gradients' layouts as allocated.
     RowLayout* const layouts[] = {&g.lq, &g.lk, &g.lv, &g.lo, nullptr, &g.ldo, nullptr};
@@ -134,15 +164,10 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
     for (size_t i = 0; i < 3; ++i)
       grads.push_back(out_rows(out[i].dtype() == ct ? out[i] : Tensor::empty(out[i].shape(), ct), *grad_layouts[i]));
     const T* m = mask.defined() ? static_cast<const T*>(mask.data_ptr()) : nullptr;
-    bool done = false;
-    if constexpr (std::is_same_v<T, float>) {
-      if (g.D % kNr == 0 && g.Dv % kNr == 0) {
-        flash_backward_f32(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), c[5].data<T>(),
-                           c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
-        done = true;
-      }
-    }
-    if (!done)
+    if constexpr (std::is_same_v<T, float>)
+      flash_backward_f32(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), c[5].data<T>(),
+                         c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
+    else
       flash_backward<T>(g, c[0].data<T>(), c[1].data<T>(), c[2].data<T>(), c[3].data<T>(), c[4].data<T>(), c[5].data<T>(),
                         c[6].data<T>(), m, grads[0].data<T>(), grads[1].data<T>(), grads[2].data<T>());
     for (size_t i = 0; i < 3; ++i)
