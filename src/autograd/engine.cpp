@@ -1,5 +1,6 @@
 // The backward engine: topological order over the nodes reachable from the outputs, gradients
 // summed per (node, output), broadcasting and dtype undone centrally, leaves accumulated.
+#include <functional>
 #include <algorithm>
 #include <deque>
 #include <unordered_map>
@@ -10,6 +11,10 @@
 #include "sinter/ops.h"
 
 namespace sinter {
+namespace detail {
+// Set by a compiler trace: called when a traced backward adds to a leaf's real gradient.
+std::function<void(const Tensor&)> g_accumulate_traced;
+}  // namespace detail
 
 static thread_local bool t_grad_enabled = true;
 
@@ -119,6 +124,9 @@ struct Run {
     }
     Tensor grad = create_graph ? g : g.detach();
     Tensor old = leaf->grad ? Tensor(leaf->grad) : Tensor();
+    // Traced (a symbolic gradient) onto a gradient the leaf already holds: a compiled function
+    // cannot keep that tensor from call to call, so the tracer stops here (compiler/trace.cpp).
+    if (old.defined() && !old.is_symbolic() && grad.is_symbolic() && detail::g_accumulate_traced) detail::g_accumulate_traced(old);
     if (old.defined()) {
       GradModeScope mode(create_graph);
       grad = add(old, grad);

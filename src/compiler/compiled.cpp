@@ -6,6 +6,7 @@
 
 #include "compiler/compiled.h"
 #include "sinter/autograd.h"
+#include "sinter/ops.h"
 
 namespace sinter {
 
@@ -127,6 +128,7 @@ compiler::Entry* CompiledFunction::State::make(const std::vector<Tensor>& in) {
     const bool recompute = opts.recompute && compiler::enabled_passes().recompute;
     if (r.backward.forward_nodes >= 0) compiler::split_backward(*e, r, in.size(), recompute);
     else e->graph = std::move(r.graph);
+    e->leaf_grads = std::move(r.leaf_grads), e->leaf_grad_read = std::move(r.leaf_grad_read);
     build_both(*e);
   }
   entries.push_back(std::move(e));
@@ -154,7 +156,27 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (e->lazy) return s_->run_lazily(inputs);
   if (e->eager) return s_->fn(inputs);
   if (e->backward) return compiler::run_with_backward(*e, inputs, s_->arena, s_->opts.name);
+  if (!e->leaf_grads.empty()) return s_->run_handing_gradients(*e, inputs);
   return compiler::run(*e, inputs, s_->arena);
+}
+
+// The gradients the function's backward left on leaves go to them as eager's backward leaves
+// them: set where a leaf holds none, added to what it holds (the same add) otherwise. A graph
+// that reads one itself (an optimizer step) was traced with none there: a call finding one there
+// runs eagerly.
+std::vector<Tensor> CompiledFunction::State::run_handing_gradients(compiler::Entry& e, const std::vector<Tensor>& in) {
+  for (size_t i = 0; i < e.leaf_grads.size(); ++i)
+    if (e.leaf_grad_read[i] && e.leaf_grads[i].grad().defined()) return fn(in);
+  std::vector<Tensor> out = compiler::run(e, in, arena);
+  const size_t n = out.size() - e.leaf_grads.size();
+  for (size_t i = 0; i < e.leaf_grads.size(); ++i) {
+    Tensor& leaf = e.leaf_grads[i];
+    const Tensor old = leaf.grad();
+    NoGradGuard no_grad;
+    leaf.set_grad(old.defined() ? old + out[n + i] : out[n + i]);
+  }
+  out.resize(n);
+  return out;
 }
 
 CompiledFunction compile(TensorFn fn, CompileOptions opts) { return CompiledFunction(std::move(fn), std::move(opts)); }

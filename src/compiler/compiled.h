@@ -56,6 +56,10 @@ struct Entry {
   double extern_seconds = 0;
   std::vector<int> random_nodes;    // nodes whose seed and counter each call sets
   std::vector<std::string> guard_text;
+  // Leaves the function's own backward leaves gradients on: `graph` returns them after the
+  // function's outputs; each call sets (or adds to) each leaf's .grad (compiled.cpp).
+  std::vector<Tensor> leaf_grads;
+  std::vector<bool> leaf_grad_read;  // a node reads it (then a call finding one already there runs eagerly)
   // Outputs that require grad: `graph` is the forward, returning the function's outputs and then
   // what the backward reads; each call attaches an autograd node that runs the backward program.
   std::shared_ptr<BackwardPart> backward;
@@ -127,6 +131,7 @@ struct CompiledFunction::State {
   void build_both(compiler::Entry& e);
   std::vector<Tensor> run_piece(compiler::Graph& g, uint64_t random_base, const std::string& reason);
   std::vector<Tensor> run_lazily(const std::vector<Tensor>& in);
+  std::vector<Tensor> run_handing_gradients(compiler::Entry& e, const std::vector<Tensor>& in);
   compiler::Entry* find(const std::vector<Tensor>& in);
   compiler::Entry* make(const std::vector<Tensor>& in);
   void warn(const std::string& message);

@@ -13,6 +13,7 @@
 namespace sinter {
 namespace detail {
 extern std::function<void(const Tensor&)> g_materialize;  // core/tensor.cpp: reading a symbolic tensor's data
+extern std::function<void(const Tensor&)> g_accumulate_traced;  // autograd/engine.cpp: a backward adding to a real .grad
 }
 
 namespace compiler {
@@ -224,6 +225,33 @@ void trace_backward(Tracer& t, const std::vector<Tensor>& stand_ins, const std::
 
 }  // namespace
 
+// A backward the function runs (loss.backward()) leaves gradients on captured leaves (the
+// parameters): each becomes an output after the function's own, and each call hands it to its
+// leaf (CompiledFunction::operator()). A backward adding to a gradient a leaf held before the
+// call stops the trace: the function then runs in pieces, each call adding to what is there.
+struct LeafGradients {
+  explicit LeafGradients(Tracer& t) : prev(detail::g_accumulate_traced) {
+    detail::g_accumulate_traced = [&t](const Tensor&) {
+      if (!t.lazy()) t.stop("backward", "it adds to a gradient a parameter already holds (zero_grad() inside the function avoids it)");
+    };
+  }
+  ~LeafGradients() { detail::g_accumulate_traced = prev; }
+  std::function<void(const Tensor&)> prev;
+};
+
+void add_leaf_gradients(Tracer& t, TraceResult& r) {
+  for (int v : t.g.captured) {
+    const Tensor& c = t.g.values[size_t(v)].captured;
+    if (!c.grad().defined() || !c.grad().is_symbolic()) continue;
+    const int g = t.value_of(c.grad());
+    r.leaf_grads.push_back(c);
+    r.leaf_grad_read.push_back(false);
+    for (const Node& n : t.g.nodes)
+      if (std::find(n.inputs.begin(), n.inputs.end(), g) != n.inputs.end()) r.leaf_grad_read.back() = true;
+    t.g.outputs.push_back(g);
+  }
+}
+
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts) {
   Tracer t(opts);
   std::vector<Tensor> stand_ins;
@@ -236,10 +264,14 @@ TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const C
   {
     ObserveScope scope(&t);
     DataReadsBreak reads(t);
+    LeafGradients leaf_grads(t);
     try {
       outs = fn(stand_ins);
       for (const Tensor& o : outs) t.g.outputs.push_back(t.value_of(o));
       if (grad_enabled()) trace_backward(t, stand_ins, outs, r);
+      add_leaf_gradients(t, r);
+      if (!r.leaf_grads.empty() && r.backward.forward_nodes >= 0)
+        t.stop("backward", "it leaves gradients on parameters and returns outputs that require grad");
     } catch (const Break& b) {
       r.broke = true, r.break_op = b.op, r.break_reason = b.reason;
     }

@@ -31,6 +31,10 @@ struct TraceResult {
   TracedBackward backward;
   bool broke = false;
   std::string break_op, break_reason;  // where and why the trace stopped
+  // Leaves (captured tensors) the function's own backward left gradients on: graph outputs after
+  // the function's, in this order; whether a node of the graph reads each (an optimizer step).
+  std::vector<Tensor> leaf_grads;
+  std::vector<bool> leaf_grad_read;
 };
 
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts);
