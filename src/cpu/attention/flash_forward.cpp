@@ -6,8 +6,9 @@
 namespace sinter::detail {
 namespace {
 
-// Scores for a few rows (decode) straight from K's rows, written transposed: sT(c * ld + r) = q_r . K_c,
-// each K row read once for all rows (at Lq = 1 a blocked kernel would waste most of its lanes).
+// Scores for a few rows (decode) straight from K's rows, row by row: s(r * rs + c) = q_r . K_c (the
+// softmax then runs along each row's keys, a register of keys at a time), each K row read once
+// for all rows (at Lq = 1 a blocked kernel would waste most of its lanes).
 // KC keys at a time, so ROWS x KC independent accumulators hide the add latency.
 // Decode is a stream through K and V: rows this many keys ahead are prefetched, a few lines per
 // step, so the loads find them in cache (the hardware prefetcher alone left ~1/3 of the read
@@ -19,7 +20,7 @@ SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
 
 // q's rows are D rounded up to kV floats apart, zero past D; K's rows end at D (a tail is read masked).
 template <int ROWS, int KC>
-SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, int64_t c, int64_t D, int64_t ld, int64_t k_rs) {
+SINTER_INLINE void scores_few_block(const float* q, const float* K, float* s, int64_t c, int64_t D, int64_t rs, int64_t k_rs) {
   for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * k_rs, D);
   const int64_t Dp = round_up(D, kV), whole = D / kV * kV;
   fvec acc[ROWS][KC];
@@ -45,7 +46,7 @@ SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, i
     const fvec lo = __builtin_shufflevector(g0, g1, 0, 1, 2, 3, 8, 9, 10, 11);
     const fvec hi = __builtin_shufflevector(g0, g1, 4, 5, 6, 7, 12, 13, 14, 15);
     const fvec sum = lo + hi;  // sum[n] = dot product n = r * KC + j
-    for (int n = 0; n < 8; ++n) sT[(c + n % KC) * ld + n / KC] = sum[n];
+    for (int n = 0; n < 8; ++n) s[(n / KC) * rs + c + n % KC] = sum[n];
     return;
   }
 #endif
@@ -53,31 +54,31 @@ SINTER_INLINE void scores_few_block(const float* q, const float* K, float* sT, i
     for (int j = 0; j < KC; ++j) {
       float t = 0;
       for (int l = 0; l < kV; ++l) t += acc[r][j][l];
-      sT[(c + j) * ld + r] = t;
+      s[r * rs + c + j] = t;
     }
 }
 template <int ROWS>
-void scores_few(const float* q, const float* K, float* sT, int64_t cols, int64_t D, int64_t ld, int64_t k_rs) {
+void scores_few(const float* q, const float* K, float* s, int64_t cols, int64_t D, int64_t rs, int64_t k_rs) {
   constexpr int KC = ROWS == 1 ? 8 : ROWS == 2 ? 4 : 2;
   int64_t c = 0;
-  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, sT, c, D, ld, k_rs);
-  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, sT, c, D, ld, k_rs);
+  for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, s, c, D, rs, k_rs);
+  for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, s, c, D, rs, k_rs);
 }
 // Row c of K at K + c * k_rs.
-void scores_few_rows(const float* q, const float* K, float* sT, int64_t rows, int64_t cols, int64_t D, int64_t ld, int64_t k_rs) {
+void scores_few_rows(const float* q, const float* K, float* s, int64_t rows, int64_t cols, int64_t D, int64_t rs, int64_t k_rs) {
   switch (rows) {
-    case 1: return scores_few<1>(q, K, sT, cols, D, ld, k_rs);
-    case 2: return scores_few<2>(q, K, sT, cols, D, ld, k_rs);
-    case 3: return scores_few<3>(q, K, sT, cols, D, ld, k_rs);
-    default: return scores_few<4>(q, K, sT, cols, D, ld, k_rs);
+    case 1: return scores_few<1>(q, K, s, cols, D, rs, k_rs);
+    case 2: return scores_few<2>(q, K, s, cols, D, rs, k_rs);
+    case 3: return scores_few<3>(q, K, s, cols, D, rs, k_rs);
+    default: return scores_few<4>(q, K, s, cols, D, rs, k_rs);
   }
 }
 
 // acc(rows, Dv) += sum over c of p(r, c) V(c, :) for a few rows (decode): V streamed row by row
-// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at pT[c * ld + r],
+// in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at p[r * rs + c],
 // row c of V at V + c * v_rs. acc's rows are Dv rounded up to kV floats apart; a tail of V's rows
 // is read masked.
-template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, float* acc, int64_t cols, int64_t Dv, int64_t v_rs) {
+template <int ROWS> void pv_few(const float* ps, int64_t rs, const float* V, float* acc, int64_t cols, int64_t Dv, int64_t v_rs) {
   const int64_t Dp = round_up(Dv, kV), whole = Dv / kV * kV, tail = Dv - whole;
   // acc's rows += four keys' rows of V (at v, v_rs apart) over [d, d + kV), weighted by p
   auto four = [&](const float* v, const float (*p)[ROWS], int64_t d, auto load) {
@@ -90,7 +91,7 @@ template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, flo
   for (; c + 4 <= cols; c += 4) {
     float p[4][ROWS];
     for (int j = 0; j < 4; ++j)
-      for (int r = 0; r < ROWS; ++r) p[j][r] = pT[(c + j) * ld + r];
+      for (int r = 0; r < ROWS; ++r) p[j][r] = ps[r * rs + c + j];
     const float* v = V + c * v_rs;
     for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * v_rs, Dv);
     for (int64_t d = 0; d < whole; d += kV) four(v, p, d, whole_load);
@@ -99,16 +100,48 @@ template <int ROWS> void pv_few(const float* pT, int64_t ld, const float* V, flo
   for (; c < cols; ++c)
     for (int64_t d = 0; d < Dp; d += kV) {
       const fvec v0 = d < whole ? vload(V + c * v_rs + d) : vload_n(V + c * v_rs + d, tail);
-      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dp + d, vload(acc + r * Dp + d) + v0 * pT[c * ld + r]);
+      for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dp + d, vload(acc + r * Dp + d) + v0 * ps[r * rs + c]);
     }
 }
-void pv_few_rows(const float* pT, int64_t ld, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t v_rs) {
+void pv_few_rows(const float* ps, int64_t rs, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t v_rs) {
   switch (rows) {
-    case 1: return pv_few<1>(pT, ld, V, acc, cols, Dv, v_rs);
-    case 2: return pv_few<2>(pT, ld, V, acc, cols, Dv, v_rs);
-    case 3: return pv_few<3>(pT, ld, V, acc, cols, Dv, v_rs);
-    default: return pv_few<4>(pT, ld, V, acc, cols, Dv, v_rs);
+    case 1: return pv_few<1>(ps, rs, V, acc, cols, Dv, v_rs);
+    case 2: return pv_few<2>(ps, rs, V, acc, cols, Dv, v_rs);
+    case 3: return pv_few<3>(ps, rs, V, acc, cols, Dv, v_rs);
+    default: return pv_few<4>(ps, rs, V, acc, cols, Dv, v_rs);
   }
+}
+
+// One row's online softmax over its keys, laid out contiguously (decode): the new running max m
+// (-inf while nothing is visible), p = 2^(s - max) in place, l = l alpha + sum p, a register of
+// keys at a time.
+void softmax_row(float* s, int64_t cols, float& m, float& l, float& alpha) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t whole = cols / kV * kV;
+  fvec mx = fvec{} + m;
+  for (int64_t c = 0; c < whole; c += kV) mx = vmax(mx, vload(s + c));
+  float row_max = mx[0];
+  for (int l = 1; l < kV; ++l) row_max = std::max(row_max, mx[l]);
+  for (int64_t c = whole; c < cols; ++c) row_max = std::max(row_max, s[c]);
+  const float m_use = row_max == ninf ? 0.0f : row_max;  // nothing visible yet: p = 0, alpha = 0
+  alpha = vexp2_nonpos(fvec{} + (m - m_use))[0];
+  fvec sum = {};
+  for (int64_t c = 0; c < whole; c += kV) {
+    const fvec p = vexp2_nonpos(vload(s + c) - m_use);
+    vstore(s + c, p);
+    sum += p;
+  }
+  if (whole < cols) {  // the last keys, the lanes past them -inf (p = 0)
+    fvec t = fvec{} + ninf;
+    std::memcpy(&t, s + whole, size_t(cols - whole) * sizeof(float));
+    const fvec p = vexp2_nonpos(t - m_use);
+    std::memcpy(s + whole, &p, size_t(cols - whole) * sizeof(float));
+    sum += p;
+  }
+  float total = 0;
+  for (int k = 0; k < kV; ++k) total += sum[k];
+  l = l * alpha + total;
+  m = row_max;
 }
 
 }  // namespace
@@ -274,7 +307,9 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
         kend = std::max(kend, lim_of[size_t(r)]), min_lim = std::min(min_lim, lim_of[size_t(r)]);
         kbegin = std::min(kbegin, first_of[size_t(r)]), max_first = std::max(max_first, first_of[size_t(r)]);
       }
-      const int64_t bc = few ? kFewBc : kFBc, ld = few ? kV : kFBr;  // keys per tile; P^T's row stride
+      // Keys per tile; where score (r, c) lies: S^T (c * kFBr + r) for tiles, row by row
+      // (r * kFewBc + c) for a few rows.
+      const int64_t bc = few ? kFewBc : kFBc, ld = kFBr, cs = few ? 1 : ld, rs = few ? kFewBc : 1;
       for (int64_t j0 = kbegin / bc * bc; j0 < kend; j0 += bc) {
         const int64_t cols = std::min(bc, kend - j0);
         // A tile some row cannot see to its end (the causal diagonal): each row's last visible
@@ -287,29 +322,29 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
             strip_keys[size_t(r / kNr)] = std::max(strip_keys[size_t(r / kNr)], row_keys[size_t(r)]);
           }
         }
-        if (few && rows < kV)  // the softmax below reads whole registers of rows: padding lanes finite
-          for (int64_t c = 0; c < cols; ++c) vstore(sT.data() + c * ld, fvec{});  // ld == kV; the rows are written next
-        if (few) scores_few_rows(qs.data(), K + j0 * k_rs, sT.data(), rows, cols, D, ld, k_rs);
+        if (few) scores_few_rows(qs.data(), K + j0 * k_rs, sT.data(), rows, cols, D, rs, k_rs);
         else scores_tile(K + j0 * k_rs, qt.data(), sT.data(), cols, rows_r, D, k_rs, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
         // Keys outside a row's [first, lim) are -inf; then the explicit mask.
         if (!(j0 + cols <= min_lim && j0 >= max_first))
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t lim = std::clamp<int64_t>(lim_of[size_t(r)] - j0, 0, cols);
             const int64_t first = std::clamp<int64_t>(first_of[size_t(r)] - j0, 0, lim);
-            for (int64_t c = 0; c < first; ++c) sT[size_t(c * ld + r)] = ninf;
-            for (int64_t c = lim; c < cols; ++c) sT[size_t(c * ld + r)] = ninf;
+            for (int64_t c = 0; c < first; ++c) sT[size_t(c * cs + r * rs)] = ninf;
+            for (int64_t c = lim; c < cols; ++c) sT[size_t(c * cs + r * rs)] = ninf;
           }
         if (g.has_mask)
           for (int64_t r = 0; r < rows; ++r) {
             const float* mr = mask_of[size_t(r)] + j0 * g.ms[3];
-            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] += mr[c * g.ms[3]] * kLog2e;
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * cs + r * rs)] += mr[c * g.ms[3]] * kLog2e;
           }
-        // Online softmax, a register of rows at a time: new max, P = exp(S - max), rescale. The
-        // max runs as four independent chains (one chain waits out vmaxps's latency per key); the
-        // scratch through plain pointers, as the thread_local behind them is otherwise looked up
-        // again per block.
+        // Online softmax: new max, P = exp(S - max), rescale; a few rows along each row's keys, a
+        // tile's a register of rows at a time, the max as four independent chains (one chain waits
+        // out vmaxps's latency per key). The scratch through plain pointers, as the thread_local
+        // behind them is otherwise looked up again per block.
         float *const st = sT.data(), *const mp = m.data(), *const lp = l.data(), *const ap = alpha.data();
-        for (int64_t rb = 0; rb < rows; rb += kV) {  // lanes past `rows` hold finite padding
+        if (few)
+          for (int64_t r = 0; r < rows; ++r) softmax_row(st + r * rs, cols, mp[r], lp[r], ap[r]);
+        for (int64_t rb = 0; !few && rb < rows; rb += kV) {  // lanes past `rows` hold finite padding
           fvec mx = vload(mp + rb), mx1 = mx, mx2 = mx, mx3 = mx;
           int64_t c = 0;
           for (; c + 4 <= cols; c += 4) {
@@ -339,10 +374,10 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           }
           if (g.dropout > 0) {  // the normaliser counted every key; the output takes only the kept ones
             dropout_multipliers(g, element_of[size_t(r)] + uint64_t(j0), cols, z.data());
-            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * ld + r)] *= z[size_t(c)];
+            for (int64_t c = 0; c < cols; ++c) sT[size_t(c * cs + r * rs)] *= z[size_t(c)];
           }
         }
-        if (few) pv_few_rows(sT.data(), ld, V + j0 * v_rs, acc.data(), rows, cols, Dv, v_rs);
+        if (few) pv_few_rows(sT.data(), rs, V + j0 * v_rs, acc.data(), rows, cols, Dv, v_rs);
         else pv_tile(sT.data(), V + j0 * v_rs, acc.data(), rows, cols, Da, 1, ld, Da, cut ? row_keys.data() : nullptr, v_rs, nullptr, Dv);  // acc += P V, P from P^T
       }
       for (int64_t r = 0; r < rows; ++r) {
