@@ -32,6 +32,7 @@ const std::vector<SuiteInfo>& suites() {
       {"attention", "scaled-dot-product attention: flash against math", suite_attention},
       {"sparse", "2:4 sparse linear against oneDNN's dense matmul on the same weights", suite_sparse},
       {"compile", "sinter::compile against eager Sinter: a fused chain, norms, an MLP, decoding, a training step; compile times", suite_compile},
+      {"sweep", "shapes nobody tuned for against PyTorch eager and torch.compile: attention, linear, 2:4, row ops, compiled blocks", suite_sweep},
   };
   return s;
 }
@@ -110,6 +111,16 @@ int Report::merge_peer(const std::string& peer, const std::map<std::string, Timi
     return pos(a.case_name) < pos(b.case_name);
   });
   return matched;
+}
+
+void Report::print_worst(size_t n) const {
+  std::vector<const Row*> timed;
+  for (const Row& r : rows_)
+    if (!r.peer.empty()) timed.push_back(&r);
+  if (timed.size() <= n) return;
+  std::sort(timed.begin(), timed.end(), [](const Row* a, const Row* b) { return a->ratio() < b->ratio(); });
+  std::printf("\nthe %zu lowest ratios:\n", n);
+  for (size_t i = 0; i < n; ++i) print_row(*timed[i]);
 }
 
 void Report::line(const std::string& text) {
@@ -265,7 +276,11 @@ std::string today() {
 }
 
 // Runs bench/torch_peer.py; returns the peer's name ("PyTorch 2.x") or why it could not run.
-bool run_torch(const Options& o, std::string& peer, std::map<std::string, Timing>& timings, std::string& why) {
+// The PyTorch side's timings by peer: the script's "peer" for its rows, or a row's own (the sweep's
+// compiled rows are torch.compile's, its other rows PyTorch eager's).
+using PeerTimings = std::map<std::string, std::map<std::string, Timing>>;
+
+bool run_torch(const Options& o, PeerTimings& timings, std::string& why) {
   if (o.no_torch) {
     why = "PyTorch peer skipped (--no-torch)";
     return false;
@@ -287,8 +302,9 @@ bool run_torch(const Options& o, std::string& peer, std::map<std::string, Timing
   try {
     std::ifstream f(out);
     nlohmann::json j = nlohmann::json::parse(f);
-    peer = j.at("peer").get<std::string>();
-    for (auto& r : j.at("rows")) timings[r.at("case").get<std::string>()] = {r.at("best_ms").get<double>(), r.at("median_ms").get<double>()};
+    const std::string peer = j.at("peer").get<std::string>();
+    for (auto& r : j.at("rows"))
+      timings[r.value("peer", peer)][r.at("case").get<std::string>()] = {r.at("best_ms").get<double>(), r.at("median_ms").get<double>()};
   } catch (const std::exception& e) {
     why = std::string("could not read the PyTorch peer's output ") + out + ": " + e.what();
     return false;
@@ -338,18 +354,22 @@ int run(const Options& o) {
   std::printf("%-44s %10s %10s   %-34s %10s %8s  %s\n", "case", "ours best", "median", "peer", "peer best", "ratio", "note");
   it->run(o, report);
 
-  std::string peer, why;
-  std::map<std::string, Timing> timings;
+  std::string why;
+  PeerTimings timings;
   std::string torch_line;
-  if (run_torch(o, peer, timings, why)) {
-    const int n = report.merge_peer(peer, timings);
-    torch_line = peer + " (same threads, shapes and dtypes) timed " + std::to_string(n) + " of the cases in the same run.";
+  if (run_torch(o, timings, why)) {
+    for (const auto& [peer, rows] : timings) {
+      const int n = report.merge_peer(peer, rows);
+      torch_line += (torch_line.empty() ? "" : " ") + peer + " (same threads, shapes and dtypes) timed " + std::to_string(n) +
+                    " of the cases in the same run.";
+    }
   } else {
     torch_line = why + ".";
   }
   report.line("");
   report.line(torch_line);
   report.print_table();
+  report.print_worst(5);
 
   if (!o.json.empty()) io::atomic_write(o.json, report.json());
   if (!o.svg.empty()) io::atomic_write(o.svg, report.svg_chart("sinter bench " + o.suite));

@@ -87,6 +87,7 @@ class Report {
 
   const std::vector<Row>& rows() const { return rows_; }
   void print_table() const;
+  void print_worst(size_t n) const;  // the n rows with the lowest ratios (suites with more rows than that)
   std::string markdown_table() const;
   std::string json() const;
   std::string svg_chart(const std::string& title) const;  // horizontal bars of the ratios, log scale
@@ -121,6 +122,7 @@ void suite_train(const Options& o, Report& r);
 void suite_generate(const Options& o, Report& r);
 void suite_attention(const Options& o, Report& r);
 void suite_sparse(const Options& o, Report& r);
+void suite_sweep(const Options& o, Report& r);
 void suite_compile(const Options& o, Report& r);
 
 // Shared measurement helpers.

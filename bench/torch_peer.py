@@ -291,8 +291,110 @@ def suite_compile(a, rows):
     rows.append(dict(case=f"train tiny step B={B} T={T}", best_ms=best, median_ms=med))
 
 
+def suite_sweep(a, rows):
+    """The shapes of `sinter bench sweep`: PyTorch eager on the attention, linear and row-op rows,
+    torch.compile on the compiled blocks (rows carrying their own peer)."""
+    torch.manual_seed(0)
+    dims = [16, 40, 80, 128] if a.quick else [16, 40, 64, 80, 96, 112, 128, 256]
+    lengths = [1, 37, 512] if a.quick else [1, 37, 512, 2048]
+    for dt, dname in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for group in (1, 4):
+            for D in dims:
+                for L in lengths:
+                    for backward in (False, True):
+                        if (L == 1 and backward) or (a.quick and (dt == torch.bfloat16 or backward) and L > 37):
+                            continue
+                        Lkv, Hq = (4096 if L == 1 else L), 8
+                        q, do = torch.randn(1, Hq, L, D).to(dt), torch.randn(1, Hq, L, D).to(dt)
+                        k, v = torch.randn(1, Hq // group, Lkv, D).to(dt), torch.randn(1, Hq // group, Lkv, D).to(dt)
+                        causal = L > 1  # bottom-right for a decode row is the whole cache: no mask
+                        kw = dict(enable_gqa=group > 1)
+
+                        def run():
+                            if not backward:
+                                with torch.no_grad():
+                                    F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
+                                return
+                            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                            F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, **kw).backward(do)
+
+                        work = Hq * L * Lkv * D
+                        best, med = time_it(run, 1, 2 if work > 2e9 else 4 if work > 2e8 else 10, 0.2)
+                        rows.append(dict(case=f"sdpa {dname} D={D} Lq={L} Lkv={Lkv} {'GQA 4:1' if group > 1 else 'MHA'} "
+                                              f"{'fwd+bwd' if backward else 'fwd'}", best_ms=best, median_ms=med))
+    kn = [(96, 288), (768, 3072), (1000, 1000)] + ([] if a.quick else [(5120, 13824)])
+    with torch.no_grad():
+        for dt, dname in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+            for K, N in kn:
+                w = (torch.randn(N, K) * 0.02).to(dt)
+                for M in (1, 3, 17, 64, 333):
+                    x = torch.randn(M, K).to(dt)
+                    best, med = time_it(lambda: F.linear(x, w), reps=4 if 2 * M * K * N > 2e9 else 15, min_total_s=0.2)
+                    rows.append(dict(case=f"linear {dname} M={M} K={K} N={N}", best_ms=best, median_ms=med))
+        for r, wd in ((37, 96), (4096, 1000), (16, 50257)):
+            x, w, b, t = torch.randn(r, wd), torch.randn(wd), torch.randn(wd), torch.randint(0, wd, (r,))
+            for name, f in (("layer_norm", lambda: F.layer_norm(x, (wd,), w, b)), ("rms_norm", lambda: F.rms_norm(x, (wd,), w, 1e-6)),
+                            ("softmax", lambda: F.softmax(x, -1)), ("gelu", lambda: F.gelu(x)), ("cross_entropy", lambda: F.cross_entropy(x, t))):
+                best, med = time_it(f)
+                rows.append(dict(case=f"{name} f32 {r}x{wd}", best_ms=best, median_ms=med))
+    compiled = f"torch.compile, PyTorch {torch.__version__}"
+    for llama in (True, False):
+        for d, heads, kv, T, B in [(96, 6, 2, 37, 3)] + ([] if a.quick else [(512, 8, 2, 128, 4), (1024, 16, 4, 512, 1)]):
+            blk = SweepBlock(llama, d, heads, kv if llama else heads, T)
+            x, dy = torch.randn(B, T, d), torch.randn(B, T, d)
+            f = torch.compile(blk)
+            base = f"compiled {'llama' if llama else 'gpt2'} block d={d} T={T} B={B}"
+            with torch.no_grad():
+                best, med = time_it(lambda: f(x), warmup=2, reps=8, min_total_s=0.2)
+            rows.append(dict(case=base + " fwd", best_ms=best, median_ms=med, peer=compiled))
+            best, med = time_it(lambda: (f(x) * dy).sum().backward(), warmup=2, reps=6, min_total_s=0.2)
+            rows.append(dict(case=base + " fwd+bwd", best_ms=best, median_ms=med, peer=compiled))
+
+
+class SweepBlock(nn.Module):
+    """Sinter's TransformerBlock: LLaMA (RMSNorm, rotary, GQA, SwiGLU, no biases) or GPT-2
+    (LayerNorm, biases, tanh-GELU MLP), pre-norm with residuals."""
+
+    def __init__(self, llama, d, heads, kv_heads, T):
+        super().__init__()
+        self.llama, self.H, self.Hkv, self.Dh = llama, heads, kv_heads, d // heads
+        inner = (d * 8 // 3 + 31) // 32 * 32 if llama else 4 * d
+        norm = (lambda: nn.RMSNorm(d, eps=1e-5)) if llama else (lambda: nn.LayerNorm(d, eps=1e-5))
+        self.norm1, self.norm2 = norm(), norm()
+        bias = not llama
+        self.q, self.k, self.v = nn.Linear(d, d, bias), nn.Linear(d, kv_heads * self.Dh, bias), nn.Linear(d, kv_heads * self.Dh, bias)
+        self.o = nn.Linear(d, d, bias)
+        if llama:
+            self.gate, self.up, self.down = nn.Linear(d, inner, False), nn.Linear(d, inner, False), nn.Linear(inner, d, False)
+        else:
+            self.fc, self.proj = nn.Linear(d, inner), nn.Linear(inner, d)
+        inv = 1.0 / (10000.0 ** (torch.arange(0, self.Dh, 2).float() / self.Dh))
+        ang = torch.outer(torch.arange(T).float(), inv)
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
+
+    def rope(self, t):
+        a, b = t[..., : self.Dh // 2], t[..., self.Dh // 2:]
+        return torch.cat([a * self.cos - b * self.sin, b * self.cos + a * self.sin], -1)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(B, T, self.H, self.Dh).transpose(1, 2)
+        k = self.k(h).view(B, T, self.Hkv, self.Dh).transpose(1, 2)
+        v = self.v(h).view(B, T, self.Hkv, self.Dh).transpose(1, 2)
+        if self.llama:
+            q, k = self.rope(q), self.rope(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.Hkv != self.H)
+        x = x + self.o(y.transpose(1, 2).reshape(B, T, C))
+        h = self.norm2(x)
+        if self.llama:
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return x + self.proj(F.gelu(self.fc(h), approximate="tanh"))
+
+
 SUITES = dict(compile=suite_compile, ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
-              sparse=suite_sparse)
+              sparse=suite_sparse, sweep=suite_sweep)
 
 
 def main():

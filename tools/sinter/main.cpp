@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
   auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
   std::vector<std::string> suite_names;
   for (auto& [name, what] : bench::suite_list()) suite_names.push_back(name);
-  be->add_option("suite", bo.suite, "ops, linear, train, generate, attention, sparse or compile")->required()->check(CLI::IsMember(suite_names));
+  be->add_option("suite", bo.suite, "ops, linear, train, generate, attention, sparse, compile or sweep")->required()->check(CLI::IsMember(suite_names));
   be->add_flag("--quick", bo.quick, "fewer cases and repetitions");
   be->add_option("--json", bo.json, "write the rows as JSON: case, ours_ms, peer, peer_ms, ratio (= peer / ours)");
   be->add_option("--update", bo.update, "rewrite this suite's section of a markdown file (BENCHMARKS.md)");

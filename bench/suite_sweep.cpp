@@ -1,0 +1,160 @@
+// `sinter bench sweep`: shapes nobody tuned for, each row against PyTorch in the same run (eager
+// rows against PyTorch eager, compiled rows against torch.compile; bench/torch_peer.py times the
+// same cases) and 2:4 rows against Sinter's dense linear on the same weights. Attention at head
+// dims that are no multiple of the vector width, decode and prefill, MHA and GQA, f32 and bf16;
+// linear at small and odd sizes; the row ops at odd widths; a compiled LLaMA block and GPT-2 block
+// at three sizes, forward and forward + backward.
+#include <sinter/compile.h>
+#include <sinter/sinter.h>
+#include <sinter/sparse.h>
+
+#include "harness.h"
+
+namespace sinter::bench {
+namespace {
+
+struct SdpaCase {
+  int64_t D, Lq, Lkv, group;
+  DType dt;
+  bool backward;
+};
+
+std::string sdpa_name(const SdpaCase& c) {
+  return std::string("sdpa ") + dtype_name(c.dt) + " D=" + std::to_string(c.D) + " Lq=" + std::to_string(c.Lq) +
+         " Lkv=" + std::to_string(c.Lkv) + (c.group > 1 ? " GQA 4:1" : " MHA") + (c.backward ? " fwd+bwd" : " fwd");
+}
+
+// B = 1, 8 query heads, causal (bottom-right: a decode row sees the whole cache).
+void sdpa_row(const SdpaCase& c, Report& r) {
+  const int64_t Hq = 8, Hkv = Hq / c.group;
+  Tensor q = randn({1, Hq, c.Lq, c.D}).to(c.dt), k = randn({1, Hkv, c.Lkv, c.D}).to(c.dt), v = randn({1, Hkv, c.Lkv, c.D}).to(c.dt);
+  Tensor dout = randn({1, Hq, c.Lq, c.D}).to(c.dt);
+  auto run = [&] {
+    if (!c.backward) {
+      NoGradGuard g;
+      (void)scaled_dot_product_attention(q, k, v, {}, 0.0, true, {}, c.group > 1);
+      return;
+    }
+    Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
+    scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true, {}, c.group > 1).backward(dout);
+  };
+  const double work = double(Hq) * double(c.Lq) * double(c.Lkv) * double(c.D);
+  const int reps = work > 2e9 ? 2 : work > 2e8 ? 4 : 10;
+  const SDPAChoice choice = sdpa_choose(q, k, {}, 0.0);
+  r.ours_only(sdpa_name(c), time_it(run, 1, reps, 0.2), choice.backend == SDPABackend::flash ? "flash" : "math");
+}
+
+void sdpa_rows(const Options& o, Report& r) {
+  const std::vector<int64_t> dims = o.quick ? std::vector<int64_t>{16, 40, 80, 128} : std::vector<int64_t>{16, 40, 64, 80, 96, 112, 128, 256};
+  const std::vector<int64_t> lengths = o.quick ? std::vector<int64_t>{1, 37, 512} : std::vector<int64_t>{1, 37, 512, 2048};
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t group : {1, 4})
+      for (int64_t D : dims)
+        for (int64_t L : lengths)
+          for (bool backward : {false, true}) {
+            if (L == 1 && backward) continue;  // a decode step has no backward
+            if (o.quick && (dt == DType::bf16 || backward) && L > 37) continue;
+            sdpa_row({D, L, L == 1 ? 4096 : L, group, dt, backward}, r);
+          }
+}
+
+void linear_rows(const Options& o, Report& r) {
+  NoGradGuard g;
+  std::vector<std::pair<int64_t, int64_t>> kn = {{96, 288}, {768, 3072}, {1000, 1000}, {5120, 13824}};
+  if (o.quick) kn.pop_back();
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [K, N] : kn) {
+      const Tensor w = prune_2_4(randn({N, K}) * 0.02).to(dt);
+      const SemiStructuredSparse s = to_sparse_semi_structured(w);
+      for (int64_t M : {1, 3, 17, 64, 333}) {
+        const Tensor x = randn({M, K}).to(dt);
+        const std::string shape = std::string(dtype_name(dt)) + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+        const double flop = 2.0 * double(M) * double(K) * double(N);
+        const int reps = flop > 2e9 ? 4 : 15;
+        const auto [sparse, dense] = time_pair([&] { (void)linear(x, s); }, [&] { (void)linear(x, w); }, 2, reps, 0.2);
+        r.ours_only("linear " + shape, dense);
+        r.add("2:4 linear " + shape, sparse, "dense linear, Sinter", dense, sparse_kernel_for(s, dt, M));
+      }
+    }
+}
+
+void row_op_rows(Report& r) {
+  NoGradGuard g;
+  for (auto [rows, width] : std::vector<std::pair<int64_t, int64_t>>{{37, 96}, {4096, 1000}, {16, 50257}}) {
+    const Tensor x = randn({rows, width}), w = randn({width}), b = randn({width});
+    const Tensor target = randint(0, width, {rows});
+    const std::string shape = " f32 " + std::to_string(rows) + "x" + std::to_string(width);
+    r.ours_only("layer_norm" + shape, time_it([&] { (void)layer_norm(x, w, b); }));
+    r.ours_only("rms_norm" + shape, time_it([&] { (void)rms_norm(x, w); }));
+    r.ours_only("softmax" + shape, time_it([&] { (void)softmax(x, -1); }));
+    r.ours_only("gelu" + shape, time_it([&] { (void)gelu(x); }));
+    r.ours_only("cross_entropy" + shape, time_it([&] { (void)cross_entropy(x, target); }));
+  }
+}
+
+struct BlockCase {
+  bool llama;
+  int64_t d, heads, kv_heads, T, B;
+};
+
+nn::ModelConfig block_config(const BlockCase& c) {
+  nn::ModelConfig m;
+  m.model_type = c.llama ? "llama" : "gpt2";
+  m.hidden_size = c.d;
+  m.num_attention_heads = c.heads;
+  m.num_key_value_heads = c.llama ? c.kv_heads : c.heads;
+  m.intermediate_size = c.llama ? (c.d * 8 / 3 + 31) / 32 * 32 : 4 * c.d;
+  m.max_position_embeddings = c.T;
+  return m;
+}
+
+// One block compiled, forward without grad and forward + backward (the loss sum(y * dy)), against
+// torch.compile of the same block (bench/torch_peer.py).
+void block_rows(const BlockCase& c, Report& r) {
+  manual_seed(3);
+  const nn::ModelConfig m = block_config(c);
+  nn::TransformerBlock block(m);
+  {
+    NoGradGuard g;
+    for (auto& [name, p] : block.named_parameters()) p->copy_(randn(p->shape()) * 0.05);
+  }
+  Tensor cos, sin;
+  if (c.llama) cos = rope_cos_sin(c.T, m.head_dim(), m.rope_theta, false), sin = rope_cos_sin(c.T, m.head_dim(), m.rope_theta, true);
+  const Tensor x = randn({c.B, c.T, c.d}), dy = randn({c.B, c.T, c.d});
+  const std::string base = std::string("compiled ") + (c.llama ? "llama" : "gpt2") + " block d=" + std::to_string(c.d) + " T=" +
+                           std::to_string(c.T) + " B=" + std::to_string(c.B);
+  {
+    NoGradGuard g;
+    CompiledFunction f = compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block.forward(in[0], cos, sin, nullptr)}; },
+                                 {.name = "sweep_block"});
+    (void)f({x});
+    const auto [tc, te] = time_pair([&] { (void)f({x}); }, [&] { (void)block.forward(x, cos, sin, nullptr); }, 1, 8, 0.2);
+    r.add(base + " fwd", tc, "eager Sinter", te);
+  }
+  CompiledFunction f = compile([&](const std::vector<Tensor>& in) {
+    Tensor loss = sum(block.forward(in[0], cos, sin, nullptr) * in[1]);
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  }, {.name = "sweep_block_train"});
+  (void)f({x, dy});
+  const auto [tc, te] = time_pair([&] { (void)f({x, dy}); }, [&] { sum(block.forward(x, cos, sin, nullptr) * dy).backward(); }, 1, 6, 0.2);
+  r.add(base + " fwd+bwd", tc, "eager Sinter", te);
+}
+
+}  // namespace
+
+void suite_sweep(const Options& o, Report& r) {
+  manual_seed(0);
+  std::vector<BlockCase> blocks;
+  for (bool llama : {true, false}) {
+    blocks.push_back({llama, 96, 6, 2, 37, 3});
+    if (!o.quick) blocks.push_back({llama, 512, 8, 2, 128, 4}), blocks.push_back({llama, 1024, 16, 4, 512, 1});
+  }
+  r.expect(o.quick ? 140 : 400);
+  sdpa_rows(o, r);
+  linear_rows(o, r);
+  row_op_rows(r);
+  for (const BlockCase& c : blocks) block_rows(c, r);
+}
+
+}  // namespace sinter::bench
