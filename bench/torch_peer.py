@@ -342,6 +342,7 @@ def suite_sweep(a, rows):
         for d, heads, kv, T, B in [(96, 6, 2, 37, 3)] + ([] if a.quick else [(512, 8, 2, 128, 4), (1024, 16, 4, 512, 1)]):
             blk = SweepBlock(llama, d, heads, kv if llama else heads, T)
             x, dy = torch.randn(B, T, d), torch.randn(B, T, d)
+            torch._dynamo.reset()  # each block its own compile: no recompile limit reached, no fallback to eager
             f = torch.compile(blk)
             base = f"compiled {'llama' if llama else 'gpt2'} block d={d} T={T} B={B}"
             with torch.no_grad():
