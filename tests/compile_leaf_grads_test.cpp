@@ -1,7 +1,8 @@
 // A compiled function that runs its own backward (loss.backward() inside): the gradients it leaves
 // on the parameters are the ones eager leaves, set where there were none and added to what was
 // there, bit for bit; a graph that reads them itself (an SGD step) matches eager too, whether the
-// parameters held gradients when it was traced or not.
+// parameters held gradients when it was traced or not, and one that clears them first
+// (zero_grad()) runs compiled on every call.
 #include <filesystem>
 
 #include <sinter/compile.h>
@@ -90,6 +91,41 @@ TEST(CompileLeafGrads, AGraphReadingTheGradientsMatchesEagerFromEitherStart) {
     }
     const Explanation e = f.explain({x, y});
     EXPECT_EQ(e.breaks, grads_before ? 1 : 0) << e.text;  // adding to a gradient already there breaks the trace
+  }
+}
+
+TEST(CompileLeafGrads, AStepThatClearsItsGradientsFirstRunsCompiledEveryCall) {
+  // zero_grad (set_grad({})) inside, then backward and an SGD step that reads the gradients: each
+  // call sets them afresh, as eager's step does, without falling back to eager; a leaf the step
+  // clears and gives no gradient (`frozen`) ends each call without one.
+  test::ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("cleared"));
+  const Tensor x = randn({16, 24}), y = randn({16, 8});
+  Tensor frozen_eager = randn({3}).requires_grad_(), frozen_compiled = frozen_eager.detach().clone().requires_grad_();
+  int bodies = 0;
+  auto step = [&bodies](TwoLayers& m, Tensor& frozen) {
+    return [&m, &frozen, &bodies](const std::vector<Tensor>& in) {
+      ++bodies;
+      for (Tensor* p : m.params()) p->set_grad({});
+      frozen.set_grad({});
+      Tensor l = m.loss(in[0], in[1]);
+      l.backward();
+      NoGradGuard g;
+      for (Tensor* p : m.params()) p->sub_(p->grad() * 0.01);
+      return std::vector<Tensor>{l.detach()};
+    };
+  };
+  TwoLayers eager(3), compiled(3);
+  CompiledFunction f = compile(step(compiled, frozen_compiled), {.fullgraph = true, .name = "cleared"});
+  for (int call = 0; call < 3; ++call) {
+    frozen_eager.set_grad(ones({3})), frozen_compiled.set_grad(ones({3}));
+    const Tensor le = step(eager, frozen_eager)({x, y})[0];
+    const int before = bodies;
+    const Tensor lc = f({x, y})[0];
+    if (call > 0) EXPECT_EQ(bodies, before) << "call " << call << " ran the function eagerly";
+    EXPECT_TRUE(test::bitwise_equal(lc, le)) << "call " << call;
+    expect_same_grads(compiled, eager);
+    for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(test::bitwise_equal(*compiled.params()[i], *eager.params()[i])) << i;
+    EXPECT_FALSE(frozen_compiled.grad().defined());
   }
 }
 

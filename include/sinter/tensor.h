@@ -230,7 +230,7 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   Tensor grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
-  void set_grad(const Tensor& g) { impl().grad = g.impl_; }
+  void set_grad(const Tensor& g);
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
   Tensor detach() const;  // shares storage, no history

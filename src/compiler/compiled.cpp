@@ -128,7 +128,7 @@ compiler::Entry* CompiledFunction::State::make(const std::vector<Tensor>& in) {
     const bool recompute = opts.recompute && compiler::enabled_passes().recompute;
     if (r.backward.forward_nodes >= 0) compiler::split_backward(*e, r, in.size(), recompute);
     else e->graph = std::move(r.graph);
-    e->leaf_grads = std::move(r.leaf_grads), e->leaf_grad_read = std::move(r.leaf_grad_read);
+    e->leaf_grads = std::move(r.leaf_grads), e->leaves_cleared = std::move(r.leaves_cleared);
     build_both(*e);
   }
   entries.push_back(std::move(e));
@@ -156,25 +156,26 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (e->lazy) return s_->run_lazily(inputs);
   if (e->eager) return s_->fn(inputs);
   if (e->backward) return compiler::run_with_backward(*e, inputs, s_->arena, s_->opts.name);
-  if (!e->leaf_grads.empty()) return s_->run_handing_gradients(*e, inputs);
+  if (!e->leaf_grads.empty() || !e->leaves_cleared.empty()) return s_->run_handing_gradients(*e, inputs);
   return compiler::run(*e, inputs, s_->arena);
 }
 
 // The gradients the function's backward left on leaves go to them as eager's backward leaves
-// them: set where a leaf holds none, added to what it holds (the same add) otherwise. A graph
-// that reads one itself (an optimizer step) was traced with none there: a call finding one there
-// runs eagerly.
+// them: set where the function cleared the leaf first, else added to what the leaf holds (the
+// same add) or set where it holds none. A graph that reads a gradient it adds to was traced with
+// none there: a call finding one there runs eagerly.
 std::vector<Tensor> CompiledFunction::State::run_handing_gradients(compiler::Entry& e, const std::vector<Tensor>& in) {
-  for (size_t i = 0; i < e.leaf_grads.size(); ++i)
-    if (e.leaf_grad_read[i] && e.leaf_grads[i].grad().defined()) return fn(in);
+  for (const compiler::LeafGrad& g : e.leaf_grads)
+    if (g.read && !g.cleared && g.leaf.grad().defined()) return fn(in);
   std::vector<Tensor> out = compiler::run(e, in, arena);
   const size_t n = out.size() - e.leaf_grads.size();
+  NoGradGuard no_grad;
   for (size_t i = 0; i < e.leaf_grads.size(); ++i) {
-    Tensor& leaf = e.leaf_grads[i];
-    const Tensor old = leaf.grad();
-    NoGradGuard no_grad;
+    Tensor& leaf = e.leaf_grads[i].leaf;
+    const Tensor old = e.leaf_grads[i].cleared ? Tensor() : leaf.grad();
     leaf.set_grad(old.defined() ? old + out[n + i] : out[n + i]);
   }
+  for (Tensor& leaf : e.leaves_cleared) leaf.set_grad({});
   out.resize(n);
   return out;
 }

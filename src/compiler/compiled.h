@@ -58,8 +58,8 @@ struct Entry {
   std::vector<std::string> guard_text;
   // Leaves the function's own backward leaves gradients on: `graph` returns them after the
   // function's outputs; each call sets (or adds to) each leaf's .grad (compiled.cpp).
-  std::vector<Tensor> leaf_grads;
-  std::vector<bool> leaf_grad_read;  // a node reads it (then a call finding one already there runs eagerly)
+  std::vector<LeafGrad> leaf_grads;
+  std::vector<Tensor> leaves_cleared;  // cleared by the function, and given no gradient
   // Outputs that require grad: `graph` is the forward, returning the function's outputs and then
   // what the backward reads; each call attaches an autograd node that runs the backward program.
   std::shared_ptr<BackwardPart> backward;

@@ -14,6 +14,7 @@ namespace sinter {
 namespace detail {
 extern std::function<void(const Tensor&)> g_materialize;  // core/tensor.cpp: reading a symbolic tensor's data
 extern std::function<void(const Tensor&)> g_accumulate_traced;  // autograd/engine.cpp: a backward adding to a real .grad
+extern std::function<void(const Tensor&)> g_grad_cleared;       // core/tensor.cpp: set_grad({}) (zero_grad)
 }
 
 namespace compiler {
@@ -227,29 +228,39 @@ void trace_backward(Tracer& t, const std::vector<Tensor>& stand_ins, const std::
 
 // A backward the function runs (loss.backward()) leaves gradients on captured leaves (the
 // parameters): each becomes an output after the function's own, and each call hands it to its
-// leaf (CompiledFunction::operator()). A backward adding to a gradient a leaf held before the
-// call stops the trace: the function then runs in pieces, each call adding to what is there.
+// leaf (CompiledFunction::operator()): set, where the function cleared the leaf's gradient first
+// (zero_grad() inside), else added to what the leaf holds then, as eager's backward does. A
+// backward adding to a gradient the leaf held when traced stops the trace: the function then
+// runs in pieces. Leaves the function clears and leaves without a gradient are cleared by each
+// call too.
 struct LeafGradients {
-  explicit LeafGradients(Tracer& t) : prev(detail::g_accumulate_traced) {
+  explicit LeafGradients(Tracer& t) : prev_accumulate(detail::g_accumulate_traced), prev_cleared(detail::g_grad_cleared) {
     detail::g_accumulate_traced = [&t](const Tensor&) {
       if (!t.lazy()) t.stop("backward", "it adds to a gradient a parameter already holds (zero_grad() inside the function avoids it)");
     };
+    detail::g_grad_cleared = [this](const Tensor& leaf) {
+      if (!leaf.is_symbolic()) cleared.emplace(leaf.impl_ptr().get(), leaf);
+    };
   }
-  ~LeafGradients() { detail::g_accumulate_traced = prev; }
-  std::function<void(const Tensor&)> prev;
+  ~LeafGradients() { detail::g_accumulate_traced = prev_accumulate, detail::g_grad_cleared = prev_cleared; }
+  std::function<void(const Tensor&)> prev_accumulate, prev_cleared;
+  std::map<const void*, Tensor> cleared;  // the leaves the function called set_grad({}) on
 };
 
-void add_leaf_gradients(Tracer& t, TraceResult& r) {
+void add_leaf_gradients(Tracer& t, const LeafGradients& seen, TraceResult& r) {
+  std::set<const void*> handed;
   for (int v : t.g.captured) {
     const Tensor& c = t.g.values[size_t(v)].captured;
     if (!c.grad().defined() || !c.grad().is_symbolic()) continue;
     const int g = t.value_of(c.grad());
-    r.leaf_grads.push_back(c);
-    r.leaf_grad_read.push_back(false);
+    r.leaf_grads.push_back({c, seen.cleared.count(c.impl_ptr().get()) > 0, false});
     for (const Node& n : t.g.nodes)
-      if (std::find(n.inputs.begin(), n.inputs.end(), g) != n.inputs.end()) r.leaf_grad_read.back() = true;
+      if (std::find(n.inputs.begin(), n.inputs.end(), g) != n.inputs.end()) r.leaf_grads.back().read = true;
     t.g.outputs.push_back(g);
+    handed.insert(c.impl_ptr().get());
   }
+  for (const auto& [impl, leaf] : seen.cleared)
+    if (!handed.count(impl)) r.leaves_cleared.push_back(leaf);
 }
 
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts) {
@@ -269,7 +280,7 @@ TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const C
       outs = fn(stand_ins);
       for (const Tensor& o : outs) t.g.outputs.push_back(t.value_of(o));
       if (grad_enabled()) trace_backward(t, stand_ins, outs, r);
-      add_leaf_gradients(t, r);
+      add_leaf_gradients(t, leaf_grads, r);
       if (!r.leaf_grads.empty() && r.backward.forward_nodes >= 0)
         t.stop("backward", "it leaves gradients on parameters and returns outputs that require grad");
     } catch (const Break& b) {

@@ -26,15 +26,22 @@ struct TracedBackward {
   std::vector<int> grads;
 };
 
+// A gradient a traced function's own backward leaves on a leaf.
+struct LeafGrad {
+  Tensor leaf;
+  bool cleared;  // the function cleared the leaf's gradient first (zero_grad()): each call sets it
+  bool read;     // a node of the graph reads it (an optimizer step)
+};
+
 struct TraceResult {
   Graph graph;
   TracedBackward backward;
   bool broke = false;
   std::string break_op, break_reason;  // where and why the trace stopped
   // Leaves (captured tensors) the function's own backward left gradients on: graph outputs after
-  // the function's, in this order; whether a node of the graph reads each (an optimizer step).
-  std::vector<Tensor> leaf_grads;
-  std::vector<bool> leaf_grad_read;
+  // the function's, in this order; and leaves it cleared (set_grad({})) that end with none.
+  std::vector<LeafGrad> leaf_grads;
+  std::vector<Tensor> leaves_cleared;
 };
 
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts);

@@ -162,6 +162,12 @@ uint64_t Tensor::version() const { return storage()->version; }
 
 namespace detail {
 std::function<void(const Tensor&)> g_materialize;
+std::function<void(const Tensor&)> g_grad_cleared;  // a compiler trace: which leaves the function clears
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (!g.defined() && detail::g_grad_cleared) detail::g_grad_cleared(*this);
+  impl().grad = g.impl_;
 }
 
 void* Tensor::data_ptr() const {
