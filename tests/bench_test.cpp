@@ -88,29 +88,38 @@ TEST(BenchReport, MarkdownSectionIsReplacedAndTheRestKept) {
 }
 
 TEST(BenchCli, MergesThePeerScriptsRowsIntoTheJson) {
-  // A stand-in for python3 + bench/torch_peer.py that times one case of the ops suite.
+  // A stand-in for python3 + bench/torch_peer.py that times one case of the ops suite, once as its
+  // own peer and once as a peer a row names (as the sweep's torch.compile rows do).
   const std::string fake = scratch("fake_python.sh"), out = scratch("ops.json");
   {
     std::ofstream f(fake);
     f << "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then exit 0; fi\nout=\"\"\n"
          "while [ $# -gt 0 ]; do if [ \"$1\" = \"--json\" ]; then out=\"$2\"; fi; shift; done\n"
          "echo '{\"peer\": \"FakeTorch 0.1\", \"threads\": 1, \"rows\": [{\"case\": \"overhead add 16 f32\", "
-         "\"best_ms\": 0.5, \"median_ms\": 0.6}]}' > \"$out\"\n";
+         "\"best_ms\": 0.5, \"median_ms\": 0.6}, {\"case\": \"overhead add 16 f32\", \"best_ms\": 1.5, \"median_ms\": 1.6, "
+         "\"peer\": \"FakeCompile 0.1\"}]}' > \"$out\"\n";
   }
   fs::permissions(fake, fs::perms::owner_all);
   const std::string cmd = std::string(SINTER_CLI) + " bench ops --threads 1 --python " + fake + " --json " + out + " > " +
                           scratch("log.txt") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(scratch("log.txt"));
   const auto j = nlohmann::json::parse(slurp(out));
-  int fake_rows = 0, copy_rows = 0;
+  int fake_rows = 0, compile_rows = 0, copy_rows = 0;
   for (auto& row : j) {
     if (row["peer"] == "FakeTorch 0.1") {
       ++fake_rows;
       EXPECT_EQ(row["case"], "overhead add 16 f32");
       EXPECT_NEAR(row["ratio"].get<double>(), 0.5 / row["ours_ms"].get<double>(), 1e-9);
     }
+    if (row["peer"] == "FakeCompile 0.1") {
+      ++compile_rows;
+      EXPECT_EQ(row["case"], "overhead add 16 f32");
+      EXPECT_NEAR(row["ratio"].get<double>(), 1.5 / row["ours_ms"].get<double>(), 1e-9);
+    }
     if (row["peer"] == "memcpy, same bytes") ++copy_rows;
   }
   EXPECT_EQ(fake_rows, 1);
+  EXPECT_EQ(compile_rows, 1);
   EXPECT_EQ(copy_rows, 7);  // 4 elementwise + softmax + layer_norm + rms_norm
+  EXPECT_NE(slurp(scratch("log.txt")).find("the 5 lowest ratios:"), std::string::npos);
 }
