@@ -65,6 +65,28 @@ TEST(CompileLeafGrads, ABackwardInsideLeavesTheGradientsEagerLeaves) {
   EXPECT_EQ(e.breaks, 0) << e.text;
 }
 
+TEST(CompileLeafGrads, AnInputThatRequiresGradGetsItsGradientToo) {
+  test::ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("input"));
+  TwoLayers eager(4), compiled(4);
+  const Tensor x = randn({16, 24}), y = randn({16, 8});
+  auto step = [](TwoLayers& m) {
+    return [&m](const std::vector<Tensor>& in) {
+      Tensor l = m.loss(in[0], in[1]);
+      l.backward();
+      return std::vector<Tensor>{l.detach()};
+    };
+  };
+  CompiledFunction f = compile(step(compiled), {.fullgraph = true, .name = "input_grad"});
+  Tensor xe = x.clone().requires_grad_(), xc = x.clone().requires_grad_();
+  for (int call = 0; call < 2; ++call) {  // the caller's tensor, set and then added to
+    (void)step(eager)({xe, y});
+    (void)f({xc, y});
+    ASSERT_TRUE(xc.grad().defined()) << "call " << call;
+    EXPECT_TRUE(test::bitwise_equal(xc.grad(), xe.grad())) << "call " << call;
+    expect_same_grads(compiled, eager);
+  }
+}
+
 TEST(CompileLeafGrads, AGraphReadingTheGradientsMatchesEagerFromEitherStart) {
   const Tensor x = randn({16, 24}), y = randn({16, 8});
   auto sgd = [](TwoLayers& m) {

@@ -165,13 +165,14 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
 // same add) or set where it holds none. A graph that reads a gradient it adds to was traced with
 // none there: a call finding one there runs eagerly.
 std::vector<Tensor> CompiledFunction::State::run_handing_gradients(compiler::Entry& e, const std::vector<Tensor>& in) {
+  auto leaf_of = [&](const compiler::LeafGrad& g) { return g.input >= 0 ? in[size_t(g.input)] : g.leaf; };
   for (const compiler::LeafGrad& g : e.leaf_grads)
-    if (g.read && !g.cleared && g.leaf.grad().defined()) return fn(in);
+    if (g.read && !g.cleared && leaf_of(g).grad().defined()) return fn(in);
   std::vector<Tensor> out = compiler::run(e, in, arena);
   const size_t n = out.size() - e.leaf_grads.size();
   NoGradGuard no_grad;
   for (size_t i = 0; i < e.leaf_grads.size(); ++i) {
-    Tensor& leaf = e.leaf_grads[i].leaf;
+    Tensor leaf = leaf_of(e.leaf_grads[i]);
     const Tensor old = e.leaf_grads[i].cleared ? Tensor() : leaf.grad();
     leaf.set_grad(old.defined() ? old + out[n + i] : out[n + i]);
   }

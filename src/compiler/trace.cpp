@@ -239,7 +239,7 @@ struct LeafGradients {
       if (!t.lazy()) t.stop("backward", "it adds to a gradient a parameter already holds (zero_grad() inside the function avoids it)");
     };
     detail::g_grad_cleared = [this](const Tensor& leaf) {
-      if (!leaf.is_symbolic()) cleared.emplace(leaf.impl_ptr().get(), leaf);
+      cleared.emplace(leaf.impl_ptr().get(), leaf);
     };
   }
   ~LeafGradients() { detail::g_accumulate_traced = prev_accumulate, detail::g_grad_cleared = prev_cleared; }
@@ -247,20 +247,22 @@ struct LeafGradients {
   std::map<const void*, Tensor> cleared;  // the leaves the function called set_grad({}) on
 };
 
-void add_leaf_gradients(Tracer& t, const LeafGradients& seen, TraceResult& r) {
+void add_leaf_gradients(Tracer& t, const std::vector<Tensor>& stand_ins, const LeafGradients& seen, TraceResult& r) {
   std::set<const void*> handed;
-  for (int v : t.g.captured) {
-    const Tensor& c = t.g.values[size_t(v)].captured;
-    if (!c.grad().defined() || !c.grad().is_symbolic()) continue;
-    const int g = t.value_of(c.grad());
-    r.leaf_grads.push_back({c, seen.cleared.count(c.impl_ptr().get()) > 0, false});
+  auto hand = [&](const Tensor& leaf, LeafGrad g) {  // leaf: a captured tensor, or an input's stand-in
+    if (!leaf.grad().defined() || !leaf.grad().is_symbolic()) return;
+    const int v = t.value_of(leaf.grad());
+    g.cleared = seen.cleared.count(leaf.impl_ptr().get()) > 0;
     for (const Node& n : t.g.nodes)
-      if (std::find(n.inputs.begin(), n.inputs.end(), g) != n.inputs.end()) r.leaf_grads.back().read = true;
-    t.g.outputs.push_back(g);
-    handed.insert(c.impl_ptr().get());
-  }
+      if (std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end()) g.read = true;
+    r.leaf_grads.push_back(g);
+    t.g.outputs.push_back(v);
+    handed.insert(leaf.impl_ptr().get());
+  };
+  for (int v : t.g.captured) hand(t.g.values[size_t(v)].captured, {t.g.values[size_t(v)].captured});
+  for (size_t i = 0; i < stand_ins.size(); ++i) hand(stand_ins[i], {.input = int(i)});
   for (const auto& [impl, leaf] : seen.cleared)
-    if (!handed.count(impl)) r.leaves_cleared.push_back(leaf);
+    if (!handed.count(impl) && !leaf.is_symbolic()) r.leaves_cleared.push_back(leaf);
 }
 
 TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const CompileOptions& opts) {
@@ -280,7 +282,7 @@ TraceResult trace(const TensorFn& fn, const std::vector<Tensor>& inputs, const C
       outs = fn(stand_ins);
       for (const Tensor& o : outs) t.g.outputs.push_back(t.value_of(o));
       if (grad_enabled()) trace_backward(t, stand_ins, outs, r);
-      add_leaf_gradients(t, leaf_grads, r);
+      add_leaf_gradients(t, stand_ins, leaf_grads, r);
       if (!r.leaf_grads.empty() && r.backward.forward_nodes >= 0)
         t.stop("backward", "it leaves gradients on parameters and returns outputs that require grad");
     } catch (const Break& b) {

@@ -26,11 +26,13 @@ struct TracedBackward {
   std::vector<int> grads;
 };
 
-// A gradient a traced function's own backward leaves on a leaf.
+// A gradient a traced function's own backward leaves on a leaf: a captured tensor, or input
+// `input` (the caller's tensor of each call).
 struct LeafGrad {
   Tensor leaf;
-  bool cleared;  // the function cleared the leaf's gradient first (zero_grad()): each call sets it
-  bool read;     // a node of the graph reads it (an optimizer step)
+  int input = -1;
+  bool cleared = false;  // the function cleared the leaf's gradient first (zero_grad()): each call sets it
+  bool read = false;     // a node of the graph reads it (an optimizer step)
 };
 
 struct TraceResult {
