@@ -42,20 +42,22 @@ void expect_same_grads(TwoLayers& got, TwoLayers& want) {
   }
 }
 
+// The function under test: m's loss on (x, y), its backward run inside, the loss returned.
+TensorFn backward_step(TwoLayers& m) {
+  return [&m](const std::vector<Tensor>& in) {
+    Tensor l = m.loss(in[0], in[1]);
+    l.backward();
+    return std::vector<Tensor>{l.detach()};
+  };
+}
+
 TEST(CompileLeafGrads, ABackwardInsideLeavesTheGradientsEagerLeaves) {
   test::ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("backward"));
   TwoLayers eager(1), compiled(1);
   const Tensor x = randn({16, 24}), y = randn({16, 8});
-  auto step = [](TwoLayers& m) {
-    return [&m](const std::vector<Tensor>& in) {
-      Tensor l = m.loss(in[0], in[1]);
-      l.backward();
-      return std::vector<Tensor>{l.detach()};
-    };
-  };
-  CompiledFunction f = compile(step(compiled), {.fullgraph = true, .name = "leaf_grads"});
+  CompiledFunction f = compile(backward_step(compiled), {.fullgraph = true, .name = "leaf_grads"});
   for (int call = 0; call < 3; ++call) {  // none there, then added to what is there
-    const Tensor le = step(eager)({x, y})[0], lc = f({x, y})[0];
+    const Tensor le = backward_step(eager)({x, y})[0], lc = f({x, y})[0];
     EXPECT_TRUE(test::bitwise_equal(lc, le)) << "call " << call;
     expect_same_grads(compiled, eager);
   }
@@ -69,17 +71,10 @@ TEST(CompileLeafGrads, AnInputThatRequiresGradGetsItsGradientToo) {
   test::ScopedEnv cache("SINTER_CACHE_DIR", fresh_cache("input"));
   TwoLayers eager(4), compiled(4);
   const Tensor x = randn({16, 24}), y = randn({16, 8});
-  auto step = [](TwoLayers& m) {
-    return [&m](const std::vector<Tensor>& in) {
-      Tensor l = m.loss(in[0], in[1]);
-      l.backward();
-      return std::vector<Tensor>{l.detach()};
-    };
-  };
-  CompiledFunction f = compile(step(compiled), {.fullgraph = true, .name = "input_grad"});
+  CompiledFunction f = compile(backward_step(compiled), {.fullgraph = true, .name = "input_grad"});
   Tensor xe = x.clone().requires_grad_(), xc = x.clone().requires_grad_();
   for (int call = 0; call < 2; ++call) {  // the caller's tensor, set and then added to
-    (void)step(eager)({xe, y});
+    (void)backward_step(eager)({xe, y});
     (void)f({xc, y});
     ASSERT_TRUE(xc.grad().defined()) << "call " << call;
     EXPECT_TRUE(test::bitwise_equal(xc.grad(), xe.grad())) << "call " << call;
