@@ -88,5 +88,12 @@ void register_flash_fast_path(DeviceType device, FlashFastPath fn);
 SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a);
 Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
                  Tensor* lse);
+// The kernels' way to the math reference: registered by the op's definition (without grad
+// recording), absent where the op table is (the runtime), where a call that needs it fails naming why.
+using SDPAMathFn = Tensor (*)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len,
+                              const Attrs& a, Tensor* lse);
+void register_sdpa_math(SDPAMathFn fn);
+Tensor sdpa_math_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
+                           Tensor* lse);
 
 }  // namespace sinter::detail

@@ -22,64 +22,6 @@ void check_attention_mask(const Shape& m, const Shape& full, const char* op) {
   SINTER_CHECK_SHAPE(ok, "[", op, "] the mask", m, " does not broadcast to (B, Hq, Lq, Lkv) = ", full);
 }
 
-Geometry geometry(std::span<const TensorMeta> in, const Attrs& a, const char* op) {
-  const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
-  SINTER_CHECK_SHAPE(q.size() == 4 && k.size() == 4 && v.size() == 4, "[", op, "] q, k, v must be (B, H, L, D), got q", q, " k",
-                     k, " v", v);
-  SINTER_CHECK_SHAPE(k[0] == q[0] && v[0] == q[0] && k[3] == q[3] && v[1] == k[1] && v[2] == k[2], "[", op,
-                     "] inconsistent shapes q", q, " k", k, " v", v);
-  SINTER_CHECK_SHAPE(k[1] > 0 && q[1] % k[1] == 0, "[", op, "] ", q[1], " query heads are not a multiple of ", k[1],
-                     " key/value heads");
-  for (size_t i = 1; i < 3; ++i)
-    SINTER_CHECK_DTYPE(in[i].dtype == in[0].dtype, "[", op, "] q, k, v dtypes differ: ", in[0].dtype, ", ", in[1].dtype, ", ",
-                       in[2].dtype);
-  SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64 || in[0].dtype == DType::bf16, "[", op,
-                     "] needs f32, bf16 or f64, got ", in[0].dtype);
-  const int64_t window = a.i_or("window", 0);
-  SINTER_CHECK(window >= 0 && (window == 0 || a.b("causal")), "[", op, "] a sliding window (", window,
-               ") needs causal attention and a positive size");
-  Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], a.f("scale"), a.b("causal"), window};
-  g.lq = g.ldq = contiguous_rows(g.Hq, g.Lq, g.D);
-  g.lk = g.ldk = contiguous_rows(g.Hkv, g.Lkv, g.D);
-  g.lv = g.ldv = contiguous_rows(g.Hkv, g.Lkv, g.Dv);
-  g.lo = g.ldo = contiguous_rows(g.Hq, g.Lq, g.Dv);
-  if (a.has("dropout_p")) {
-    g.dropout = a.f("dropout_p");
-    SINTER_CHECK(g.dropout >= 0 && g.dropout < 1, "[", op, "] dropout_p must be in [0, 1), got ", g.dropout);
-    g.seed = uint64_t(a.i("seed")), g.counter = uint64_t(a.i("counter"));
-  }
-  return g;
-}
-
-namespace {
-FlashFastPath g_fast_path[kNumDeviceTypes] = {};
-}  // namespace
-
-void register_flash_fast_path(DeviceType device, FlashFastPath fn) { g_fast_path[size_t(device)] = fn; }
-
-SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
-  const std::string& requested = a.str("backend");
-  if (requested == "math") return {SDPABackend::math, "math backend requested"};
-  const DType dt = in[0].dtype;
-  const int64_t D = in[0].shape[3], Dv = in[2].shape[3];
-  const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
-  if (requested == "flash") return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
-  // Measured (BENCHMARKS.md, `sinter bench attention` and `sweep`, and the masked lengths below):
-  // the register-blocked flash kernel (f32 and bf16, any head dims) is faster than math at every
-  // length, forward and backward; its generic path (f64) is a slow reference.
-  static const OpDef& registered = get_op("sdpa");  // the backends register with the op table
-  (void)registered;
-  const FlashFastPath fast = g_fast_path[size_t(in[0].device.type)];
-  if (!fast || !fast(dt, D, Dv))
-    return {SDPABackend::math, std::string("math: flash's fast kernel takes f32 or bf16 (got ") + dtype_name(dt) + ", head dims " + dims + ")"};
-  // Masks too: flash adds an additive mask tile by tile as it reads it, math to the score matrix in
-  // one pass. Measured (B = 1, H = 8, D = 64, forced flash and forced math alternating in one
-  // process, Intel Xeon, 2 threads, best of 15): with an additive mask math takes 1.8-2.3x flash's
-  // time at L = 16-64 and 1.04-1.19x at L = 128-640 (and more from there); boolean masks: flash at
-  // every length (1.2-1.7x).
-  return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims};
-}
-
 // The math backend: softmax(q k^T scale + mask) v with the scores in memory, in public ops. With
 // `lse`, also the rows' log-sum-exp of the visible scores (-inf where none is visible), read off
 // the softmax: at a row's largest probability p_j, lse = s_j - log p_j.
@@ -208,7 +150,17 @@ std::vector<TensorMeta> flash_backward_infer(std::span<const TensorMeta> in, con
 
 }  // namespace
 
+namespace {
+// What a kernel calls when the choice is math: the reference, as ops, recording no autograd.
+Tensor sdpa_math_in_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t kv_len, const Attrs& a,
+                           Tensor* lse) {
+  NoGradGuard no_grad;
+  return sdpa_math(q, k, v, mask, kv_len, a, lse);
+}
+}  // namespace
+
 void register_attention_ops() {
+  register_sdpa_math(sdpa_math_in_kernel);
   add_op({.name = "sdpa", .num_inputs = -1, .min_inputs = 3, .num_outputs = 2, .infer = sdpa_infer, .backward = sdpa_backward,
           .save_outputs = 3});
   add_op({.name = "sdpa_flash_backward", .num_inputs = -1, .min_inputs = 7, .num_outputs = 3, .infer = flash_backward_infer});
@@ -231,6 +183,7 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
   const Attrs a{{"backend", std::string(requested == SDPABackend::flash ? "flash" : "auto")}, {"mask", attn_mask.defined()}};
   std::vector<TensorMeta> meta{{q.shape(), q.dtype(), q.device()}, {k.shape(), k.dtype(), k.device()}, {k.shape(), k.dtype(), k.device()}};
   if (attn_mask.defined()) meta.push_back({attn_mask.shape(), attn_mask.dtype(), attn_mask.device()});
+  (void)get_op("sdpa");  // the backends register their fast paths with the op table
   return detail::choose_sdpa(meta, a);
 }
 

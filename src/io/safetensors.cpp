@@ -11,6 +11,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "cpu/cpu.h"
 #include "io/atomic_file.h"
 #include "sinter/io.h"
 
@@ -176,7 +177,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   for (auto& [key, t] : tensors) {
     SINTER_CHECK_T(IOError, key != "__metadata__", "[", path, "] a tensor cannot be named __metadata__");
     SINTER_CHECK_T(IOError, t.defined() && !t.is_symbolic(), "[", path, "] tensor '", key, "' has no data");
-    Tensor c = t.contiguous();
+    Tensor c = cpu::contiguous_as(t, t.dtype());  // (a CPU copy: the kernels build without the op table)
     const uint64_t n = uint64_t(c.numel() * c.element_size());
     header[key] = {{"dtype", dtype_safetensors_name(c.dtype())},
                    {"shape", std::vector<int64_t>(c.shape().begin(), c.shape().end())},

@@ -4,23 +4,6 @@
 namespace sinter {
 namespace detail {
 
-MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b) {
-  const Shape &sa = a.shape, &sb = b.shape;
-  SINTER_CHECK_SHAPE(!sa.empty() && !sb.empty(), "[matmul] both operands need at least 1 dim, got a", sa, " b", sb);
-  SINTER_CHECK_DTYPE(a.dtype == b.dtype, "[matmul] operand dtypes differ: a ", a.dtype, ", b ", b.dtype);
-  SINTER_CHECK_DTYPE(a.dtype != DType::boolean, "[matmul] bool tensors are not supported");
-  const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
-  const int64_t n = a1 ? 1 : sa[sa.size() - 2], k = sa.back();
-  const int64_t kb = b1 ? sb[0] : sb[sb.size() - 2], m = b1 ? 1 : sb.back();
-  SINTER_CHECK_SHAPE(k == kb, "[matmul] inner dimensions differ: a", sa, " b", sb);
-  const Shape ba(sa.begin(), sa.end() - (a1 ? 1 : 2)), bb(sb.begin(), sb.end() - (b1 ? 1 : 2));
-  MatmulPlan p{broadcast_shapes("matmul", ba, bb), n, k, m, {}};
-  p.out = p.batch;
-  if (!a1) p.out.push_back(n);
-  if (!b1) p.out.push_back(m);
-  return p;
-}
-
 namespace {
 
 // Gradients of a @ b: 1-D operands are promoted to matrices, differentiated, and folded back.

@@ -9,42 +9,6 @@
 namespace sinter {
 namespace detail {
 
-std::vector<int64_t> reduce_dims(const std::string& op, const Shape& dims, int64_t ndim) {
-  std::vector<int64_t> out;
-  if (dims.empty()) {
-    out.resize(size_t(ndim));
-    std::iota(out.begin(), out.end(), 0);
-    return out;
-  }
-  for (int64_t d : dims) out.push_back(wrap_dim(op, d, ndim));
-  std::sort(out.begin(), out.end());
-  SINTER_CHECK_INDEX(std::adjacent_find(out.begin(), out.end()) == out.end(), "[", op, "] dimension listed twice in ", dims);
-  if (ndim == 0) out.clear();
-  return out;
-}
-
-Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {
-  Shape out;
-  for (int64_t i = 0; i < int64_t(shape.size()); ++i) {
-    const bool r = std::binary_search(dims.begin(), dims.end(), i);
-    if (!r) out.push_back(shape[size_t(i)]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
-Shape broadcast_shapes(const std::string& op, const Shape& a, const Shape& b) {
-  const size_t n = std::max(a.size(), b.size());
-  Shape out(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    SINTER_CHECK_SHAPE(x == y || x == 1 || y == 1, "[", op, "] shapes ", a, " and ", b, " do not broadcast");
-    out[i] = x == 1 ? y : x;
-  }
-  return out;
-}
-
 void check_inplace_broadcast(const std::string& op, const Shape& self, const Shape& o) {
   bool ok = o.size() <= self.size();
   for (size_t i = 1; ok && i <= o.size(); ++i) {

@@ -104,9 +104,8 @@ void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   }
   const std::vector<TensorMeta> meta = metas(in, mask.defined() ? 4 : 3);  // the choice weighs the mask too
   if (choose_sdpa(meta, a).backend == SDPABackend::math) {
-    NoGradGuard no_grad;  // the reference runs as ops inside this kernel
     Tensor lse;
-    cpu::copy(sdpa_math(q, in[1], in[2], mask, kv_len, a, &lse), out[0]);
+    cpu::copy(sdpa_math_reference(q, in[1], in[2], mask, kv_len, a, &lse), out[0]);
     cpu::copy(lse, out[1]);
     return;
   }
