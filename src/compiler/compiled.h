@@ -12,6 +12,7 @@
 #include "compiler/jit.h"
 #include "compiler/passes.h"
 #include "compiler/trace.h"
+#include "runtime/executor.h"
 #include "sinter/compile.h"
 
 namespace sinter::compiler {
@@ -41,14 +42,8 @@ struct Entry {
   Slots slots;
   std::shared_ptr<JitModule> module;
   std::vector<int64_t> params;      // sizes, strides and offsets the generated code reads
-  std::vector<std::shared_ptr<Storage>> slot_storage;  // non-owning: addresses set at each call
-  struct ExternCall {
-    const OpDef* op;
-    const KernelFn* kernel;
-    std::vector<Tensor> in, out;
-    const Attrs* attrs;
-  };
-  std::vector<ExternCall> externs;  // by step (empty for fused steps)
+  runtime::SlotStorage slot_storage;  // non-owning: addresses set at each call
+  std::vector<runtime::ExternCall> externs;  // by step (empty for fused steps)
   // Under op profiling (SINTER_PROFILE=1): library calls are listed as "op < compiled NAME", the
   // rest of the program's time as "fused kernels < compiled NAME".
   std::string profile_name;

@@ -19,7 +19,7 @@ Tensor over_slot(const Entry& e, const Graph& g, int v) {
   int64_t offset = x.offset;
   const int64_t arena_at = e.plan.arena_offset[size_t(g.buffer_of(v))];
   if (arena_at >= 0) offset += arena_at / dtype_size(x.meta.dtype);  // arena offsets are 64-byte aligned
-  return Tensor::from_storage(e.slot_storage[size_t(e.slots.of_value[size_t(v)])], x.meta.shape, x.strides, offset, x.meta.dtype);
+  return Tensor::from_storage(e.slot_storage.storage[size_t(e.slots.of_value[size_t(v)])], x.meta.shape, x.strides, offset, x.meta.dtype);
 }
 }  // namespace
 
@@ -56,24 +56,21 @@ void compile_graph(Entry& e, const CompileOptions& opts, const Target& t) {
 // The library calls of the program: each node's CPU kernel on tensors built once over the slots.
 void bind_externs(Entry& e) {
   const Graph& g = e.graph;
-  for (int i = 0; i < e.slots.count; ++i) {
-    auto s = std::make_shared<Storage>();
-    s->device = Device{};
-    e.slot_storage.push_back(s);
-  }
+  e.slot_storage.resize(size_t(e.slots.count));
   e.externs.resize(e.plan.steps.size());
   for (size_t i = 0; i < e.plan.steps.size(); ++i) {
     const Step& st = e.plan.steps[i];
     if (st.group >= 0) continue;
     const Node& n = g.nodes[size_t(st.node)];
     if (n.random_offset >= 0) e.random_nodes.push_back(st.node);
-    Entry::ExternCall& c = e.externs[i];
-    c.op = n.op;
+    runtime::ExternCall& c = e.externs[i];
+    c.op = n.op->name;
     c.kernel = &n.op->kernels[size_t(DeviceType::cpu)];
     SINTER_CHECK_T(CompileError, *c.kernel != nullptr, "[compile] ", n.op->name, " has no CPU kernel");
     c.attrs = &n.attrs;
     for (int v : n.inputs) c.in.push_back(over_slot(e, g, v));
     for (int v : n.outputs) c.out.push_back(over_slot(e, g, v));
+    for (size_t k = 0; k < n.outputs.size(); ++k) c.writes.push_back(n.op->mutates && n.op->effects[k].kind == Effect::Kind::writes);
   }
 }
 
@@ -88,19 +85,16 @@ void build(Entry& e, const CompileOptions& opts) {
 namespace {
 void call_extern(void* ctx, int step) {
   Entry& e = *static_cast<Entry*>(ctx);
-  Entry::ExternCall& c = e.externs[size_t(step)];
+  runtime::ExternCall& c = e.externs[size_t(step)];
   if (op_profiling()) {
     const auto t0 = std::chrono::steady_clock::now();
-    (*c.kernel)(c.in, c.out, *c.attrs);
+    runtime::run_extern(c);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    record_op_time(c.op->name + " < " + e.profile_name, s);
+    record_op_time(c.op + " < " + e.profile_name, s);
     e.extern_seconds += s;
   } else {
-    (*c.kernel)(c.in, c.out, *c.attrs);
+    runtime::run_extern(c);
   }
-  if (c.op->mutates)
-    for (size_t k = 0; k < c.out.size(); ++k)
-      if (c.op->effects[k].kind == Effect::Kind::writes) ++c.out[k].storage()->version;
 }
 }  // namespace
 
@@ -110,11 +104,7 @@ std::vector<Tensor> run(Entry& e, const std::vector<Tensor>& inputs, Tensor& are
   const Graph& g = e.graph;
   std::vector<char*> slots(size_t(e.slots.count), nullptr);
   std::vector<Tensor> fresh(size_t(e.slots.count));
-  auto set = [&](int slot, void* p, int64_t nbytes) {
-    slots[size_t(slot)] = static_cast<char*>(p);
-    e.slot_storage[size_t(slot)]->data = p;
-    e.slot_storage[size_t(slot)]->nbytes = nbytes;
-  };
+  auto set = [&](int slot, void* p, int64_t nbytes) { e.slot_storage.set(size_t(slot), p, nbytes, slots.data()); };
   for (int v : g.inputs) {
     const Tensor& t = inputs[size_t(g.values[size_t(v)].index)];
     set(e.slots.of_value[size_t(v)], t.storage()->data, t.storage()->nbytes);

@@ -9,9 +9,11 @@
 #include <memory>
 #include <string>
 
+#include "runtime/executor.h"
+
 namespace sinter::compiler {
 
-using GraphRunFn = void (*)(char* const* slots, const int64_t* params, void (*call)(void*, int), void* ctx);
+using runtime::GraphRunFn;
 
 struct JitModule {
   void* handle = nullptr;

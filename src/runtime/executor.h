@@ -1,0 +1,36 @@
+#pragma once
+// The executor the JIT (src/compiler/executor.cpp) and the runtime share: a program is generated
+// code that runs its fused kernels itself and calls back for each library kernel; a library call
+// is the kernel of its op on tensors built once over the program's slots (whose addresses each run
+// sets), with its attributes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sinter/op.h"
+
+namespace sinter::runtime {
+
+// The entry of a generated translation unit (src/compiler/codegen.h): slots[i] is buffer slot i's
+// base address, params its sizes, strides and offsets; `call(ctx, step)` runs step's library call.
+using GraphRunFn = void (*)(char* const* slots, const int64_t* params, void (*call)(void*, int), void* ctx);
+
+struct ExternCall {
+  std::string op;                // the op's name (profiles, errors)
+  const KernelFn* kernel = nullptr;
+  std::vector<Tensor> in, out;
+  const Attrs* attrs = nullptr;
+  std::vector<bool> writes;      // by output: an input it writes in place (its version moves on)
+};
+
+// Runs one library call: the kernel, then the version of every buffer it wrote.
+void run_extern(ExternCall& c);
+
+// A slot's storage, addressed anew at each run: non-owning.
+struct SlotStorage {
+  std::vector<std::shared_ptr<Storage>> storage;
+  void resize(size_t n);
+  void set(size_t slot, void* data, int64_t nbytes, char** table);
+};
+
+}  // namespace sinter::runtime

@@ -1,0 +1,79 @@
+// The runtime's kernel registry: the CPU kernel folders register into it by op name (the same
+// registration calls the library's op table takes, src/library.cpp), and an exported program's
+// library calls look their kernels up here at load.
+#include <map>
+#include <mutex>
+
+#include "ops/common.h"
+#include "runtime/runtime.h"
+
+namespace sinter::detail {
+void register_attention_kernels();
+}
+namespace sinter::cpu {
+void register_elementwise_kernels();
+void register_inplace_kernels();
+void register_factory_kernels();
+void register_data_kernels();
+void register_shape_kernels();
+void register_reduce_kernels();
+void register_linalg_kernels();
+void register_nn_kernels();
+void register_index_kernels();
+void register_optimizer_kernels();
+}  // namespace sinter::cpu
+namespace sinter::sparse {
+void register_sparse_kernels();
+}
+
+namespace sinter::runtime {
+namespace {
+std::map<std::string, KernelFn, std::less<>>& table() {
+  static std::map<std::string, KernelFn, std::less<>> t;
+  return t;
+}
+}  // namespace
+}  // namespace sinter::runtime
+
+namespace sinter::detail {
+void add_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
+  if (device == DeviceType::cpu) runtime::table()[std::string(name)] = std::move(kernel);
+}
+}  // namespace sinter::detail
+
+namespace sinter::runtime {
+
+const KernelFn* find_kernel(const std::string& op) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    cpu::register_elementwise_kernels();
+    cpu::register_inplace_kernels();
+    cpu::register_factory_kernels();
+    cpu::register_data_kernels();
+    cpu::register_shape_kernels();
+    cpu::register_reduce_kernels();
+    cpu::register_linalg_kernels();
+    cpu::register_nn_kernels();
+    cpu::register_index_kernels();
+    cpu::register_optimizer_kernels();
+    detail::register_attention_kernels();
+    sparse::register_sparse_kernels();
+  });
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+bool cpu_supports_isa(const std::string& isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
+                  __builtin_cpu_supports("f16c");
+  if (isa == "x86-64-v3") return v3;
+  if (isa == "x86-64-v4")
+    return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+#endif
+  return false;
+}
+
+}  // namespace sinter::runtime

@@ -1,0 +1,125 @@
+// Loading an exported folder: every check before anything runs, each failure naming the file and
+// what is wrong (the bad-file tests in tests/aot_test.cpp go through each).
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/format.h"
+#include "runtime/runtime.h"
+#include "runtime/sha256.h"
+#include "sinter/io.h"
+
+namespace sinter::runtime {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+Model::~Model() {
+  captured.clear();
+  if (handle) dlclose(handle);
+}
+
+int Model::graph_index(const std::string& name) const {
+  for (size_t i = 0; i < program.graphs.size(); ++i)
+    if (program.graphs[i].name == name) return int(i);
+  return -1;
+}
+
+namespace {
+
+std::string read_file(const std::string& path, size_t limit) {
+  std::ifstream f(path, std::ios::binary);
+  SINTER_CHECK_T(IOError, f.good(), "[", path, "] cannot be read (missing?)");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  SINTER_CHECK_T(IOError, s.size() <= limit, "[", path, "] is larger than ", limit, " bytes: not a manifest");
+  return s;
+}
+
+// The manifest: format, ABI version, ISA level, and each file's SHA-256 (checked here).
+void check_manifest(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  json m;
+  try {
+    m = json::parse(read_file(path, 1 << 24));
+  } catch (const json::exception& e) {
+    SINTER_THROW(IOError, "[", path, "] is not valid JSON: ", e.what());
+  }
+  SINTER_CHECK_T(IOError, m.is_object() && m.value("format", "") == "sinter-aot", "[", path, "] is not a Sinter export manifest (no \"format\": \"sinter-aot\")");
+  const json abi = m.value("abi_version", json());
+  SINTER_CHECK_T(IOError, abi.is_number_integer() && abi.get<int64_t>() == kAbiVersion, "[", path, "] the model was exported for runtime ABI version ",
+                 abi.dump(), "; this runtime (libsinter_rt) reads version ", kAbiVersion, ": export it again with this Sinter");
+  const std::string isa = m.value("isa", "");
+  SINTER_CHECK_T(IOError, cpu_supports_isa(isa), "[", path, "] the model was compiled for ISA level '", isa,
+                 "', which this CPU does not run (export it with --isa x86-64-v3, or for this machine)");
+  const json files = m.value("files", json());
+  SINTER_CHECK_T(IOError, files.is_object(), "[", path, "] lists no files");
+  for (const char* name : {"model.so", "weights.safetensors"}) {
+    SINTER_CHECK_T(IOError, files.contains(name) && files[name].is_object() && files[name].value("sha256", json()).is_string(), "[", path,
+                   "] has no SHA-256 for ", name);
+    const std::string file = dir + "/" + name;
+    SINTER_CHECK_T(IOError, fs::is_regular_file(file), "[", file, "] is missing");
+    const std::string want = files[name]["sha256"], got = sha256_file(file);
+    SINTER_CHECK_T(IOError, want == got, "[", file, "] does not match the manifest: its SHA-256 is ", got, ", the manifest says ", want,
+                   " (a damaged or replaced file)");
+  }
+}
+
+// The program model.so carries: its JSON and its tables.
+void open_code(Model& m) {
+  const std::string so = m.dir + "/model.so";
+  m.handle = dlopen(fs::absolute(so).c_str(), RTLD_NOW | RTLD_LOCAL);
+  SINTER_CHECK_T(IOError, m.handle != nullptr, "[", so, "] cannot be loaded: ", dlerror());
+  using Text = const char* (*)(size_t*);
+  using Table = const int64_t* (*)(size_t*);
+  auto text = reinterpret_cast<Text>(dlsym(m.handle, "sinter_aot_program"));
+  auto table = reinterpret_cast<Table>(dlsym(m.handle, "sinter_aot_tables"));
+  SINTER_CHECK_T(IOError, text && table, "[", so, "] is not an exported Sinter model (no sinter_aot_program)");
+  size_t n = 0, rows = 0;
+  const char* json_text = text(&n);
+  const int64_t* tables = table(&rows);
+  m.program = parse_program(std::string(json_text, n), tables, rows, so);
+  for (const GraphProgram& g : m.program.graphs) {
+    auto& fns = m.code.emplace_back();
+    for (const Variant& v : g.variants) {
+      auto fn = reinterpret_cast<GraphRunFn>(dlsym(m.handle, v.symbol.c_str()));
+      SINTER_CHECK_T(IOError, fn != nullptr, "[", so, "] has no ", v.symbol, " (graph ", g.name, ")");
+      fns.push_back(fn);
+    }
+    for (const Variant& v : g.variants)
+      for (const ExternSpec& e : v.externs)
+        SINTER_CHECK_T(IOError, find_kernel(e.op) != nullptr, "[", so, "] graph ", g.name, " calls op '", e.op,
+                       "', which this runtime has no kernel for");
+  }
+}
+
+// The weights (and state's exported values): mapped, each checked against the program's spec.
+void map_weights(Model& m) {
+  const std::string path = m.dir + "/weights.safetensors";
+  io::SafeTensors st = io::load_safetensors(path);
+  for (const CapturedSpec& c : m.program.captured) {
+    auto it = st.tensors.find(c.name);
+    SINTER_CHECK_T(IOError, it != st.tensors.end(), "[", path, "] has no tensor '", c.name, "', which the model reads");
+    const Tensor& t = it->second;
+    SINTER_CHECK_T(IOError, t.dtype() == c.dtype && t.shape() == c.shape, "[", path, "] tensor '", c.name, "' is ", t.dtype(), t.shape(),
+                   ", the model was exported with ", c.dtype, c.shape, " (weights of another model?)");
+    m.captured.push_back(t);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir) {
+  auto m = std::make_unique<Model>();
+  m->dir = dir;
+  check_manifest(dir);
+  open_code(*m);
+  map_weights(*m);
+  return m;
+}
+
+}  // namespace sinter::runtime

@@ -1,0 +1,200 @@
+// An exported program to and from JSON, with every index checked on the way in: a model.so whose
+// program is damaged is refused with what is wrong, never run.
+#include "runtime/program.h"
+
+#include <nlohmann/json.hpp>
+
+#include "sinter/error.h"
+
+namespace sinter::runtime {
+
+using nlohmann::json;
+
+int64_t Variant::row_width() const {
+  int64_t w = num_params + int64_t(slots.size());
+  for (const ExternSpec& e : externs)
+    for (const auto* ops : {&e.in, &e.out})
+      for (const Operand& o : *ops) w += 2 * o.rank + 1;
+  for (const Operand& o : outputs) w += 2 * o.rank + 1;
+  return w;
+}
+
+namespace {
+
+json attrs_json(const Attrs& a) {
+  json out = json::array();
+  for (auto& [k, v] : a.items()) {
+    json item = {k};
+    std::visit([&](const auto& x) {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, int64_t>) item.push_back("i"), item.push_back(x);
+      else if constexpr (std::is_same_v<T, double>) item.push_back("f"), item.push_back(x);
+      else if constexpr (std::is_same_v<T, bool>) item.push_back("b"), item.push_back(x);
+      else if constexpr (std::is_same_v<T, Shape>) item.push_back("ints"), item.push_back(std::vector<int64_t>(x.begin(), x.end()));
+      else if constexpr (std::is_same_v<T, DType>) item.push_back("dtype"), item.push_back(dtype_name(x));
+      else if constexpr (std::is_same_v<T, std::string>) item.push_back("s"), item.push_back(x);
+      else item.push_back("device"), item.push_back({int(x.type), x.index});
+    }, v);
+    out.push_back(item);
+  }
+  return out;
+}
+
+Attrs attrs_from(const json& j) {
+  Attrs a;
+  for (const json& item : j) {
+    const std::string key = item.at(0), kind = item.at(1);
+    const json& v = item.at(2);
+    if (kind == "i") a.set(key, v.get<int64_t>());
+    else if (kind == "f") a.set(key, v.get<double>());
+    else if (kind == "b") a.set(key, v.get<bool>());
+    else if (kind == "ints") a.set(key, Shape(v.get<std::vector<int64_t>>()));
+    else if (kind == "dtype") a.set(key, dtype_from_name(v.get<std::string>()));
+    else if (kind == "s") a.set(key, v.get<std::string>());
+    else if (kind == "device") a.set(key, Device{DeviceType(v.at(0).get<int>()), v.at(1).get<int>()});
+    else throw std::runtime_error("attribute '" + key + "' has an unknown kind '" + kind + "'");
+  }
+  return a;
+}
+
+json operands_json(const std::vector<Operand>& v) {
+  json out = json::array();
+  for (const Operand& o : v) out.push_back({o.slot, dtype_name(o.dtype), o.rank});
+  return out;
+}
+std::vector<Operand> operands_from(const json& j) {
+  std::vector<Operand> out;
+  for (const json& o : j) out.push_back({o.at(0).get<int>(), dtype_from_name(o.at(1).get<std::string>()), o.at(2).get<int>()});
+  return out;
+}
+
+json spec_json(const TensorSpec& s) {
+  json dims = json::array();
+  for (const DimSpec& d : s.dims) dims.push_back({d.min, d.max, d.name});
+  return {{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"dims", dims}};
+}
+TensorSpec spec_from(const json& j) {
+  TensorSpec s{j.at("name"), dtype_from_name(j.at("dtype").get<std::string>()), {}};
+  for (const json& d : j.at("dims")) s.dims.push_back({d.at(0).get<int64_t>(), d.at(1).get<int64_t>(), d.at(2).get<std::string>()});
+  return s;
+}
+
+const char* kind_name(SlotSpec::Kind k) {
+  switch (k) {
+    case SlotSpec::Kind::input: return "input";
+    case SlotSpec::Kind::captured: return "captured";
+    case SlotSpec::Kind::fresh: return "fresh";
+    case SlotSpec::Kind::arena: return "arena";
+  }
+  return "?";
+}
+SlotSpec::Kind kind_from(const std::string& s) {
+  for (auto k : {SlotSpec::Kind::input, SlotSpec::Kind::captured, SlotSpec::Kind::fresh, SlotSpec::Kind::arena})
+    if (s == kind_name(k)) return k;
+  throw std::runtime_error("unknown slot kind '" + s + "'");
+}
+
+json variant_json(const Variant& v) {
+  json slots = json::array(), externs = json::array();
+  for (const SlotSpec& s : v.slots) slots.push_back({kind_name(s.kind), s.index});
+  for (const ExternSpec& e : v.externs)
+    externs.push_back({{"step", e.step}, {"op", e.op}, {"attrs", attrs_json(e.attrs)}, {"in", operands_json(e.in)}, {"out", operands_json(e.out)}});
+  return {{"symbol", v.symbol}, {"slots", slots}, {"externs", externs}, {"outputs", operands_json(v.outputs)}, {"params", v.num_params}};
+}
+Variant variant_from(const json& j) {
+  Variant v;
+  v.symbol = j.at("symbol");
+  for (const json& s : j.at("slots")) v.slots.push_back({kind_from(s.at(0)), s.at(1).get<int>()});
+  for (const json& e : j.at("externs"))
+    v.externs.push_back({e.at("step").get<int>(), e.at("op"), attrs_from(e.at("attrs")), operands_from(e.at("in")), operands_from(e.at("out"))});
+  v.outputs = operands_from(j.at("outputs"));
+  v.num_params = j.at("params").get<int64_t>();
+  return v;
+}
+
+// Every index a run will follow, checked.
+void check(const Program& p, size_t num_tables) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error(what);
+  };
+  for (const CapturedSpec& c : p.captured)
+    for (int64_t d : c.shape) need(d >= 0, "captured tensor '" + c.name + "' has a negative dim");
+  for (const GraphProgram& g : p.graphs) {
+    const std::string gn = "graph '" + g.name + "': ";
+    need(!g.variants.empty() && !g.sizes.empty(), gn + "no code");
+    for (const TensorSpec& s : g.inputs) need(s.dims.size() <= 8, gn + "input '" + s.name + "' has more than 8 dims");
+    for (const TensorSpec& s : g.outputs) need(s.dims.size() <= 8, gn + "output '" + s.name + "' has more than 8 dims");
+    for (const Variant& v : g.variants) {
+      need(v.num_params >= 0 && v.outputs.size() == g.outputs.size(), gn + "a variant's outputs do not match the graph's");
+      for (const SlotSpec& s : v.slots) {
+        const size_t n = s.kind == SlotSpec::Kind::input ? g.inputs.size() : s.kind == SlotSpec::Kind::captured ? p.captured.size() : 1;
+        need(s.kind == SlotSpec::Kind::fresh || s.kind == SlotSpec::Kind::arena || (s.index >= 0 && size_t(s.index) < n),
+             gn + "a slot names input or captured tensor " + std::to_string(s.index) + ", which does not exist");
+      }
+      auto operands = [&](const std::vector<Operand>& ops) {
+        for (const Operand& o : ops)
+          need(o.slot >= 0 && size_t(o.slot) < v.slots.size() && o.rank >= 0 && o.rank <= 16, gn + "an operand's slot or rank is out of range");
+      };
+      for (const ExternSpec& e : v.externs) operands(e.in), operands(e.out), need(e.step >= 0, gn + "a negative step");
+      operands(v.outputs);
+    }
+    int64_t last = -1;
+    for (const SizeEntry& s : g.sizes) {
+      need(s.variant >= 0 && size_t(s.variant) < g.variants.size(), gn + "a size names a variant that does not exist");
+      need(s.value > last, gn + "sizes are not ascending");
+      last = s.value;
+      const int64_t w = g.variants[size_t(s.variant)].row_width();
+      need(s.row >= 0 && uint64_t(s.row) + uint64_t(w) <= num_tables, gn + "a size's table row lies past the end of the tables");
+    }
+    if (!g.dynamic.empty())
+      need(g.dyn_min >= 1 && g.dyn_max >= g.dyn_min && int64_t(g.sizes.size()) == g.dyn_max - g.dyn_min + 1 &&
+               g.sizes.front().value == g.dyn_min,
+           gn + "the sizes do not cover the dynamic range");
+  }
+}
+
+}  // namespace
+
+std::string program_json(const Program& p) {
+  json captured = json::array(), graphs = json::array();
+  for (const CapturedSpec& c : p.captured)
+    captured.push_back({{"name", c.name}, {"state", c.state}, {"dtype", dtype_name(c.dtype)}, {"shape", std::vector<int64_t>(c.shape.begin(), c.shape.end())}});
+  for (const GraphProgram& g : p.graphs) {
+    json in = json::array(), out = json::array(), variants = json::array(), sizes = json::array();
+    for (const TensorSpec& s : g.inputs) in.push_back(spec_json(s));
+    for (const TensorSpec& s : g.outputs) out.push_back(spec_json(s));
+    for (const Variant& v : g.variants) variants.push_back(variant_json(v));
+    for (const SizeEntry& s : g.sizes) sizes.push_back({s.value, s.variant, s.row});
+    graphs.push_back({{"name", g.name}, {"inputs", in}, {"outputs", out}, {"dynamic", {g.dynamic, g.dyn_min, g.dyn_max}},
+                      {"variants", variants}, {"sizes", sizes}});
+  }
+  return json{{"abi_version", kAbiVersion}, {"captured", captured}, {"graphs", graphs}}.dump();
+}
+
+Program parse_program(const std::string& text, const int64_t* tables, size_t num_tables, const std::string& where) {
+  try {
+    const json j = json::parse(text);
+    Program p;
+    for (const json& c : j.at("captured"))
+      p.captured.push_back({c.at("name"), c.at("state").get<bool>(), dtype_from_name(c.at("dtype").get<std::string>()),
+                            Shape(c.at("shape").get<std::vector<int64_t>>())});
+    for (const json& gj : j.at("graphs")) {
+      GraphProgram g;
+      g.name = gj.at("name");
+      for (const json& s : gj.at("inputs")) g.inputs.push_back(spec_from(s));
+      for (const json& s : gj.at("outputs")) g.outputs.push_back(spec_from(s));
+      const json& d = gj.at("dynamic");
+      g.dynamic = d.at(0), g.dyn_min = d.at(1), g.dyn_max = d.at(2);
+      for (const json& v : gj.at("variants")) g.variants.push_back(variant_from(v));
+      for (const json& s : gj.at("sizes")) g.sizes.push_back({s.at(0).get<int64_t>(), s.at(1).get<int>(), s.at(2).get<int64_t>()});
+      p.graphs.push_back(std::move(g));
+    }
+    check(p, num_tables);
+    p.tables.assign(tables, tables + num_tables);
+    return p;
+  } catch (const std::exception& e) {
+    SINTER_THROW(IOError, "[", where, "] the exported program is damaged: ", e.what());
+  }
+}
+
+}  // namespace sinter::runtime
