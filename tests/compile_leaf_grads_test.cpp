@@ -138,7 +138,9 @@ TEST(CompileLeafGrads, AStepThatClearsItsGradientsFirstRunsCompiledEveryCall) {
     const Tensor le = step(eager, frozen_eager)({x, y})[0];
     const int before = bodies;
     const Tensor lc = f({x, y})[0];
-    if (call > 0) EXPECT_EQ(bodies, before) << "call " << call << " ran the function eagerly";
+    if (call > 0) {
+      EXPECT_EQ(bodies, before) << "call " << call << " ran the function eagerly";
+    }
     EXPECT_TRUE(test::bitwise_equal(lc, le)) << "call " << call;
     expect_same_grads(compiled, eager);
     for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(test::bitwise_equal(*compiled.params()[i], *eager.params()[i])) << i;

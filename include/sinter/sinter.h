@@ -1,4 +1,5 @@
 #pragma once
+#include "sinter/aot.h"
 #include "sinter/attention.h"
 #include "sinter/autograd.h"
 #include "sinter/compile.h"

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sinter/aot.h"
 #include "sinter/compile.h"
 #include "sinter/data.h"
 #include "sinter/nn.h"
@@ -162,6 +163,21 @@ SparsifyResult sparsify(const SparsifyOptions& opts, const ProgressFn& progress 
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json, int keep = 2);
 std::unique_ptr<nn::GPT> load_model(const std::string& dir);  // clear errors for missing/corrupt/mismatched files
+
+// Exports a checkpoint for the runtime (sinter/aot.h, libsinter_rt): its graphs are
+//   forward (tokens (1, seq)) -> logits (1, seq, V)          no cache
+//   prefill (tokens (1, seq)) -> logits (1, seq, V)          fills the KV cache from position 0
+//   decode  (tokens (1, 1))   -> logits (1, 1, V)            appends one token to the cache
+// The cache (one per layer, max_position_embeddings long) and its position are the session's state.
+struct ExportOptions {
+  std::string checkpoint, out_dir;
+  std::vector<std::string> graphs = {"prefill", "decode", "forward"};
+  std::string dynamic;  // "seq=MIN..MAX" (default: 1..max_position_embeddings)
+  DType dtype = DType::f32;
+  std::string isa = "x86-64-v3";
+  std::function<void(const std::string&, int64_t, int64_t)> progress;
+};
+aot::Exported export_model(const ExportOptions& o);
 
 struct Sampling {
   double temperature = 0.8;  // 0: greedy

@@ -83,7 +83,20 @@ std::string clamp_code(const Target& t, const Node& n, const std::string& O, con
 
 }  // namespace
 
-std::string node_code(const Graph& g, const Target& t, const Node& n, const std::map<int, std::string>& name) {
+std::map<int, std::string> integer_constants(const Graph& g, const std::vector<int>& nodes, Params& q) {
+  std::map<int, std::string> out;
+  for (int i : nodes) {
+    const Node& n = g.nodes[size_t(i)];
+    const DType dt = g.values[size_t(n.outputs[0])].meta.dtype;
+    if (n.op->spelling.form != Spelling::Form::constant || is_floating(dt) || dt == DType::boolean) continue;
+    const double v = n.attrs.f("value");
+    if (v == std::trunc(v) && std::fabs(v) < 9.0e15) out[n.outputs[0]] = q.add(int64_t(v));
+  }
+  return out;
+}
+
+std::string node_code(const Graph& g, const Target& t, const Node& n, const std::map<int, std::string>& name,
+                      const std::map<int, std::string>* params) {
   std::vector<std::string> arg;
   for (int v : n.inputs) arg.push_back(name.at(v));
   const int out = n.outputs[0];
@@ -91,7 +104,10 @@ std::string node_code(const Graph& g, const Target& t, const Node& n, const std:
   std::ostringstream os;
   os << "const " << O << " " << name.at(out) << " = ";
   switch (n.op->spelling.form) {
-    case Spelling::Form::constant: os << to_O << "(" << literal(n.attrs.f("value")) << ")"; break;
+    case Spelling::Form::constant:
+      if (params && params->count(out)) os << to_O << "(" << params->at(out) << ")";
+      else os << to_O << "(" << literal(n.attrs.f("value")) << ")";
+      break;
     case Spelling::Form::cast: os << to_O << "(" << arg[0] << ")"; break;
     case Spelling::Form::select: os << "(" << arg[0] << " ? " << to_O << "(" << arg[1] << ") : " << to_O << "(" << arg[2] << "))"; break;
     case Spelling::Form::fill:  // eager: where(mask, value in x's dtype, x)

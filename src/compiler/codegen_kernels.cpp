@@ -82,6 +82,7 @@ std::string elementwise_kernel(const Graph& g, const Target& t, const Group& gr,
   for (int v : operands)
     for (size_t d = 0; d < nd; ++d) st[v].push_back(stride_expr(l.strides.at(v)[d], "s" + std::to_string(v) + "_" + std::to_string(d), q, os));
   std::map<int, std::string> name;
+  const std::map<int, std::string> consts = integer_constants(g, gr.nodes, q);
   auto body = [&](const std::string& indent) {
     std::ostringstream b;
     for (size_t i = 0; i < gr.inputs.size(); ++i) {
@@ -91,7 +92,7 @@ std::string elementwise_kernel(const Graph& g, const Target& t, const Group& gr,
     }
     for (int n : gr.nodes)
       for (int v : g.nodes[size_t(n)].outputs) name[v] = "t" + std::to_string(v);
-    for (int n : gr.nodes) b << indent << node_code(g, t, g.nodes[size_t(n)], name) << "\n";
+    for (int n : gr.nodes) b << indent << node_code(g, t, g.nodes[size_t(n)], name, &consts) << "\n";
     for (size_t i = 0; i < gr.outputs.size(); ++i)
       b << indent << "out" << i << "[" << element_at(gr.outputs[i], st.at(gr.outputs[i])[nd - 1], "j") << "] = " << name[gr.outputs[i]] << ";\n";
     return b.str();

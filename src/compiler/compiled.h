@@ -85,7 +85,8 @@ void check_dynamic(const CompileOptions& o, const std::vector<Tensor>& in);
 void split_backward(Entry& e, TraceResult& r, size_t num_inputs, bool recompute);
 
 // executor.cpp
-void build(Entry& e, const CompileOptions& opts);  // passes, plan, codegen, jit; throws CompileError
+Generated prepare(Entry& e, const CompileOptions& opts, const Target& t);  // passes, plan, codegen (export stops here)
+void build(Entry& e, const CompileOptions& opts);  // prepare, then the jit; throws CompileError
 // `arena` is the function's, shared by its entries (one call at a time) and grown to the largest.
 // A lazily traced piece passes its captured tensors (by captured number) and the generator offset
 // its draws were reserved at.

@@ -34,8 +34,14 @@ std::string maybe_parallel(const Target& t, const std::string& numel, const std:
                            const std::string& loop);
 // The kernel's typed pointers: in0.. for the group's inputs, out0.. for what it stores.
 std::string pointers(const Graph& g, const Target& t, const Group& gr);
-// One node as a statement that defines its value from named operands (OpDef::spelling).
-std::string node_code(const Graph& g, const Target& t, const Node& n, const std::map<int, std::string>& name);
+// One node as a statement that defines its value from named operands (OpDef::spelling); a
+// constant listed in `params` (by its value) reads that parameter.
+std::string node_code(const Graph& g, const Target& t, const Node& n, const std::map<int, std::string>& name,
+                      const std::map<int, std::string>* params = nullptr);
+// Integer constants among `nodes` as parameters, by value: such a constant is often a size
+// (a position plus the tokens of this call), which as a literal would make the source differ
+// from size to size. Floating constants stay literals (the compiler folds them).
+std::map<int, std::string> integer_constants(const Graph& g, const std::vector<int>& nodes, Params& q);
 // Each operand's element strides over the group's shape (0 where it broadcasts).
 std::map<int, std::vector<int64_t>> broadcast_strides(const Graph& g, const Group& gr);
 

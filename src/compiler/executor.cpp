@@ -23,10 +23,8 @@ Tensor over_slot(const Entry& e, const Graph& g, int v) {
 }
 }  // namespace
 
-namespace {
-
-// Runs the passes the environment leaves on, then plans, generates and compiles the program.
-void compile_graph(Entry& e, const CompileOptions& opts, const Target& t) {
+// Runs the passes the environment leaves on, then plans and generates the program.
+Generated prepare(Entry& e, const CompileOptions& opts, const Target& t) {
   Graph& g = e.graph;
   const PassSet on = enabled_passes();
   const std::string& name = e.debug_name.empty() ? opts.name : e.debug_name;
@@ -40,8 +38,18 @@ void compile_graph(Entry& e, const CompileOptions& opts, const Target& t) {
   debug_write(name + ".passes.txt", dump(g));
   e.plan = plan(g, t, on.fuse);
   e.slots = assign_slots(g, e.plan);
-  const Generated code = generate(g, e.plan, e.slots, opts.name, t);
+  Generated code = generate(g, e.plan, e.slots, opts.name, t);
   debug_write(name + ".cpp", code.source);
+  return code;
+}
+
+namespace {
+
+// Prepares the program, then compiles it (and the user kernels it calls, side by side).
+void compile_graph(Entry& e, const CompileOptions& opts, const Target& t) {
+  const Generated code = prepare(e, opts, t);
+  const Graph& g = e.graph;
+  const std::string& name = e.debug_name.empty() ? opts.name : e.debug_name;
   // The user kernels the program calls compile in translation units of their own, beside its own.
   std::set<UserKernel*> kernels;
   for (const Node& n : g.nodes)

@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <future>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -248,6 +250,48 @@ std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string
   std::lock_guard lock(l.mu);
   l.modules[key] = m;
   return m;
+}
+
+void compile_library(const std::vector<std::string>& sources, const std::string& out, const std::string& march) {
+  const std::string cxx = compiler();
+  (void)compiler_identity(cxx);  // a missing compiler is named before any work
+  std::string flags = kFlags;
+  flags.replace(flags.find("-march=native"), std::strlen("-march=native"), "-march=" + march);
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path() / ("sinter-export-" + std::to_string(getpid()) + "-" + content_hash(out).substr(0, 8));
+  fs::create_directories(dir, ec);
+  SINTER_CHECK_T(CompileError, !ec, "[export] cannot create ", dir.string(), ": ", ec.message());
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(d, e);
+    }
+  } cleanup{dir};
+  write_atomic((dir / "sinter_jit_prelude.h").string(), kJitPrelude);
+  std::vector<std::future<std::string>> units;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    units.push_back(std::async(std::launch::async, [&, i] {
+      const std::string src = (dir / ("unit" + std::to_string(i) + ".cpp")).string(), obj = src + ".o";
+      write_atomic(src, sources[i]);
+      std::string msg;
+      const std::string cmd = shell_quote(cxx) + " " + flags + " -c -I" + shell_quote(dir.string()) + " -o " + shell_quote(obj) + " " + shell_quote(src);
+      const int rc = run(cmd, msg);
+      SINTER_CHECK_T(CompileError, rc == 0, "[export] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n", msg.substr(0, 2000));
+      return obj;
+    }));
+  }
+  std::string objects;
+  std::vector<std::string> names;
+  for (auto& u : units) names.push_back(u.get());  // every unit finished (or threw) before the folder goes
+  for (const std::string& o : names) objects += " " + shell_quote(o);
+  const std::string tmp = out + ".tmp." + std::to_string(getpid());
+  std::string msg;
+  const int rc = run(shell_quote(cxx) + " " + flags + " -o " + shell_quote(tmp) + objects, msg);
+  if (rc != 0) fs::remove(tmp, ec);
+  SINTER_CHECK_T(CompileError, rc == 0, "[export] linking ", out, " with '", cxx, "' failed (exit ", rc, "):\n", msg.substr(0, 2000));
+  fs::rename(tmp, out, ec);
+  SINTER_CHECK_T(CompileError, !ec, "[export] cannot write ", out, ": ", ec.message());
 }
 
 }  // namespace sinter::compiler

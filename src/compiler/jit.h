@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/executor.h"
 
@@ -28,6 +29,11 @@ struct JitModule {
 // sinter_graph_run). Throws CompileError naming the compiler and showing its message when it is
 // missing or fails. Compiles of different sources run in parallel: a key's lock, not a global one.
 std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name, const std::string& symbol = "sinter_graph_run");
+
+// Compiles translation units (generated sources, which include the prelude) into one shared
+// library at `out`, for export: the JIT's flags with -march=`march`, each unit in parallel, then one
+// link; written atomically. Throws CompileError naming the compiler and showing its message.
+void compile_library(const std::vector<std::string>& sources, const std::string& out, const std::string& march);
 
 // The content hash the cache keys by, the cache folder, the CPU's feature line, and an atomic
 // write (temporary file, rename): what the autotuner's records share with the code cache.

@@ -1,6 +1,9 @@
 // Loading an exported folder: every check before anything runs, each failure naming the file and
 // what is wrong (the bad-file tests in tests/aot_test.cpp go through each).
 #include <dlfcn.h>
+#include <elf.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -69,9 +72,34 @@ void check_manifest(const std::string& dir) {
   }
 }
 
+// What dlopen would trust: an x86-64 ELF shared object whose headers and loadable segments lie
+// inside the file (a truncated file would otherwise be mapped past its end: SIGBUS, not an error).
+void check_elf(const std::string& so) {
+  std::ifstream f(so, std::ios::binary | std::ios::ate);
+  SINTER_CHECK_T(IOError, f.good(), "[", so, "] cannot be read");
+  const uint64_t size = uint64_t(f.tellg());
+  Elf64_Ehdr h{};
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(&h), sizeof h);
+  SINTER_CHECK_T(IOError, size >= sizeof h && std::memcmp(h.e_ident, ELFMAG, SELFMAG) == 0 && h.e_ident[EI_CLASS] == ELFCLASS64 &&
+                              h.e_type == ET_DYN && h.e_machine == EM_X86_64,
+                 "[", so, "] is not an x86-64 ELF shared object");
+  SINTER_CHECK_T(IOError, h.e_phentsize == sizeof(Elf64_Phdr) && h.e_phoff + uint64_t(h.e_phnum) * sizeof(Elf64_Phdr) <= size &&
+                              h.e_shoff + uint64_t(h.e_shnum) * h.e_shentsize <= size,
+                 "[", so, "] is truncated: its headers lie past its end (", size, " bytes)");
+  for (int i = 0; i < h.e_phnum; ++i) {
+    Elf64_Phdr p{};
+    f.seekg(std::streamoff(h.e_phoff + uint64_t(i) * sizeof p));
+    f.read(reinterpret_cast<char*>(&p), sizeof p);
+    SINTER_CHECK_T(IOError, p.p_type != PT_LOAD || p.p_offset + p.p_filesz <= size, "[", so, "] is truncated: a segment ends at byte ",
+                   p.p_offset + p.p_filesz, " of ", size);
+  }
+}
+
 // The program model.so carries: its JSON and its tables.
 void open_code(Model& m) {
   const std::string so = m.dir + "/model.so";
+  check_elf(so);
   m.handle = dlopen(fs::absolute(so).c_str(), RTLD_NOW | RTLD_LOCAL);
   SINTER_CHECK_T(IOError, m.handle != nullptr, "[", so, "] cannot be loaded: ", dlerror());
   using Text = const char* (*)(size_t*);

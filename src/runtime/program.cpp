@@ -145,6 +145,8 @@ void check(const Program& p, size_t num_tables) {
       last = s.value;
       const int64_t w = g.variants[size_t(s.variant)].row_width();
       need(s.row >= 0 && uint64_t(s.row) + uint64_t(w) <= num_tables, gn + "a size's table row lies past the end of the tables");
+      for (const auto& [k, a] : s.attrs)
+        need(k >= 0 && size_t(k) < g.variants[size_t(s.variant)].externs.size(), gn + "a size's attributes name a call that does not exist");
     }
     if (!g.dynamic.empty())
       need(g.dyn_min >= 1 && g.dyn_max >= g.dyn_min && int64_t(g.sizes.size()) == g.dyn_max - g.dyn_min + 1 &&
@@ -164,7 +166,11 @@ std::string program_json(const Program& p) {
     for (const TensorSpec& s : g.inputs) in.push_back(spec_json(s));
     for (const TensorSpec& s : g.outputs) out.push_back(spec_json(s));
     for (const Variant& v : g.variants) variants.push_back(variant_json(v));
-    for (const SizeEntry& s : g.sizes) sizes.push_back({s.value, s.variant, s.row});
+    for (const SizeEntry& s : g.sizes) {
+      json attrs = json::array();
+      for (const auto& [k, a] : s.attrs) attrs.push_back({k, attrs_json(a)});
+      sizes.push_back({s.value, s.variant, s.row, attrs});
+    }
     graphs.push_back({{"name", g.name}, {"inputs", in}, {"outputs", out}, {"dynamic", {g.dynamic, g.dyn_min, g.dyn_max}},
                       {"variants", variants}, {"sizes", sizes}});
   }
@@ -186,7 +192,11 @@ Program parse_program(const std::string& text, const int64_t* tables, size_t num
       const json& d = gj.at("dynamic");
       g.dynamic = d.at(0), g.dyn_min = d.at(1), g.dyn_max = d.at(2);
       for (const json& v : gj.at("variants")) g.variants.push_back(variant_from(v));
-      for (const json& s : gj.at("sizes")) g.sizes.push_back({s.at(0).get<int64_t>(), s.at(1).get<int>(), s.at(2).get<int64_t>()});
+      for (const json& s : gj.at("sizes")) {
+        SizeEntry e{s.at(0).get<int64_t>(), s.at(1).get<int>(), s.at(2).get<int64_t>(), {}};
+        for (const json& a : s.at(3)) e.attrs.emplace_back(a.at(0).get<int>(), attrs_from(a.at(1)));
+        g.sizes.push_back(std::move(e));
+      }
       p.graphs.push_back(std::move(g));
     }
     check(p, num_tables);

@@ -63,6 +63,8 @@ struct SizeEntry {
   int64_t value = 0;  // the dynamic dim's size (0 for a graph without one)
   int variant = 0;
   int64_t row = 0;  // offset of its row in Program::tables
+  // Library calls whose attributes differ at this size (a slice's length): by extern number.
+  std::vector<std::pair<int, Attrs>> attrs;
 };
 struct GraphProgram {
   std::string name;

@@ -88,11 +88,14 @@ Session::Bound& Session::bind(int graph, size_t size) {
   int max_step = -1;
   for (const ExternSpec& x : v.externs) max_step = std::max(max_step, x.step);
   b->by_step.resize(size_t(max_step + 1));
-  for (const ExternSpec& x : v.externs) {
+  for (size_t k = 0; k < v.externs.size(); ++k) {
+    const ExternSpec& x = v.externs[k];
     ExternCall& c = b->by_step[size_t(x.step)];
     c.op = x.op;
     c.kernel = find_kernel(x.op);
     c.attrs = &x.attrs;
+    for (const auto& [at_call, a] : e.attrs)
+      if (size_t(at_call) == k) c.attrs = &a;
     for (const Operand& o : x.in) c.in.push_back(over(b->slots, o, at));
     for (const Operand& o : x.out) c.out.push_back(over(b->slots, o, at));
   }

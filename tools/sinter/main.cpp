@@ -144,6 +144,28 @@ struct GenerateOut {
   std::string ids;              // "1,2,3": the prompt as token ids, and ids printed instead of bytes
 };
 
+// `sinter export`: traces with a progress line (sizes per second, ETA), then one summary line.
+int run_export(train::ExportOptions o, const std::string& dtype) {
+  o.dtype = dtype == "bf16" ? DType::bf16 : DType::f32;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stage_start = t0;
+  std::string stage;
+  o.progress = [&](const std::string& what, int64_t done, int64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (what != stage) stage = what, stage_start = now;
+    const double s = std::chrono::duration<double>(now - stage_start).count();
+    const double rate = done > 0 && s > 0 ? double(done) / s : 0;
+    if (what == "compile") std::fprintf(stderr, "\r\033[K[export] %s", done ? "compiled\n" : "compiling model.so ...");
+    else std::fprintf(stderr, "\r\033[K[export] %s: size %lld/%lld (%.0f/s, ETA %.0f s)", what.c_str(), (long long)done + 1, (long long)total,
+                      rate, rate > 0 ? double(total - done) / rate : 0.0);
+  };
+  const aot::Exported r = train::export_model(o);
+  std::printf("exported %s to %s in %.1f s: model.so %.2f MB, weights.safetensors %.2f MB (%lld weights, %lld state), %lld sizes traced\n",
+              o.checkpoint.c_str(), r.dir.c_str(), r.seconds, double(r.model_so_bytes) / 1e6, double(r.weights_bytes) / 1e6,
+              (long long)r.weights, (long long)r.state, (long long)r.sizes_traced);
+  return 0;
+}
+
 int run_generate(const std::string& dir, const std::string& prompt, int64_t max_new, const train::Sampling& s,
                  bool no_cache, DType dtype, bool compiled, const GenerateOut& o) {
   auto model = train::load_model(dir);
@@ -318,6 +340,17 @@ int main(int argc, char** argv) {
   ex->add_option("checkpoint", dir, "checkpoint folder")->required();
   ex->add_option("--out", export_dir, "output folder (config.json + model.safetensors)")->required();
 
+  train::ExportOptions xo;
+  std::string x_dtype = "f32";
+  auto* xp = app.add_subcommand("export", "export a checkpoint for the runtime libsinter_rt: model.so, weights.safetensors, manifest.json");
+  xp->add_option("checkpoint", xo.checkpoint, "checkpoint folder (Sinter's or a Hugging Face one)")->required();
+  option(xp, "--out", "ExportOptions::out_dir", xo.out_dir, "output folder")->required();
+  option(xp, "--graph", "ExportOptions::graphs", xo.graphs, "forward, prefill, decode (repeat the flag; default: all three)")
+      ->check(CLI::IsMember({"forward", "prefill", "decode"}));
+  option(xp, "--dynamic", "ExportOptions::dynamic", xo.dynamic, "seq=MIN..MAX: the token lengths forward and prefill take (default: 1..the model's positions)");
+  xp->add_option("--dtype", x_dtype, "f32, or bf16: weights and activations in bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  option(xp, "--isa", "ExportOptions::isa", xo.isa, "the generated code's ISA level")->check(CLI::IsMember({"x86-64-v3", "x86-64-v4"}));
+
   bench::Options bo;
   auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
   std::vector<std::string> suite_names;
@@ -373,6 +406,7 @@ int main(int argc, char** argv) {
                   model->config().llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel");
       return 0;
     }
+    if (*xp) return run_export(xo, x_dtype);
     if (*info) return run_info(dir);
     if (*sp) {
       const auto r = train::sparsify(so, ProgressLine{.tokens = false, .checkpoint = so.checkpoint});
