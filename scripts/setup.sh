@@ -13,6 +13,7 @@ packages=(
   libomp-dev
   libopenmpi-dev openmpi-bin   # the distributed backend (process groups) and mpirun for multi-rank tests
   fortunes               # the default training corpus
+  python3                # the runtime's ctypes example (examples/aot/generate.py), run by the tests
 )
 
 missing=()
