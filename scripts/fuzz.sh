@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs them side by side: the safetensors parser,
-# config.json and train_state.json.
+# config.json, train_state.json, and an exported model's manifest, program and weights (aot).
 #   scripts/fuzz.sh [RUNS] [TARGET...]   default 1,000,000 executions per target, seeded from fuzz/corpus/
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,7 @@ scripts/setup.sh
 runs=${1:-1000000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config train_state)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config train_state aot)
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_FUZZ=ON \
   -DSINTER_BUILD_TESTS=OFF -DSINTER_NATIVE=OFF >/dev/null
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}"

@@ -122,6 +122,57 @@ TEST(Aot, ExportedForwardEqualsEagerAtEverySizeAsked) {
   }
 }
 
+TEST(Aot, AFunctionsWeightsAndStateRunAsInProcessAndResetPutsTheStateBack) {
+  manual_seed(3);
+  Tensor w = randn({4, 3}), count = zeros({2});
+  const TensorFn fn = [&](const std::vector<Tensor>& in) {
+    count.add_(1.0);  // state: the graph writes it
+    return std::vector<Tensor>{gelu(matmul(in[0], w.t())) + sum(count)};
+  };
+  const std::string dir = temp("fn");
+  aot::Options o;
+  o.names = {{"w", w}, {"count", count}};
+  o.graph = {.name = "step", .input_names = {"x"}, .output_names = {"y"}, .dynamic = {{.name = "n", .input = 0, .dim = 0, .min = 1, .max = 5}}};
+  const aot::Exported r = aot::export_graph(fn, {zeros({2, 3})}, o, dir);
+  EXPECT_EQ(r.weights, 1);
+  EXPECT_EQ(r.state, 1);
+  EXPECT_EQ(r.sizes_traced, 5);
+  Model m(dir);
+  ASSERT_NE(m.m, nullptr) << sinter_rt_last_error();
+  Session s(m);
+  const Tensor start = count.clone();
+  for (int round = 0; round < 2; ++round) {
+    count.copy_(start);
+    for (int64_t n : {3, 1, 5}) {
+      const Tensor x = randn({n, 3});
+      const Tensor want = fn({x})[0];
+      sinter_rt_tensor in = {x.data_ptr(), SINTER_RT_F32, 2, {n, 3}, 0};
+      std::vector<float> buf(size_t(n * 4));
+      sinter_rt_tensor out = {buf.data(), SINTER_RT_F32, 0, {}, buf.size() * sizeof(float)};  // the caller's buffer
+      ASSERT_EQ(sinter_rt_run(s.s, "step", &in, 1, &out, 1), 0) << sinter_rt_last_error();
+      EXPECT_EQ(out.rank, 2);
+      EXPECT_EQ(out.shape[0], n);
+      EXPECT_EQ(buf, want.to_vector<float>());
+    }
+    ASSERT_EQ(sinter_rt_session_reset(s.s), 0);
+  }
+  std::vector<float> small(1);
+  const Tensor x = randn({2, 3});
+  sinter_rt_tensor in = {x.data_ptr(), SINTER_RT_F32, 2, {2, 3}, 0}, out = {small.data(), SINTER_RT_F32, 0, {}, sizeof(float)};
+  EXPECT_NE(sinter_rt_run(s.s, "step", &in, 1, &out, 1), 0);
+  EXPECT_NE(std::string(sinter_rt_last_error()).find("output 'y' needs 32 bytes"), std::string::npos) << sinter_rt_last_error();
+}
+
+TEST(Aot, AGraphBreakIsAnErrorNamingTheOp) {
+  const TensorFn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * sum(in[0]).item<float>()}; };
+  EXPECT_TRUE(test::throws_naming("export", [&] { aot::export_graph(fn, {ones({3})}, {}, temp("break")); }));
+  try {
+    aot::export_graph(fn, {ones({3})}, {}, temp("break"));
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("graph break at item"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Aot, DynamicDimsOutsideTheirRangeWrongDtypeAndRankAreErrorsNamingTheInput) {
   const std::string dir = exported(checkpoint("tiny"), "tiny_128", "seq=1..128");
   Model m(dir);

@@ -189,7 +189,13 @@ void Exporter::add(const GraphToExport& gx) {
   for (int64_t size = first; size <= last; ++size) {
     if (opts_.progress) opts_.progress("trace " + go.name, size - first, last - first + 1);
     NoGradGuard no_grad;
-    TraceResult r = trace(gx.fn, inputs_at(gx, size), copts);
+    TraceResult r;
+    try {
+      r = trace(gx.fn, inputs_at(gx, size), copts);
+    } catch (const CompileError& e) {  // a break under fullgraph
+      SINTER_THROW(CompileError, "[export] graph '", go.name, "' at ", gp.dynamic.empty() ? "its size" : gp.dynamic + " = " + std::to_string(size),
+                   ": ", e.what(), ": export needs the whole function as one graph");
+    }
     SINTER_CHECK_T(CompileError, !r.broke, "[export] graph '", go.name, "' breaks at ", r.break_op, " (", r.break_reason,
                    "): export needs the whole function as one graph");
     SINTER_CHECK_T(CompileError, r.graph.random_blocks == 0, "[export] graph '", go.name, "' draws random numbers: export takes",

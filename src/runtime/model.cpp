@@ -7,7 +7,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/format.h"
@@ -18,7 +17,6 @@
 namespace sinter::runtime {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 Model::~Model() {
   captured.clear();
@@ -46,29 +44,18 @@ std::string read_file(const std::string& path, size_t limit) {
 // The manifest: format, ABI version, ISA level, and each file's SHA-256 (checked here).
 void check_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
-  json m;
-  try {
-    m = json::parse(read_file(path, 1 << 24));
-  } catch (const json::exception& e) {
-    SINTER_THROW(IOError, "[", path, "] is not valid JSON: ", e.what());
-  }
-  SINTER_CHECK_T(IOError, m.is_object() && m.value("format", "") == "sinter-aot", "[", path, "] is not a Sinter export manifest (no \"format\": \"sinter-aot\")");
-  const json abi = m.value("abi_version", json());
-  SINTER_CHECK_T(IOError, abi.is_number_integer() && abi.get<int64_t>() == kAbiVersion, "[", path, "] the model was exported for runtime ABI version ",
-                 abi.dump(), "; this runtime (libsinter_rt) reads version ", kAbiVersion, ": export it again with this Sinter");
-  const std::string isa = m.value("isa", "");
-  SINTER_CHECK_T(IOError, cpu_supports_isa(isa), "[", path, "] the model was compiled for ISA level '", isa,
+  const Manifest m = parse_manifest(read_file(path, 1 << 24), path);
+  SINTER_CHECK_T(IOError, m.abi_version == kAbiVersion, "[", path, "] the model was exported for runtime ABI version ", m.abi_version,
+                 "; this runtime (libsinter_rt) reads version ", kAbiVersion, ": export it again with this Sinter");
+  SINTER_CHECK_T(IOError, cpu_supports_isa(m.isa), "[", path, "] the model was compiled for ISA level '", m.isa,
                  "', which this CPU does not run (export it with --isa x86-64-v3, or for this machine)");
-  const json files = m.value("files", json());
-  SINTER_CHECK_T(IOError, files.is_object(), "[", path, "] lists no files");
   for (const char* name : {"model.so", "weights.safetensors"}) {
-    SINTER_CHECK_T(IOError, files.contains(name) && files[name].is_object() && files[name].value("sha256", json()).is_string(), "[", path,
-                   "] has no SHA-256 for ", name);
+    SINTER_CHECK_T(IOError, m.sha256.count(name), "[", path, "] has no SHA-256 for ", name);
     const std::string file = dir + "/" + name;
     SINTER_CHECK_T(IOError, fs::is_regular_file(file), "[", file, "] is missing");
-    const std::string want = files[name]["sha256"], got = sha256_file(file);
-    SINTER_CHECK_T(IOError, want == got, "[", file, "] does not match the manifest: its SHA-256 is ", got, ", the manifest says ", want,
-                   " (a damaged or replaced file)");
+    const std::string got = sha256_file(file);
+    SINTER_CHECK_T(IOError, m.sha256.at(name) == got, "[", file, "] does not match the manifest: its SHA-256 is ", got, ", the manifest says ",
+                   m.sha256.at(name), " (a damaged or replaced file)");
   }
 }
 
@@ -128,15 +115,7 @@ void open_code(Model& m) {
 // The weights (and state's exported values): mapped, each checked against the program's spec.
 void map_weights(Model& m) {
   const std::string path = m.dir + "/weights.safetensors";
-  io::SafeTensors st = io::load_safetensors(path);
-  for (const CapturedSpec& c : m.program.captured) {
-    auto it = st.tensors.find(c.name);
-    SINTER_CHECK_T(IOError, it != st.tensors.end(), "[", path, "] has no tensor '", c.name, "', which the model reads");
-    const Tensor& t = it->second;
-    SINTER_CHECK_T(IOError, t.dtype() == c.dtype && t.shape() == c.shape, "[", path, "] tensor '", c.name, "' is ", t.dtype(), t.shape(),
-                   ", the model was exported with ", c.dtype, c.shape, " (weights of another model?)");
-    m.captured.push_back(t);
-  }
+  m.captured = match_weights(m.program, io::load_safetensors(path).tensors, path);
 }
 
 }  // namespace

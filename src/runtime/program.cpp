@@ -207,4 +207,43 @@ Program parse_program(const std::string& text, const int64_t* tables, size_t num
   }
 }
 
+Manifest parse_manifest(const std::string& text, const std::string& where) {
+  json m;
+  try {
+    m = json::parse(text);
+  } catch (const json::exception& e) {
+    SINTER_THROW(IOError, "[", where, "] is not valid JSON: ", e.what());
+  }
+  SINTER_CHECK_T(IOError, m.is_object() && m.value("format", json()) == "sinter-aot", "[", where,
+                 "] is not a Sinter export manifest (no \"format\": \"sinter-aot\")");
+  Manifest out;
+  const json abi = m.value("abi_version", json());
+  SINTER_CHECK_T(IOError, abi.is_number_integer(), "[", where, "] has no abi_version");
+  out.abi_version = abi.get<int64_t>();
+  const json isa = m.value("isa", json()), version = m.value("sinter_version", json());
+  out.isa = isa.is_string() ? isa.get<std::string>() : "";
+  out.sinter_version = version.is_string() ? version.get<std::string>() : "";
+  const json files = m.value("files", json());
+  SINTER_CHECK_T(IOError, files.is_object(), "[", where, "] lists no files");
+  for (auto& [name, f] : files.items()) {
+    const json sha = f.is_object() ? f.value("sha256", json()) : json();
+    SINTER_CHECK_T(IOError, sha.is_string() && sha.get<std::string>().size() == 64, "[", where, "] has no SHA-256 for ", name);
+    out.sha256[name] = sha.get<std::string>();
+  }
+  return out;
+}
+
+std::vector<Tensor> match_weights(const Program& p, const std::map<std::string, Tensor>& tensors, const std::string& where) {
+  std::vector<Tensor> out;
+  for (const CapturedSpec& c : p.captured) {
+    auto it = tensors.find(c.name);
+    SINTER_CHECK_T(IOError, it != tensors.end(), "[", where, "] has no tensor '", c.name, "', which the model reads");
+    const Tensor& t = it->second;
+    SINTER_CHECK_T(IOError, t.dtype() == c.dtype && t.shape() == c.shape, "[", where, "] tensor '", c.name, "' is ", t.dtype(), t.shape(),
+                   ", the model was exported with ", c.dtype, c.shape, " (weights of another model?)");
+    out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace sinter::runtime

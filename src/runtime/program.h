@@ -6,6 +6,7 @@
 // calls (op name, attributes, operands). The sizes, strides, offsets and buffer bytes that change
 // with the dynamic dim are one flat table row per size, so the structure is stored once.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,18 @@ struct Program {
   std::vector<GraphProgram> graphs;
   std::vector<int64_t> tables;
 };
+
+// manifest.json, as a loader reads it (checked: format, ABI version, a SHA-256 per file).
+struct Manifest {
+  int64_t abi_version = 0;
+  std::string isa, sinter_version;
+  std::map<std::string, std::string> sha256;  // by file name
+};
+Manifest parse_manifest(const std::string& text, const std::string& where);
+
+// The captured tensors a program reads, found in a weights file by name and checked against its
+// dtypes and shapes (IOError naming `where` and the tensor otherwise).
+std::vector<Tensor> match_weights(const Program& p, const std::map<std::string, Tensor>& tensors, const std::string& where);
 
 // The structure as JSON (the tables travel as an int64 array beside it).
 std::string program_json(const Program& p);

@@ -27,7 +27,6 @@ struct Model {
   void* handle = nullptr;                       // model.so
   std::vector<std::vector<GraphRunFn>> code;    // by graph, by variant
   std::vector<Tensor> captured;                 // weights mapped from weights.safetensors; state's exported values
-  std::shared_ptr<void> weights_map;            // keeps the mapping alive
   ~Model();
   int graph_index(const std::string& name) const;  // -1: none
 };
