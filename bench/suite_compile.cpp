@@ -1,6 +1,7 @@
 // sinter::compile against eager Sinter on the same calls (alternating in one process), plus the
 // copy bandwidth for the bytes a fused elementwise chain must move, and the compile times (cold:
-// an empty cache in a fresh folder; warm: the disk cache, as a new process sees it).
+// an empty cache in a fresh folder; warm: the disk cache, as a new process sees it), and the
+// exported model run by libsinter_rt (suite_aot.cpp).
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 namespace sinter::bench {
 
 void kernel_rows(const Options& o, Report& r);  // suite_kernels.cpp
+void aot_rows(const Options& o, Report& r);     // suite_aot.cpp
 
 namespace {
 
@@ -29,7 +31,7 @@ void suite_compile(const Options& o, Report& r) {
   const std::string cache = (std::filesystem::temp_directory_path() / "sinter_bench_compile_cache").string();
   std::filesystem::remove_all(cache);
   setenv("SINTER_CACHE_DIR", cache.c_str(), 1);
-  r.expect(11);
+  r.expect(13);
   {
     NoGradGuard no_grad;
     const int64_t n = o.quick ? 4 << 20 : 16 << 20;
@@ -152,6 +154,7 @@ void suite_compile(const Options& o, Report& r) {
            std::to_string(warm).substr(0, 5) + " s" + guard);
   }
   kernel_rows(o, r);
+  aot_rows(o, r);
   std::filesystem::remove_all(cache);
 }
 

@@ -178,6 +178,8 @@ struct ExportOptions {
   std::function<void(const std::string&, int64_t, int64_t)> progress;
 };
 aot::Exported export_model(const ExportOptions& o);
+// The same for a model in memory (o.checkpoint and o.dtype unused: the model as it is).
+aot::Exported export_model(nn::GPT& model, const ExportOptions& o);
 
 struct Sampling {
   double temperature = 0.8;  // 0: greedy

@@ -2,6 +2,8 @@
 // program is damaged is refused with what is wrong, never run.
 #include "runtime/program.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "sinter/error.h"
@@ -20,6 +22,33 @@ int64_t Variant::row_width() const {
 }
 
 namespace {
+
+// Numbers read only as what they are: a float where an integer belongs (or one out of range) is
+// an error, not a conversion (nlohmann's would be undefined behaviour).
+int64_t i64(const json& j) {
+  if (j.is_number_unsigned() && j.get<uint64_t>() <= uint64_t(INT64_MAX)) return int64_t(j.get<uint64_t>());
+  if (!j.is_number_integer() || j.is_number_unsigned()) throw std::runtime_error("expected an integer, got " + j.dump().substr(0, 40));
+  return j.get<int64_t>();
+}
+int i32(const json& j) {
+  const int64_t v = i64(j);
+  if (v < INT32_MIN || v > INT32_MAX) throw std::runtime_error("integer out of range: " + std::to_string(v));
+  return int(v);
+}
+Shape ints(const json& j) {
+  if (!j.is_array()) throw std::runtime_error("expected a list of integers");
+  Shape out;
+  for (const json& x : j) out.push_back(i64(x));
+  return out;
+}
+double f64(const json& j) {
+  if (!j.is_number()) throw std::runtime_error("expected a number");
+  return j.get<double>();
+}
+bool flag(const json& j) {
+  if (!j.is_boolean()) throw std::runtime_error("expected true or false");
+  return j.get<bool>();
+}
 
 json attrs_json(const Attrs& a) {
   json out = json::array();
@@ -40,18 +69,24 @@ json attrs_json(const Attrs& a) {
   return out;
 }
 
+Device device_from(const json& v) {
+  const int type = i32(v.at(0));
+  if (type < 0 || type >= kNumDeviceTypes) throw std::runtime_error("unknown device type " + std::to_string(type));
+  return Device{DeviceType(type), i32(v.at(1))};
+}
+
 Attrs attrs_from(const json& j) {
   Attrs a;
   for (const json& item : j) {
     const std::string key = item.at(0), kind = item.at(1);
     const json& v = item.at(2);
-    if (kind == "i") a.set(key, v.get<int64_t>());
-    else if (kind == "f") a.set(key, v.get<double>());
-    else if (kind == "b") a.set(key, v.get<bool>());
-    else if (kind == "ints") a.set(key, Shape(v.get<std::vector<int64_t>>()));
+    if (kind == "i") a.set(key, i64(v));
+    else if (kind == "f") a.set(key, f64(v));
+    else if (kind == "b") a.set(key, flag(v));
+    else if (kind == "ints") a.set(key, ints(v));
     else if (kind == "dtype") a.set(key, dtype_from_name(v.get<std::string>()));
     else if (kind == "s") a.set(key, v.get<std::string>());
-    else if (kind == "device") a.set(key, Device{DeviceType(v.at(0).get<int>()), v.at(1).get<int>()});
+    else if (kind == "device") a.set(key, device_from(v));
     else throw std::runtime_error("attribute '" + key + "' has an unknown kind '" + kind + "'");
   }
   return a;
@@ -64,7 +99,7 @@ json operands_json(const std::vector<Operand>& v) {
 }
 std::vector<Operand> operands_from(const json& j) {
   std::vector<Operand> out;
-  for (const json& o : j) out.push_back({o.at(0).get<int>(), dtype_from_name(o.at(1).get<std::string>()), o.at(2).get<int>()});
+  for (const json& o : j) out.push_back({i32(o.at(0)), dtype_from_name(o.at(1).get<std::string>()), i32(o.at(2))});
   return out;
 }
 
@@ -75,7 +110,7 @@ json spec_json(const TensorSpec& s) {
 }
 TensorSpec spec_from(const json& j) {
   TensorSpec s{j.at("name"), dtype_from_name(j.at("dtype").get<std::string>()), {}};
-  for (const json& d : j.at("dims")) s.dims.push_back({d.at(0).get<int64_t>(), d.at(1).get<int64_t>(), d.at(2).get<std::string>()});
+  for (const json& d : j.at("dims")) s.dims.push_back({i64(d.at(0)), i64(d.at(1)), d.at(2).get<std::string>()});
   return s;
 }
 
@@ -104,11 +139,11 @@ json variant_json(const Variant& v) {
 Variant variant_from(const json& j) {
   Variant v;
   v.symbol = j.at("symbol");
-  for (const json& s : j.at("slots")) v.slots.push_back({kind_from(s.at(0)), s.at(1).get<int>()});
+  for (const json& s : j.at("slots")) v.slots.push_back({kind_from(s.at(0)), i32(s.at(1))});
   for (const json& e : j.at("externs"))
-    v.externs.push_back({e.at("step").get<int>(), e.at("op"), attrs_from(e.at("attrs")), operands_from(e.at("in")), operands_from(e.at("out"))});
+    v.externs.push_back({i32(e.at("step")), e.at("op"), attrs_from(e.at("attrs")), operands_from(e.at("in")), operands_from(e.at("out"))});
   v.outputs = operands_from(j.at("outputs"));
-  v.num_params = j.at("params").get<int64_t>();
+  v.num_params = i64(j.at("params"));
   return v;
 }
 
@@ -125,7 +160,8 @@ void check(const Program& p, size_t num_tables) {
     for (const TensorSpec& s : g.inputs) need(s.dims.size() <= 8, gn + "input '" + s.name + "' has more than 8 dims");
     for (const TensorSpec& s : g.outputs) need(s.dims.size() <= 8, gn + "output '" + s.name + "' has more than 8 dims");
     for (const Variant& v : g.variants) {
-      need(v.num_params >= 0 && v.outputs.size() == g.outputs.size(), gn + "a variant's outputs do not match the graph's");
+      need(v.num_params >= 0 && v.num_params < (int64_t(1) << 40) && v.outputs.size() == g.outputs.size(),
+           gn + "a variant's parameters or outputs do not match the graph's");
       for (const SlotSpec& s : v.slots) {
         const size_t n = s.kind == SlotSpec::Kind::input ? g.inputs.size() : s.kind == SlotSpec::Kind::captured ? p.captured.size() : 1;
         need(s.kind == SlotSpec::Kind::fresh || s.kind == SlotSpec::Kind::arena || (s.index >= 0 && size_t(s.index) < n),
@@ -182,19 +218,19 @@ Program parse_program(const std::string& text, const int64_t* tables, size_t num
     const json j = json::parse(text);
     Program p;
     for (const json& c : j.at("captured"))
-      p.captured.push_back({c.at("name"), c.at("state").get<bool>(), dtype_from_name(c.at("dtype").get<std::string>()),
-                            Shape(c.at("shape").get<std::vector<int64_t>>())});
+      p.captured.push_back({c.at("name"), flag(c.at("state")), dtype_from_name(c.at("dtype").get<std::string>()),
+                            ints(c.at("shape"))});
     for (const json& gj : j.at("graphs")) {
       GraphProgram g;
       g.name = gj.at("name");
       for (const json& s : gj.at("inputs")) g.inputs.push_back(spec_from(s));
       for (const json& s : gj.at("outputs")) g.outputs.push_back(spec_from(s));
       const json& d = gj.at("dynamic");
-      g.dynamic = d.at(0), g.dyn_min = d.at(1), g.dyn_max = d.at(2);
+      g.dynamic = d.at(0).get<std::string>(), g.dyn_min = i64(d.at(1)), g.dyn_max = i64(d.at(2));
       for (const json& v : gj.at("variants")) g.variants.push_back(variant_from(v));
       for (const json& s : gj.at("sizes")) {
-        SizeEntry e{s.at(0).get<int64_t>(), s.at(1).get<int>(), s.at(2).get<int64_t>(), {}};
-        for (const json& a : s.at(3)) e.attrs.emplace_back(a.at(0).get<int>(), attrs_from(a.at(1)));
+        SizeEntry e{i64(s.at(0)), i32(s.at(1)), i64(s.at(2)), {}};
+        for (const json& a : s.at(3)) e.attrs.emplace_back(i32(a.at(0)), attrs_from(a.at(1)));
         g.sizes.push_back(std::move(e));
       }
       p.graphs.push_back(std::move(g));
@@ -219,7 +255,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   Manifest out;
   const json abi = m.value("abi_version", json());
   SINTER_CHECK_T(IOError, abi.is_number_integer(), "[", where, "] has no abi_version");
-  out.abi_version = abi.get<int64_t>();
+  out.abi_version = abi.is_number_unsigned() ? int64_t(std::min<uint64_t>(abi.get<uint64_t>(), uint64_t(INT64_MAX))) : abi.get<int64_t>();
   const json isa = m.value("isa", json()), version = m.value("sinter_version", json());
   out.isa = isa.is_string() ? isa.get<std::string>() : "";
   out.sinter_version = version.is_string() ? version.get<std::string>() : "";

@@ -18,6 +18,7 @@ struct Session::Bound {
   std::vector<ExternCall> by_step;
   std::vector<Tensor> outputs;
   std::vector<int64_t> slot_bytes;
+  std::vector<Tensor*> buffer;  // by slot: the session's buffer of a fresh slot or the arena
 };
 
 namespace {
@@ -100,6 +101,11 @@ Session::Bound& Session::bind(int graph, size_t size) {
     for (const Operand& o : x.out) c.out.push_back(over(b->slots, o, at));
   }
   for (const Operand& o : v.outputs) b->outputs.push_back(over(b->slots, o, at));
+  b->buffer.assign(v.slots.size(), nullptr);
+  for (size_t k = 0; k < v.slots.size(); ++k) {
+    if (v.slots[k].kind == SlotSpec::Kind::arena) b->buffer[k] = &arena_;
+    if (v.slots[k].kind == SlotSpec::Kind::fresh) b->buffer[k] = &fresh_[{graph, e.variant, k}];
+  }
   slot = std::move(b);
   return *slot;
 }
@@ -129,7 +135,7 @@ void Session::run(const std::string& name, const std::vector<HostTensor>& inputs
       }
       case SlotSpec::Kind::fresh:
       case SlotSpec::Kind::arena: {
-        Tensor& buf = spec.kind == SlotSpec::Kind::arena ? arena_ : fresh_[{gi, int(&v - g.variants.data()), s}];
+        Tensor& buf = *b.buffer[s];
         const int64_t bytes = b.slot_bytes[s];
         if (bytes > 0 && (!buf.defined() || buf.numel() < bytes)) buf = Tensor::empty({bytes}, DType::u8);
         b.slots.set(s, bytes > 0 ? buf.data_ptr() : nullptr, bytes, table.data());
@@ -145,6 +151,11 @@ void Session::run(const std::string& name, const std::vector<HostTensor>& inputs
     const size_t bytes = size_t(o.numel() * o.element_size());
     h.dtype = o.dtype();
     h.shape = o.shape();
+    if (h.data == nullptr && v.slots[size_t(v.outputs[i].slot)].kind == SlotSpec::Kind::fresh && o.is_contiguous() && o.offset() == 0) {
+      h.data = o.data_ptr();  // the session's own buffer, as it is (until the next run)
+      h.capacity = bytes;
+      continue;
+    }
     if (h.data == nullptr) {
       if (!out_[i].defined() || size_t(out_[i].numel()) < bytes) out_[i] = Tensor::empty({int64_t(bytes)}, DType::u8);
       h.data = out_[i].data_ptr();

@@ -28,9 +28,15 @@ std::pair<int64_t, int64_t> parse_range(const std::string& spec, int64_t limit) 
 
 aot::Exported export_model(const ExportOptions& o) {
   auto model = load_model(o.checkpoint);
-  NoGradGuard no_grad;
-  model->eval();
   model->to(o.dtype);
+  return export_model(*model, o);
+}
+
+aot::Exported export_model(nn::GPT& model_in, const ExportOptions& o) {
+  nn::GPT* model = &model_in;
+  NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
   model->prepack_for_decode(/*replace=*/true);  // int8 2:4 layers: the layout their decode kernels read
   const int64_t limit = model->config().max_position_embeddings;
   const auto [lo, hi] = parse_range(o.dynamic, limit);
@@ -60,7 +66,9 @@ aot::Exported export_model(const ExportOptions& o) {
     else
       SINTER_THROW(ValueError, "[export] --graph takes forward, prefill or decode, got '", g, "'");
   }
-  return aot::export_graphs(graphs, opts, o.out_dir);
+  const aot::Exported r = aot::export_graphs(graphs, opts, o.out_dir);
+  model->train(was_training);
+  return r;
 }
 
 }  // namespace sinter::train
