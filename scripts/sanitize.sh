@@ -2,13 +2,13 @@
 # The sanitizer subset CI runs: clang with AddressSanitizer + UBSan over the whole library (the
 # numeric kernels unoptimized, so it builds in minutes), then the tests of the op table (every op
 # against its reference, compiled against eager), the tokenizer, safetensors, the compiler, user
-# kernels and the training faults. `SINTER_SANITIZE=1 scripts/test.sh` runs every test the same
-# way (GCC, -O2).
+# kernels, AOT export and the runtime (the C side), and the training faults.
+# `SINTER_SANITIZE=1 scripts/test.sh` runs every test the same way (GCC, -O2).
 #   scripts/sanitize.sh [CTEST_REGEX]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-subset=${1:-'^(AllOps/OpTable|OpTable|OpTableCoverage|AllOps/CompiledOp|Tokenizer|SafeTensors|Compile\.|CompilePasses|UserKernel|OnNan|TrainState|install_downstream)'}
+subset=${1:-'^(AllOps/OpTable|OpTable|OpTableCoverage|AllOps/CompiledOp|Tokenizer|SafeTensors|Compile\.|CompilePasses|UserKernel|Aot\.|AotBadFiles|OnNan|TrainState|install_downstream)'}
 slow='Compile.TrainingWithACompiledStepTracksEagerTraining'  # 200 steps: the full sanitizer suite runs it
 CXX=clang++ CC=clang cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_SANITIZE=ON \
   -DSINTER_KERNELS_O0=ON -DSINTER_NATIVE=OFF >/dev/null

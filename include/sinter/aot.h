@@ -1,13 +1,9 @@
 #pragma once
-// Ahead-of-time export: traced functions become a folder a C program runs with libsinter_rt alone
-// (include/sinter/sinter_rt.h), no compiler at load or run:
-//   model.so             the generated code of each graph, and its program: the library calls with
-//                        their attributes and operands, the input, output and state specs, and a
-//                        table row of sizes, strides and offsets for every size of a dynamic range
-//   weights.safetensors  the captured tensors nothing writes (weights, by their module names) and
-//                        the initial value of those a graph writes (state: a KV cache, its position)
-//   manifest.json        ABI version, Sinter version, ISA level, graphs, state, SHA-256 of each file
-// A graph must trace whole: a graph break is an error naming the op. docs/aot.md has the details.
+// Ahead-of-time export: traced functions become a folder that a C program runs with libsinter_rt
+// alone (include/sinter/sinter_rt.h): model.so (each graph's generated code and its program, with
+// a table row per size of a dynamic range), weights.safetensors (weights, and state's initial
+// values) and manifest.json (ABI version, ISA level, specs, SHA-256 of each file). A graph must
+// trace whole: a break is an error naming the op. docs/aot.md has the details.
 //   sinter::aot::export_graph(fn, {tokens}, {.graph = {.name = "forward"}}, "out/model");
 #include <cstdint>
 #include <functional>
