@@ -128,3 +128,18 @@ TEST(SafeTensors, LoadedTensorsOutliveAReplacedFile) {
   EXPECT_EQ(first.tensors.at("w").to_vector<float>(), std::vector<float>(3, 1.0f));
   EXPECT_EQ(io::load_safetensors(path).tensors.at("w").to_vector<float>(), std::vector<float>(3, 2.0f));
 }
+
+TEST(SafeTensors, AlignedSavesStartEveryTensorOnTheBoundaryAndLoadTheSameValues) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("sinter_aligned_" + std::to_string(::getpid()) + ".safetensors")).string();
+  const std::map<std::string, Tensor> tensors = {{"a", randn({3})}, {"b", randint(0, 9, {5}, DType::i64)}, {"c", randn({7, 3}).to(DType::bf16)}};
+  io::save_safetensors(path, tensors, {}, 64);
+  const io::SafeTensors st = io::load_safetensors(path);
+  for (const auto& [name, t] : tensors) {
+    const Tensor& got = st.tensors.at(name);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(got.data_ptr()) % 64, 0u) << name;
+    EXPECT_TRUE(test::bitwise_equal(got, t)) << name;
+  }
+  EXPECT_EQ(st.tensors.size(), 6u);  // a, b, c and a filler after each (no size is a multiple of 64)
+  EXPECT_THROW(io::save_safetensors(path, tensors, {}, 48), IOError);
+  std::filesystem::remove(path);
+}

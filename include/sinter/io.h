@@ -18,8 +18,10 @@ struct SafeTensors {
 SafeTensors load_safetensors(const std::string& path);
 // Parses a whole file image in memory (what load_safetensors does after mmap; also the fuzz entry).
 SafeTensors parse_safetensors(const void* data, size_t size, const std::string& name);
+// `align` > 8 starts every tensor's data at a multiple of it (the data offsets have no holes, so
+// filler tensors named __pad<N> take up the gaps): what the runtime's mapped weights use (64).
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {}, int64_t align = 8);
 
 // Writes `bytes` to `path` atomically.
 void atomic_write(const std::string& path, const std::string& bytes);

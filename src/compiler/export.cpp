@@ -310,7 +310,7 @@ Exported export_graphs(const std::vector<GraphToExport>& graphs, const Options& 
   for (const Capture& c : x.captured) {
     SINTER_CHECK_T(CompileError, tensors.emplace(c.spec.name, c.t).second, "[export] two captured tensors are named '", c.spec.name, "'");
   }
-  io::save_safetensors(dir + "/weights.safetensors", tensors, {{"format", "sinter-aot"}});
+  io::save_safetensors(dir + "/weights.safetensors", tensors, {{"format", "sinter-aot"}}, 64);  // cache-line aligned when mapped
   write_atomic(dir + "/manifest.json", manifest(x, options, dir));
   if (options.progress) options.progress("compile", 1, 1);
   Exported r;

@@ -169,13 +169,15 @@ SafeTensors load_safetensors(const std::string& name) {
 }
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, int64_t align) {
+  SINTER_CHECK_T(IOError, align >= 8 && (align & (align - 1)) == 0, "[", path, "] alignment ", align, " is not a power of two >= 8");
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> contiguous;
+  std::vector<uint64_t> pads;  // zero bytes after each tensor, so the next starts aligned
   uint64_t at = 0;
   for (auto& [key, t] : tensors) {
-    SINTER_CHECK_T(IOError, key != "__metadata__", "[", path, "] a tensor cannot be named __metadata__");
+    SINTER_CHECK_T(IOError, key != "__metadata__" && key.rfind("__pad", 0) != 0, "[", path, "] a tensor cannot be named ", key);
     SINTER_CHECK_T(IOError, t.defined() && !t.is_symbolic(), "[", path, "] tensor '", key, "' has no data");
     Tensor c = cpu::contiguous_as(t, t.dtype());  // (a CPU copy: the kernels build without the op table)
     const uint64_t n = uint64_t(c.numel() * c.element_size());
@@ -184,14 +186,24 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
                    {"data_offsets", {at, at + n}}};
     at += n;
     contiguous.push_back(c);
+    const uint64_t pad = (uint64_t(align) - at % uint64_t(align)) % uint64_t(align);
+    if (align > 8 && pad > 0) {  // the format has no holes: padding is a tensor of its own
+      header["__pad" + std::to_string(pads.size())] = {{"dtype", "U8"}, {"shape", {pad}}, {"data_offsets", {at, at + pad}}};
+      at += pad;
+    }
+    pads.push_back(align > 8 ? pad : 0);
   }
   std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, so loads are zero-copy
+  h.append((uint64_t(align) - (8 + h.size()) % uint64_t(align)) % uint64_t(align), ' ');  // the data starts aligned: loads are zero-copy
   const uint64_t hn = h.size();
   AtomicWriter w(path);
   w.write(&hn, 8);
   w.write(h);
-  for (const Tensor& c : contiguous) w.write(c.data_ptr(), size_t(c.numel() * c.element_size()));
+  static const char zeros[64] = {};
+  for (size_t i = 0; i < contiguous.size(); ++i) {
+    w.write(contiguous[i].data_ptr(), size_t(contiguous[i].numel() * contiguous[i].element_size()));
+    for (uint64_t left = pads[i]; left > 0; left -= std::min<uint64_t>(left, 64)) w.write(zeros, size_t(std::min<uint64_t>(left, 64)));
+  }
   w.commit();
 }
 
