@@ -163,6 +163,43 @@ TEST(Aot, AFunctionsWeightsAndStateRunAsInProcessAndResetPutsTheStateBack) {
   EXPECT_NE(std::string(sinter_rt_last_error()).find("output 'y' needs 32 bytes"), std::string::npos) << sinter_rt_last_error();
 }
 
+// A user kernel with two configs (the autotuner picks one per key bucket) and a pointwise output
+// whose consumers fuse into its store(): exported, it runs from model.so as in process.
+TEST(Aot, GraphsWithUserKernelsRunTheirKernelsFromTheExportedLibrary) {
+  const OpDef& op = find_op("aot_test_scaled_square") ? *find_op("aot_test_scaled_square") : register_kernel_def({
+      .name = "aot_test_scaled_square",
+      .source = R"(template <class Cfg> void kernel(sinter::In<float> x, auto& y) {
+  for (int64_t i = 0; i < y.numel(); ++i) y.store(i, x[i] * x[i] * float(Cfg::K));
+})",
+      .inputs = {DType::f32},
+      .outputs = {DType::f32},
+      .shape = [](std::span<const TensorMeta> in, const Attrs&) { return std::vector<TensorMeta>{in[0]}; },
+      .configs = {{{"K", 2}}, {{"K", 2}}},
+      .pointwise = {true},
+  });
+  manual_seed(4);
+  Tensor w = randn({6, 5});
+  const TensorFn fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{relu(call1(op, {matmul(in[0], w)}) * 0.5 - 1.0)};
+  };
+  const std::string dir = temp("user_kernel");
+  aot::Options o;
+  o.names = {{"w", w}};
+  o.graph = {.name = "f", .dynamic = {{.name = "n", .input = 0, .dim = 0, .min = 1, .max = 9}}};
+  aot::export_graph(fn, {zeros({4, 6})}, o, dir);
+  Model m(dir);
+  ASSERT_NE(m.m, nullptr) << sinter_rt_last_error();
+  Session s(m);
+  for (int64_t n : {1, 4, 9}) {
+    const Tensor x = randn({n, 6});
+    sinter_rt_tensor in = {x.data_ptr(), SINTER_RT_F32, 2, {n, 6}, 0}, out = {};
+    ASSERT_EQ(sinter_rt_run(s.s, "f", &in, 1, &out, 1), 0) << sinter_rt_last_error();
+    const std::vector<float> want = fn({x})[0].to_vector<float>();
+    ASSERT_EQ(out.shape[0] * out.shape[1], int64_t(want.size()));
+    EXPECT_EQ(std::vector<float>(static_cast<float*>(out.data), static_cast<float*>(out.data) + want.size()), want) << n;
+  }
+}
+
 TEST(Aot, AGraphBreakIsAnErrorNamingTheOp) {
   const TensorFn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * sum(in[0]).item<float>()}; };
   EXPECT_TRUE(test::throws_naming("export", [&] { aot::export_graph(fn, {ones({3})}, {}, temp("break")); }));

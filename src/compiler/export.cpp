@@ -40,7 +40,7 @@ class Exporter {
   void add(const GraphToExport& gx);
   runtime::Program program;
   std::vector<Capture> captured;
-  std::vector<std::string> sources;  // one per variant
+  std::vector<std::string> sources;  // one per variant, one per user kernel
   int64_t traced = 0;
 
  private:
@@ -48,6 +48,10 @@ class Exporter {
   std::map<const Storage*, std::string> names_;
   std::map<const Storage*, int> by_storage_;
   std::map<std::string, int> variant_of_;  // the graph's variants by structure_key
+  std::map<std::string, std::string> user_symbols_;  // by translation unit (each trace makes its own fused variants)
+
+  std::string user_symbol(UserKernel& k);
+  void user_kernel_call(runtime::ExternSpec& x, const Graph& g, const Node& n, UserKernel& k);
 
   int capture(const Tensor& t, const std::string& graph);
   std::vector<Tensor> inputs_at(const GraphToExport& gx, int64_t size) const;
@@ -81,6 +85,34 @@ std::vector<Tensor> Exporter::inputs_at(const GraphToExport& gx, int64_t size) c
     in.push_back(zeros(shape, gx.example_inputs[i].dtype()));
   }
   return in;
+}
+
+// A user kernel's translation unit joins model.so once, its entry renamed for it.
+std::string Exporter::user_symbol(UserKernel& k) {
+  std::string src = k.unit.empty() ? user_kernel_source(k) : k.unit;
+  auto [it, added] = user_symbols_.try_emplace(src, "sinter_user_kernel_" + std::to_string(user_symbols_.size()));
+  if (added) {
+    const std::string entry = "extern \"C\" void sinter_user_kernel(";
+    const size_t at = src.find(entry);
+    SINTER_CHECK_T(CompileError, at != std::string::npos, "[export] user kernel ", k.def.name, ": its translation unit has no entry");
+    src.replace(at, entry.size(), "extern \"C\" void " + it->second + "(");
+    sources.push_back(std::move(src));
+  }
+  return it->second;
+}
+
+// A user kernel's library call runs its entry in model.so with the config the autotuner picks
+// for this size (tuned now, on zero-filled operands of the call's sizes, if its bucket is new).
+void Exporter::user_kernel_call(runtime::ExternSpec& x, const Graph& g, const Node& n, UserKernel& k) {
+  std::vector<Tensor> in, out;
+  for (int v : n.inputs) in.push_back(zeros(g.values[size_t(v)].meta.shape, g.values[size_t(v)].meta.dtype));
+  for (int v : n.outputs) out.push_back(zeros(g.values[size_t(v)].meta.shape, g.values[size_t(v)].meta.dtype));
+  Shape writes;
+  for (const Effect& e : k.def.effects)
+    if (e.kind == Effect::Kind::writes) writes.push_back(e.input);
+  x.attrs.set("__user_kernel", user_symbol(k));
+  x.attrs.set("__config", int64_t(user_kernel_config(k, in, out)));
+  x.attrs.set("__writes", writes);
 }
 
 // A readable key of a variant's structure: two sizes with equal keys share code and call list.
@@ -130,6 +162,7 @@ void Exporter::record(runtime::GraphProgram& gp, Entry& e, const Generated& code
     if (st.group >= 0) continue;
     const Node& n = g.nodes[size_t(st.node)];
     runtime::ExternSpec x{int(i), n.op->name, n.attrs, {}, {}};
+    if (UserKernel* k = user_kernel_of(n.op)) user_kernel_call(x, g, n, *k);
     for (int val : n.inputs) x.in.push_back(operand(val));
     for (int val : n.outputs) x.out.push_back(operand(val));
     v.externs.push_back(std::move(x));
@@ -201,8 +234,6 @@ void Exporter::add(const GraphToExport& gx) {
     SINTER_CHECK_T(CompileError, r.graph.random_blocks == 0, "[export] graph '", go.name, "' draws random numbers: export takes",
                    " inference graphs (sample in the caller)");
     for (const Node& n : r.graph.nodes) {
-      SINTER_CHECK_T(CompileError, user_kernel_of(n.op) == nullptr, "[export] graph '", go.name, "' calls the user kernel ", n.op->name,
-                     ": the runtime does not link user kernels yet");
       if (!n.op->mutates) continue;
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         const Value& b = r.graph.values[size_t(r.graph.buffer_of(n.outputs[k]))];

@@ -79,18 +79,10 @@ InferFn infer_of(const KernelDef& d) {
   };
 }
 
-// Appends a tensor's descriptor (ndim, sizes, strides) to q.
-void describe(const Tensor& t, std::vector<int64_t>& q) {
-  q.push_back(t.dim());
-  for (int64_t s : t.shape()) q.push_back(s);
-  for (int64_t s : t.strides()) q.push_back(s);
-}
-
-// The CPU kernel of a user kernel's op.
-void run_user_kernel(UserKernel& k, std::span<const Tensor> in, std::span<Tensor> out) {
+// The call's operands (read-only inputs made contiguous, copies kept in `keep`) and the config the
+// autotuner picks for its sizes.
+int prepare_call(UserKernel& k, std::span<const Tensor> in, std::span<Tensor> out, UserKernelCall& call, std::vector<Tensor>& keep) {
   const UserKernelFn fn = user_kernel_code(k);
-  UserKernelCall call;
-  std::vector<Tensor> keep;  // contiguous copies of read-only inputs
   std::vector<TensorMeta> meta;  // of the kernel's own inputs (a fused variant's extras come after)
   for (size_t i = 0; i < in.size(); ++i) {
     bool written = false;
@@ -98,12 +90,19 @@ void run_user_kernel(UserKernel& k, std::span<const Tensor> in, std::span<Tensor
     const Tensor& x = written || in[i].is_contiguous() ? in[i] : keep.emplace_back(cpu::contiguous_as(in[i], in[i].dtype()));
     if (written) call.written.push_back(x), call.written_slot.push_back(i);
     call.p.push_back(static_cast<char*>(x.data_ptr()));
-    describe(x, call.q);
+    runtime::describe(x, call.q);
     if (i < k.def.inputs.size()) meta.push_back({x.shape(), x.dtype(), x.device()});
   }
-  for (Tensor& y : out) call.p.push_back(static_cast<char*>(y.data_ptr())), describe(y, call.q);
-  const int config = choose_config(k.tuning ? *k.tuning : k, meta, call, fn);
-  fn(call.p.data(), call.q.data(), config);
+  for (Tensor& y : out) call.p.push_back(static_cast<char*>(y.data_ptr())), runtime::describe(y, call.q);
+  return choose_config(k.tuning ? *k.tuning : k, meta, call, fn);
+}
+
+// The CPU kernel of a user kernel's op.
+void run_user_kernel(UserKernel& k, std::span<const Tensor> in, std::span<Tensor> out) {
+  UserKernelCall call;
+  std::vector<Tensor> keep;
+  const int config = prepare_call(k, in, out, call, keep);
+  user_kernel_code(k)(call.p.data(), call.q.data(), config);
 }
 
 }  // namespace
@@ -120,6 +119,12 @@ std::shared_ptr<UserKernel> user_kernel_ptr(const OpDef* op) {
   std::lock_guard lock(r.mu);
   auto it = r.by_op.find(op);
   return it == r.by_op.end() ? nullptr : it->second;
+}
+
+int user_kernel_config(UserKernel& k, std::span<const Tensor> in, std::span<Tensor> out) {
+  UserKernelCall call;
+  std::vector<Tensor> keep;
+  return prepare_call(k, in, out, call, keep);
 }
 
 std::string user_kernel_source(const UserKernel& k) {

@@ -14,8 +14,7 @@
 
 namespace sinter::compiler {
 
-// p: the operands' base addresses (inputs, then outputs); q: per operand ndim, sizes, strides.
-using UserKernelFn = void (*)(char* const* p, const int64_t* q, int config);
+using runtime::UserKernelFn;
 
 struct UserKernel {
   KernelDef def;
@@ -43,6 +42,9 @@ std::shared_ptr<OpDef> variant_op(std::shared_ptr<UserKernel> variant, const std
 std::string user_kernel_source(const UserKernel& k);
 // Compiles (or loads) its code once; later calls return it. Throws CompileError naming the kernel.
 UserKernelFn user_kernel_code(UserKernel& k);
+// The config a call of these operands runs (autotuned on them when its key bucket is new): what
+// export records per size.
+int user_kernel_config(UserKernel& k, std::span<const Tensor> in, std::span<Tensor> out);
 
 // autotune.cpp: the config for this call's sizes; the first call with a new key bucket times every
 // config on the call's own buffers (inputs the kernel writes cloned for the trials) and records

@@ -9,6 +9,12 @@ void run_extern(ExternCall& c) {
     if (c.writes[k]) ++c.out[k].storage()->version;
 }
 
+void describe(const Tensor& t, std::vector<int64_t>& q) {
+  q.push_back(t.dim());
+  for (int64_t s : t.shape()) q.push_back(s);
+  for (int64_t s : t.strides()) q.push_back(s);
+}
+
 void SlotStorage::resize(size_t n) {
   while (storage.size() < n) {
     auto s = std::make_shared<Storage>();

@@ -23,6 +23,11 @@ struct ExternCall {
   std::vector<bool> writes;      // by output: an input it writes in place (its version moves on)
 };
 
+// A user kernel's entry (src/compiler/user_kernel.cpp): p, the operands' base addresses (inputs,
+// then outputs); q, per operand its ndim, sizes and strides (describe); the config to run.
+using UserKernelFn = void (*)(char* const* p, const int64_t* q, int config);
+void describe(const Tensor& t, std::vector<int64_t>& q);
+
 // Runs one library call: the kernel, then the version of every buffer it wrote.
 void run_extern(ExternCall& c);
 

@@ -66,8 +66,8 @@ const KernelFn* find_kernel(const std::string& op) {
 bool cpu_supports_isa(const std::string& isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
-                  __builtin_cpu_supports("f16c");
+  // (the level's marks that both GCC and clang can ask for)
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
   if (isa == "x86-64-v3") return v3;
   if (isa == "x86-64-v4")
     return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&

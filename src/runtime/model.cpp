@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "core/format.h"
+#include "cpu/cpu.h"
 #include "runtime/runtime.h"
 #include "runtime/sha256.h"
 #include "sinter/io.h"
@@ -29,7 +31,32 @@ int Model::graph_index(const std::string& name) const {
   return -1;
 }
 
+const KernelFn* Model::kernel(const ExternSpec& call) const {
+  if (!call.attrs.has("__user_kernel")) return find_kernel(call.op);
+  auto it = user_kernels.find(call.attrs.str("__user_kernel"));
+  return it == user_kernels.end() ? nullptr : &it->second;
+}
+
 namespace {
+
+// A user kernel's entry as a kernel: read-only inputs made contiguous, the config the export chose
+// for the call's size (attributes __config, __writes).
+KernelFn user_kernel(UserKernelFn fn) {
+  return [fn](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    const Shape& writes = a.ints("__writes");
+    std::vector<char*> p;
+    std::vector<int64_t> q;
+    std::vector<Tensor> keep;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const bool written = std::find(writes.begin(), writes.end(), int64_t(i)) != writes.end();
+      const Tensor& x = written || in[i].is_contiguous() ? in[i] : keep.emplace_back(cpu::contiguous_as(in[i], in[i].dtype()));
+      p.push_back(static_cast<char*>(x.data_ptr()));
+      describe(x, q);
+    }
+    for (Tensor& y : out) p.push_back(static_cast<char*>(y.data_ptr())), describe(y, q);
+    fn(p.data(), q.data(), int(a.i("__config")));
+  };
+}
 
 std::string read_file(const std::string& path, size_t limit) {
   std::ifstream f(path, std::ios::binary);
@@ -106,9 +133,16 @@ void open_code(Model& m) {
       fns.push_back(fn);
     }
     for (const Variant& v : g.variants)
-      for (const ExternSpec& e : v.externs)
-        SINTER_CHECK_T(IOError, find_kernel(e.op) != nullptr, "[", so, "] graph ", g.name, " calls op '", e.op,
+      for (const ExternSpec& e : v.externs) {
+        if (e.attrs.has("__user_kernel")) {
+          const std::string& sym = e.attrs.str("__user_kernel");
+          auto fn = reinterpret_cast<UserKernelFn>(dlsym(m.handle, sym.c_str()));
+          SINTER_CHECK_T(IOError, fn != nullptr, "[", so, "] has no ", sym, " (user kernel ", e.op, ")");
+          m.user_kernels.try_emplace(sym, user_kernel(fn));
+        }
+        SINTER_CHECK_T(IOError, m.kernel(e) != nullptr, "[", so, "] graph ", g.name, " calls op '", e.op,
                        "', which this runtime has no kernel for");
+      }
   }
 }
 

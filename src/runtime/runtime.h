@@ -27,8 +27,10 @@ struct Model {
   void* handle = nullptr;                       // model.so
   std::vector<std::vector<GraphRunFn>> code;    // by graph, by variant
   std::vector<Tensor> captured;                 // weights mapped from weights.safetensors; state's exported values
+  std::map<std::string, KernelFn> user_kernels; // by entry symbol in model.so: the user kernels it calls
   ~Model();
   int graph_index(const std::string& name) const;  // -1: none
+  const KernelFn* kernel(const ExternSpec& call) const;  // a user kernel's, or the registry's
 };
 
 // Loads and checks a folder: manifest (format, ABI version, ISA, each file's SHA-256), the

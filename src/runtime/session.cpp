@@ -93,7 +93,7 @@ Session::Bound& Session::bind(int graph, size_t size) {
     const ExternSpec& x = v.externs[k];
     ExternCall& c = b->by_step[size_t(x.step)];
     c.op = x.op;
-    c.kernel = find_kernel(x.op);
+    c.kernel = model_.kernel(x);
     c.attrs = &x.attrs;
     for (const auto& [at_call, a] : e.attrs)
       if (size_t(at_call) == k) c.attrs = &a;
