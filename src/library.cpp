@@ -14,25 +14,11 @@ void register_nn_ops();             // ops/nn.cpp
 void register_index_ops();          // ops/index.cpp
 void register_optimizer_ops();      // optim/update_ops.cpp
 void register_attention_ops();      // attention/sdpa.cpp
-void register_attention_kernels();  // cpu/attention/sdpa_cpu.cpp
 void register_sparse_ops();         // sparse/semi_structured.cpp
 }  // namespace sinter::detail
 
 namespace sinter::cpu {
-void register_elementwise_kernels();
-void register_inplace_kernels();
-void register_factory_kernels();
-void register_data_kernels();
-void register_shape_kernels();
-void register_reduce_kernels();
-void register_linalg_kernels();
-void register_nn_kernels();
-void register_index_kernels();
-void register_optimizer_kernels();
-}  // namespace sinter::cpu
-
-namespace sinter::sparse {
-void register_sparse_kernels();  // cpu/sparse24/linear_cpu.cpp
+void register_all_kernels();  // cpu/register.cpp: every CPU kernel (the runtime's registry takes them too)
 }
 namespace sinter::dist {
 void register_dist_ops();            // distributed/ops.cpp
@@ -56,18 +42,7 @@ void register_library() {
   register_sparse_ops();
   dist::register_dist_ops();
 
-  cpu::register_elementwise_kernels();
-  cpu::register_inplace_kernels();
-  cpu::register_factory_kernels();
-  cpu::register_data_kernels();
-  cpu::register_shape_kernels();
-  cpu::register_reduce_kernels();
-  cpu::register_linalg_kernels();
-  cpu::register_nn_kernels();
-  cpu::register_index_kernels();
-  cpu::register_optimizer_kernels();
-  register_attention_kernels();
-  sparse::register_sparse_kernels();
+  cpu::register_all_kernels();
   dist::register_collective_kernels();
 }
 

@@ -13,6 +13,10 @@
 
 namespace sinter::cpu {
 
+// Registers every CPU kernel through detail::add_kernel (register.cpp): into the op table, or the
+// runtime's registry.
+void register_all_kernels();
+
 // Every kernel entry point counts itself (core/parallel.h, count_kernel_entry).
 #define SINTER_KERNEL_ENTRY() ::sinter::count_kernel_entry()
 

@@ -1,30 +1,12 @@
-// The runtime's kernel registry: the CPU kernel folders register into it by op name (the same
-// registration calls the library's op table takes, src/library.cpp), and an exported program's
-// library calls look their kernels up here at load.
+// The runtime's kernel registry: the CPU kernels register into it by op name (the same call the
+// library's op table takes, cpu::register_all_kernels), and an exported program's library calls
+// look their kernels up here at load.
 #include <map>
 #include <mutex>
 
+#include "cpu/cpu.h"
 #include "ops/common.h"
 #include "runtime/runtime.h"
-
-namespace sinter::detail {
-void register_attention_kernels();
-}
-namespace sinter::cpu {
-void register_elementwise_kernels();
-void register_inplace_kernels();
-void register_factory_kernels();
-void register_data_kernels();
-void register_shape_kernels();
-void register_reduce_kernels();
-void register_linalg_kernels();
-void register_nn_kernels();
-void register_index_kernels();
-void register_optimizer_kernels();
-}  // namespace sinter::cpu
-namespace sinter::sparse {
-void register_sparse_kernels();
-}
 
 namespace sinter::runtime {
 namespace {
@@ -45,20 +27,7 @@ namespace sinter::runtime {
 
 const KernelFn* find_kernel(const std::string& op) {
   static std::once_flag once;
-  std::call_once(once, [] {
-    cpu::register_elementwise_kernels();
-    cpu::register_inplace_kernels();
-    cpu::register_factory_kernels();
-    cpu::register_data_kernels();
-    cpu::register_shape_kernels();
-    cpu::register_reduce_kernels();
-    cpu::register_linalg_kernels();
-    cpu::register_nn_kernels();
-    cpu::register_index_kernels();
-    cpu::register_optimizer_kernels();
-    detail::register_attention_kernels();
-    sparse::register_sparse_kernels();
-  });
+  std::call_once(once, cpu::register_all_kernels);
   auto it = table().find(op);
   return it == table().end() ? nullptr : &it->second;
 }
