@@ -296,18 +296,16 @@ INSTANTIATE_TEST_SUITE_P(Models, AotGenerate, ::testing::Values("tiny", "llama-t
 
 TEST(Aot, TheRuntimeAndTheExampleLinkNothingButTheirRuntimes) {
   const std::string needed = shell("readelf -d " + std::string(SINTER_AOT_GENERATE) + " " + SINTER_RT_LIBRARY + " | grep NEEDED");
-  for (std::string line : {std::string(needed)}) {
-    std::stringstream ss(line);
-    for (std::string l; std::getline(ss, l);) {
-      const size_t a = l.find('['), b = l.find(']');
-      ASSERT_NE(a, std::string::npos);
-      const std::string lib = l.substr(a + 1, b - a - 1);
-      const bool ok = lib.rfind("libsinter_rt.so", 0) == 0 || lib.rfind("libdnnl.so", 0) == 0 || lib.rfind("libgomp.so", 0) == 0 ||
-                      lib.rfind("libomp.so", 0) == 0 ||  // clang builds: LLVM's OpenMP runtime
-                      lib.rfind("libstdc++.so", 0) == 0 || lib.rfind("libm.so", 0) == 0 || lib.rfind("libgcc_s.so", 0) == 0 ||
-                      lib.rfind("libc.so", 0) == 0 || lib.rfind("ld-linux", 0) == 0;
-      EXPECT_TRUE(ok) << "links " << lib;
-    }
+  std::stringstream lines(needed);
+  for (std::string l; std::getline(lines, l);) {
+    const size_t a = l.find('['), b = l.find(']');
+    ASSERT_NE(a, std::string::npos);
+    const std::string lib = l.substr(a + 1, b - a - 1);
+    const bool ok = lib.rfind("libsinter_rt.so", 0) == 0 || lib.rfind("libdnnl.so", 0) == 0 || lib.rfind("libgomp.so", 0) == 0 ||
+                    lib.rfind("libomp.so", 0) == 0 ||  // clang builds: LLVM's OpenMP runtime
+                    lib.rfind("libstdc++.so", 0) == 0 || lib.rfind("libm.so", 0) == 0 || lib.rfind("libgcc_s.so", 0) == 0 ||
+                    lib.rfind("libc.so", 0) == 0 || lib.rfind("ld-linux", 0) == 0;
+    EXPECT_TRUE(ok) << "links " << lib;
   }
   EXPECT_NE(needed.find("libsinter_rt.so"), std::string::npos);
   const std::string symbols = shell("nm -D --defined-only " + std::string(SINTER_RT_LIBRARY));

@@ -87,6 +87,7 @@ void split_backward(Entry& e, TraceResult& r, size_t num_inputs, bool recompute)
 // executor.cpp
 Generated prepare(Entry& e, const CompileOptions& opts, const Target& t);  // passes, plan, codegen (export stops here)
 void build(Entry& e, const CompileOptions& opts);  // prepare, then the jit; throws CompileError
+int64_t slot_offset(const Entry& e, int v);  // value v's offset in elements from its slot's base (the arena's start for planned buffers)
 // `arena` is the function's, shared by its entries (one call at a time) and grown to the largest.
 // A lazily traced piece passes its captured tensors (by captured number) and the generator offset
 // its draws were reserved at.

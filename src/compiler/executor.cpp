@@ -13,13 +13,17 @@
 
 namespace sinter::compiler {
 
+int64_t slot_offset(const Entry& e, int v) {
+  const Value& x = e.graph.values[size_t(v)];
+  const int64_t arena_at = e.plan.arena_offset[size_t(e.graph.buffer_of(v))];
+  return x.offset + (arena_at >= 0 ? arena_at / dtype_size(x.meta.dtype) : 0);  // arena offsets are 64-byte aligned
+}
+
 namespace {
 Tensor over_slot(const Entry& e, const Graph& g, int v) {
   const Value& x = g.values[size_t(v)];
-  int64_t offset = x.offset;
-  const int64_t arena_at = e.plan.arena_offset[size_t(g.buffer_of(v))];
-  if (arena_at >= 0) offset += arena_at / dtype_size(x.meta.dtype);  // arena offsets are 64-byte aligned
-  return Tensor::from_storage(e.slot_storage.storage[size_t(e.slots.of_value[size_t(v)])], x.meta.shape, x.strides, offset, x.meta.dtype);
+  return Tensor::from_storage(e.slot_storage.storage[size_t(e.slots.of_value[size_t(v)])], x.meta.shape, x.strides, slot_offset(e, v),
+                              x.meta.dtype);
 }
 }  // namespace
 

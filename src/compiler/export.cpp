@@ -6,7 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <sstream>
 
 #include "compiler/compiled.h"
 #include "compiler/user_kernel.h"
@@ -117,18 +117,20 @@ void Exporter::user_kernel_call(runtime::ExternSpec& x, const Graph& g, const No
 
 // A readable key of a variant's structure: two sizes with equal keys share code and call list.
 std::string structure_key(const runtime::Variant& v, const std::string& source) {
-  std::string k = source;
+  std::ostringstream k;
+  k << source;
   auto ops = [&](const std::vector<Operand>& os) {
-    for (const Operand& o : os) k += " " + std::to_string(o.slot) + ":" + dtype_name(o.dtype) + ":" + std::to_string(o.rank);
+    for (const Operand& o : os) k << " " << o.slot << ":" << dtype_name(o.dtype) << ":" << o.rank;
   };
-  for (const SlotSpec& s : v.slots) k += "\nslot " + std::to_string(int(s.kind)) + " " + std::to_string(s.index);
+  for (const SlotSpec& s : v.slots) k << "\nslot " << int(s.kind) << " " << s.index;
   for (const runtime::ExternSpec& x : v.externs) {
-    k += "\ncall " + std::to_string(x.step) + " " + x.op;  // attributes may differ by size (SizeEntry::attrs)
+    k << "\ncall " << x.step << " " << x.op;  // attributes may differ by size (SizeEntry::attrs)
     ops(x.in), ops(x.out);
   }
-  k += "\nout";
+  k << "\nout";
   ops(v.outputs);
-  return k + "\nparams " + std::to_string(v.num_params);
+  k << "\nparams " << v.num_params;
+  return k.str();
 }
 
 void Exporter::record(runtime::GraphProgram& gp, Entry& e, const Generated& code, int64_t size) {
@@ -147,14 +149,11 @@ void Exporter::record(runtime::GraphProgram& gp, Entry& e, const Generated& code
   }
   if (e.slots.arena >= 0) v.slots[size_t(e.slots.arena)] = {SlotSpec::Kind::arena, -1}, bytes[size_t(e.slots.arena)] = e.plan.arena_bytes;
   row.insert(row.end(), bytes.begin(), bytes.end());
-  auto operand = [&](int val) {  // as the JIT's executor addresses a value (executor.cpp, over_slot)
+  auto operand = [&](int val) {  // as the JIT's executor addresses a value
     const Value& x = g.values[size_t(val)];
-    int64_t offset = x.offset;
-    const int64_t arena_at = e.plan.arena_offset[size_t(g.buffer_of(val))];
-    if (arena_at >= 0) offset += arena_at / dtype_size(x.meta.dtype);
     row.insert(row.end(), x.meta.shape.begin(), x.meta.shape.end());
     row.insert(row.end(), x.strides.begin(), x.strides.end());
-    row.push_back(offset);
+    row.push_back(slot_offset(e, val));
     return Operand{e.slots.of_value[size_t(val)], x.meta.dtype, int(x.meta.shape.size())};
   };
   for (size_t i = 0; i < e.plan.steps.size(); ++i) {
@@ -229,8 +228,6 @@ void Exporter::add(const GraphToExport& gx) {
       SINTER_THROW(CompileError, "[export] graph '", go.name, "' at ", gp.dynamic.empty() ? "its size" : gp.dynamic + " = " + std::to_string(size),
                    ": ", e.what(), ": export needs the whole function as one graph");
     }
-    SINTER_CHECK_T(CompileError, !r.broke, "[export] graph '", go.name, "' breaks at ", r.break_op, " (", r.break_reason,
-                   "): export needs the whole function as one graph");
     SINTER_CHECK_T(CompileError, r.graph.random_blocks == 0, "[export] graph '", go.name, "' draws random numbers: export takes",
                    " inference graphs (sample in the caller)");
     for (const Node& n : r.graph.nodes) {

@@ -82,19 +82,16 @@ InferFn infer_of(const KernelDef& d) {
 // The call's operands (read-only inputs made contiguous, copies kept in `keep`) and the config the
 // autotuner picks for its sizes.
 int prepare_call(UserKernel& k, std::span<const Tensor> in, std::span<Tensor> out, UserKernelCall& call, std::vector<Tensor>& keep) {
-  const UserKernelFn fn = user_kernel_code(k);
+  std::vector<bool> written(in.size(), false);
+  for (const Effect& e : k.def.effects)
+    if (e.kind == Effect::Kind::writes) written[size_t(e.input)] = true;
+  runtime::user_kernel_operands(in, out, written, call.p, call.q, keep);
   std::vector<TensorMeta> meta;  // of the kernel's own inputs (a fused variant's extras come after)
   for (size_t i = 0; i < in.size(); ++i) {
-    bool written = false;
-    for (const Effect& e : k.def.effects) written = written || (e.kind == Effect::Kind::writes && e.input == int(i));
-    const Tensor& x = written || in[i].is_contiguous() ? in[i] : keep.emplace_back(cpu::contiguous_as(in[i], in[i].dtype()));
-    if (written) call.written.push_back(x), call.written_slot.push_back(i);
-    call.p.push_back(static_cast<char*>(x.data_ptr()));
-    runtime::describe(x, call.q);
-    if (i < k.def.inputs.size()) meta.push_back({x.shape(), x.dtype(), x.device()});
+    if (written[i]) call.written.push_back(in[i]), call.written_slot.push_back(i);
+    if (i < k.def.inputs.size()) meta.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
   }
-  for (Tensor& y : out) call.p.push_back(static_cast<char*>(y.data_ptr())), runtime::describe(y, call.q);
-  return choose_config(k.tuning ? *k.tuning : k, meta, call, fn);
+  return choose_config(k.tuning ? *k.tuning : k, meta, call, user_kernel_code(k));
 }
 
 // The CPU kernel of a user kernel's op.

@@ -4,6 +4,7 @@
 // is the kernel of its op on tensors built once over the program's slots (whose addresses each run
 // sets), with its attributes.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,10 @@ struct ExternCall {
 // A user kernel's entry (src/compiler/user_kernel.cpp): p, the operands' base addresses (inputs,
 // then outputs); q, per operand its ndim, sizes and strides (describe); the config to run.
 using UserKernelFn = void (*)(char* const* p, const int64_t* q, int config);
-void describe(const Tensor& t, std::vector<int64_t>& q);
+// A user kernel call's p and q; inputs it does not write (written[i] false) go contiguous first,
+// the copies kept in `keep` for the call's length.
+void user_kernel_operands(std::span<const Tensor> in, std::span<Tensor> out, const std::vector<bool>& written, std::vector<char*>& p,
+                          std::vector<int64_t>& q, std::vector<Tensor>& keep);
 
 // Runs one library call: the kernel, then the version of every buffer it wrote.
 void run_extern(ExternCall& c);

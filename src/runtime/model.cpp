@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <elf.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include <filesystem>
@@ -11,7 +10,6 @@
 #include <sstream>
 
 #include "core/format.h"
-#include "cpu/cpu.h"
 #include "runtime/runtime.h"
 #include "runtime/sha256.h"
 #include "sinter/io.h"
@@ -43,17 +41,13 @@ namespace {
 // for the call's size (attributes __config, __writes).
 KernelFn user_kernel(UserKernelFn fn) {
   return [fn](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-    const Shape& writes = a.ints("__writes");
+    std::vector<bool> written(in.size(), false);
+    for (int64_t i : a.ints("__writes"))
+      if (i >= 0 && size_t(i) < in.size()) written[size_t(i)] = true;
     std::vector<char*> p;
     std::vector<int64_t> q;
     std::vector<Tensor> keep;
-    for (size_t i = 0; i < in.size(); ++i) {
-      const bool written = std::find(writes.begin(), writes.end(), int64_t(i)) != writes.end();
-      const Tensor& x = written || in[i].is_contiguous() ? in[i] : keep.emplace_back(cpu::contiguous_as(in[i], in[i].dtype()));
-      p.push_back(static_cast<char*>(x.data_ptr()));
-      describe(x, q);
-    }
-    for (Tensor& y : out) p.push_back(static_cast<char*>(y.data_ptr())), describe(y, q);
+    user_kernel_operands(in, out, written, p, q, keep);
     fn(p.data(), q.data(), int(a.i("__config")));
   };
 }

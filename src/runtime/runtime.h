@@ -64,7 +64,7 @@ class Session {
   Tensor arena_;
   std::vector<Tensor> out_;                                         // outputs the runtime hands out
   Bound& bind(int graph, size_t size);
-  const SizeEntry& check_inputs(const GraphProgram& g, const std::vector<HostTensor>& in, size_t* size) const;
+  size_t check_inputs(const GraphProgram& g, const std::vector<HostTensor>& in) const;  // the size's entry
 };
 
 }  // namespace sinter::runtime

@@ -48,7 +48,7 @@ void Session::reset() {
   }
 }
 
-const SizeEntry& Session::check_inputs(const GraphProgram& g, const std::vector<HostTensor>& in, size_t* size) const {
+size_t Session::check_inputs(const GraphProgram& g, const std::vector<HostTensor>& in) const {
   SINTER_CHECK_SHAPE(in.size() == g.inputs.size(), "[", g.name, "] takes ", g.inputs.size(), " inputs, got ", in.size());
   int64_t dyn = -1;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -68,8 +68,7 @@ const SizeEntry& Session::check_inputs(const GraphProgram& g, const std::vector<
       dyn = t.shape[d];
     }
   }
-  *size = g.dynamic.empty() ? 0 : size_t(dyn - g.dyn_min);
-  return g.sizes[*size];
+  return g.dynamic.empty() ? 0 : size_t(dyn - g.dyn_min);
 }
 
 Session::Bound& Session::bind(int graph, size_t size) {
@@ -114,8 +113,7 @@ void Session::run(const std::string& name, const std::vector<HostTensor>& inputs
   const int gi = model_.graph_index(name);
   SINTER_CHECK(gi >= 0, "[run] the model has no graph '", name, "'");
   const GraphProgram& g = model_.program.graphs[size_t(gi)];
-  size_t size = 0;
-  check_inputs(g, inputs, &size);
+  const size_t size = check_inputs(g, inputs);
   SINTER_CHECK_SHAPE(outputs.size() == g.outputs.size(), "[", name, "] has ", g.outputs.size(), " outputs, got room for ", outputs.size());
   Bound& b = bind(gi, size);
   const Variant& v = *b.variant;
