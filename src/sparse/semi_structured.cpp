@@ -310,6 +310,25 @@ static Tensor activate(const Tensor& y, const std::string& activation) {
   return y;
 }
 
+// An eager f32 call without gradients on a small CPU layer, where the 2:4 kernel would run the GEMM
+// of the weight's cached dense copy: that copy through the dense linear op, so the 2:4 layer costs
+// what a dense one does (no second op's bookkeeping). Undefined where the 2:4 op runs, and for
+// any malformed call, so that the op names what is wrong.
+static Tensor small_layer_dense(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, bool grads) {
+  if (grads || x.dtype() != DType::f32 || x.device().type != DeviceType::cpu || x.is_symbolic() || x.dim() == 0) return {};
+  const Tensor &v = w.values, &m = w.meta, &sc = w.scales;
+  if (v.dim() != 2 || m.dim() != 2 || sc.dim() != 1 || m.dtype() != DType::u8 || sc.dtype() != DType::f32 ||
+      (v.dtype() != DType::f32 && v.dtype() != DType::bf16 && v.dtype() != DType::i8))
+    return {};
+  const int64_t N = v.size(0), K = v.size(1) * 2;
+  if (K % 8 != 0 || m.size(0) != N || m.size(1) * 8 != K || sc.size(0) != N || x.size(-1) != K ||
+      (b.defined() && (b.dtype() != DType::f32 || b.dim() != 1 || b.size(0) != N)))
+    return {};
+  const sparse::Call call{x.dtype(), v.dtype(), x.numel() / std::max<int64_t>(K, 1), N, K};
+  if (sparse::choose(call).kernel != sparse::Kernel::dense) return {};
+  return sparse::dense_copy(w.values, w.meta, w.scales);
+}
+
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, const std::string& activation) {
   static const OpDef& op = get_op("sparse24_linear");
   sparse::parse_activation(activation);
@@ -331,6 +350,7 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   SINTER_CHECK(w.defined() && w.meta.defined() && w.scales.defined(), "[sparse24_linear] the 2:4 weight has no ",
                !w.defined() ? "values" : !w.meta.defined() ? "meta" : "scales");
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));
+  if (const Tensor dense = small_layer_dense(x, w, b, grads); dense.defined()) return activate(linear(x, dense, b), activation);
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
   const bool packed = w.packed_current();  // the kernel decides whether to read it

@@ -49,7 +49,6 @@ Cache& cache() {
 Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales) {
   Cache& c = cache();
   std::lock_guard lock(c.mu);
-  c.purge();
   const Tensor* parts[3] = {&values, &meta, &scales};
   auto it = c.entries.find(values.storage().get());
   if (it != c.entries.end()) {
@@ -57,6 +56,8 @@ Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales
     for (int i = 0; i < 3 && same; ++i) same = it->second.from[i].same(*parts[i]);
     if (same) return it->second.dense;
   }
+  c.purge();  // before a new copy counts against the budget (a hit needs no purge)
+  it = c.entries.find(values.storage().get());
   const int64_t N = values.size(0), K = values.size(1) * 2, bytes = N * K * 4;
   const int64_t held = it != c.entries.end() ? it->second.bytes : 0;
   if (c.bytes - held + bytes > kDenseCopyBudget) {  // no room: this weight runs the 2:4 kernels
