@@ -10,7 +10,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors config train_state aot)
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_FUZZ=ON \
-  -DSINTER_BUILD_TESTS=OFF -DSINTER_NATIVE=OFF >/dev/null
+  -DSINTER_BUILD_TESTS=OFF -DSINTER_NATIVE=OFF -DSINTER_CUDA=OFF >/dev/null
 cmake --build build-fuzz --target "${targets[@]/%/_fuzz}"
 # The targets run side by side, each on a copy of its seed corpus.
 declare -A pid work

@@ -352,6 +352,16 @@ void add_state_specs(std::map<std::string, Spec>& m) {
   it.bad = [] { return std::vector<Case>{{{rn({2})}, {}}, {{rn({0})}, {}}}; };
   m["item"] = it;
 
+  Spec td;  // to_device on the CPU: a contiguous copy (tests/cuda_test.cpp copies to and from CUDA)
+  td.cases = [] {
+    const Attrs cpu{{"device", Device::cpu()}};
+    return std::vector<Case>{{{rn({3, 4})}, cpu}, {{rn({2, 3}, DType::bf16)}, cpu}, {{ints({5}, -9, 9)}, cpu}, {{rn({0, 2})}, cpu}};
+  };
+  td.ref = [](const std::vector<R>& in, const Attrs&) { return std::vector<R>{in[0]}; };
+  td.bad = [] { return std::vector<Case>{{{rn({2})}, {}}}; };  // no device
+  td.grad_cases = [] { return std::vector<Case>{{{rn({2, 3}, DType::f64)}, {{"device", Device::cpu()}}}}; };
+  m["to_device"] = td;
+
   Spec ss;
   ss.cases = [] {
     return std::vector<Case>{{{rn({3, 4})}, {}}, {{rn({5}), rn({2, 2}, DType::f64), rn({3}, DType::bf16)}, {}}, {{rn({0})}, {}},

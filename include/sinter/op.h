@@ -134,6 +134,9 @@ struct OpDef {
   // that is not fusable always runs its own kernel, even in a compiled graph.
   bool fusable = false;
   Spelling spelling = {};
+  // Copies between devices (to_device) run the kernel of whichever side is not the CPU: the input's
+  // device, or the attribute "device".
+  bool crosses_devices = false;
   // Factories (no inputs) take their device from the attribute "device" (default: the CPU).
   std::array<KernelFn, kNumDeviceTypes> kernels = {};  // by DeviceType; set with register_kernel
 };

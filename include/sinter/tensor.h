@@ -145,6 +145,8 @@ struct Device {
   DeviceType type = DeviceType::cpu;
   int index = 0;
   bool operator==(const Device&) const = default;
+  static constexpr Device cpu() { return {}; }
+  static constexpr Device cuda(int index = 0) { return {DeviceType::cuda, index}; }
 };
 std::ostream& operator<<(std::ostream& os, Device d);
 
@@ -252,6 +254,7 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
+  Tensor to(Device device) const;  // a copy on `device` (contiguous), or this tensor when it is there
 
   // In-place (bump the version counter; refused on tensors that require grad while grad mode is on)
   Tensor& add_(const Tensor& o, double alpha = 1.0);
@@ -296,6 +299,8 @@ template <class T> Tensor tensor(const std::vector<T>& values) { return tensor(v
 
 // ---- template definitions ----
 template <class T> T* Tensor::data() const {
+  SINTER_CHECK(device().type != DeviceType::cuda, "[data] the tensor is on ", device(),
+               ": the host cannot read it; copy it first with .to(Device::cpu())");
   SINTER_CHECK_DTYPE(dtype_of<T>::value == dtype(), "[data] tensor has dtype ", dtype(), ", asked for ",
                      dtype_name(dtype_of<T>::value));
   return static_cast<T*>(data_ptr());
@@ -310,7 +315,7 @@ template <class T> T Tensor::item() const { return detail::local_scalar(*this).t
 std::vector<double> to_double_vector(const Tensor& t);  // any dtype, logical (row-major) order
 
 template <class T> std::vector<T> Tensor::to_vector() const {
-  Tensor c = contiguous();
+  Tensor c = device().type == DeviceType::cpu ? contiguous() : to(Device::cpu());
   if (c.dtype() != dtype_of<T>::value) c = c.to(dtype_of<T>::value);
   const T* p = c.data<T>();
   return std::vector<T>(p, p + c.numel());

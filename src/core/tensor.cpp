@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/cuda_hooks.h"
 #include "core/view.h"
 
 namespace sinter {
@@ -80,6 +81,7 @@ std::shared_ptr<Storage> Storage::allocate(int64_t nbytes, Device device) {
     s->data = cpu_alloc(nbytes);
     s->deleter = [nbytes](void* p) { cpu_free(p, nbytes); };
   } else {
+    if (device.type == DeviceType::cuda) detail::require_cuda();  // loads the backend on first use
     const Allocator& a = device_allocator(device.type);
     s->data = a.alloc(nbytes, device.index);
     s->deleter = [free = a.free, nbytes, index = device.index](void* p) { free(p, nbytes, index); };

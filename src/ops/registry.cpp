@@ -269,14 +269,15 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
   }
   SmallVector<TensorMeta, 4> meta(inputs.size(), TensorMeta{});  // no heap for the usual few inputs
   bool symbolic = false;
-  const Device dev = !inputs.empty() && inputs[0].defined() ? inputs[0].device()
-                     : attrs.has("device")                  ? attrs.device("device")
-                                                            : Device{};
+  Device dev = !inputs.empty() && inputs[0].defined() ? inputs[0].device()
+               : attrs.has("device")                  ? attrs.device("device")
+                                                      : Device{};
+  if (op.crosses_devices && dev.type == DeviceType::cpu && attrs.has("device")) dev = attrs.device("device");
   for (size_t i = 0; i < inputs.size(); ++i) {
     SINTER_CHECK(inputs[i].defined(), "[", op.name, "] input ", i, " is an undefined tensor");
     meta[i] = {inputs[i].shape(), inputs[i].dtype(), inputs[i].device()};
     symbolic = symbolic || inputs[i].is_symbolic();
-    SINTER_CHECK(meta[i].device == dev, "[", op.name, "] input ", i, " is on ", meta[i].device, ", input 0 on ", dev,
+    SINTER_CHECK(meta[i].device == dev || op.crosses_devices, "[", op.name, "] input ", i, " is on ", meta[i].device, ", input 0 on ", dev,
                  "; move them to one device");
   }
   OpObserver* const obs = detail::op_depth() == 0 ? t_observer : nullptr;

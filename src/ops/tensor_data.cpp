@@ -19,6 +19,16 @@ void register_data_ops() {
   };
   it.data_dependent = true;
   add_op(std::move(it));
+
+  OpDef td;
+  td.name = "to_device";  // x -> a contiguous copy on the attribute "device"
+  td.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
+    return std::vector<TensorMeta>{{in[0].shape, in[0].dtype, a.device("device")}};
+  };
+  td.backward = [](BackwardCtx& c) { return std::vector<Tensor>{c.grads[0].to(c.input_meta[0].device)}; };
+  td.save_inputs = 0;
+  td.crosses_devices = true;
+  add_op(std::move(td));
 }
 
 Tensor local_scalar(const Tensor& t) {
@@ -27,6 +37,11 @@ Tensor local_scalar(const Tensor& t) {
 }
 
 }  // namespace detail
+
+Tensor Tensor::to(Device device) const {
+  static const OpDef& op = get_op("to_device");
+  return this->device() == device ? *this : call1(op, {*this}, {{"device", device}});
+}
 
 double Tensor::item_double() const { return item<double>(); }
 

@@ -1,0 +1,23 @@
+#pragma once
+// What libsinter asks of the CUDA backend library (libsinter_cuda, src/cuda/backend.cpp) it loads:
+// the backend's sinter_cuda_attach fills in these hooks and registers its allocator and kernels,
+// or returns why it cannot (no driver, no device, a device it was not built for).
+#include <cstdint>
+
+namespace sinter::detail {
+
+constexpr int kCudaHooksAbi = 1;  // bumped when CudaHooks changes
+
+struct CudaHooks {
+  int device_count = 0;
+  void (*synchronize)(int device) = nullptr;
+  void (*memory_stats)(int device, int64_t* live_cached_peak) = nullptr;
+  void (*empty_cache)() = nullptr;
+};
+
+// Returns null on success, else the reason (static storage).
+using CudaAttachFn = const char* (*)(CudaHooks* hooks, int abi);
+
+void require_cuda();  // throws "[cuda] no CUDA device: <reason>" unless the backend is attached
+
+}  // namespace sinter::detail

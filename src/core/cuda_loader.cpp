@@ -1,0 +1,92 @@
+// Loads the CUDA backend library on first use (include/sinter/cuda.h): SINTER_CUDA_LIBRARY, else
+// libsinter_cuda.so next to libsinter. Every failure becomes the reason unavailable_reason() gives.
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include "core/cuda_hooks.h"
+#include "sinter/cuda.h"
+#include "sinter/error.h"
+
+namespace sinter::cuda {
+namespace {
+
+struct State {
+  std::once_flag once;
+  bool ok = false;
+  std::string reason;
+  detail::CudaHooks hooks;
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string library_path() {
+  if (const char* p = std::getenv("SINTER_CUDA_LIBRARY")) return p;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&library_path), &info) && info.dli_fname)
+    return (std::filesystem::path(info.dli_fname).parent_path() / "libsinter_cuda.so").string();
+  return "libsinter_cuda.so";
+}
+
+void load(State& s) {
+  const std::string path = library_path();
+  if (!std::filesystem::exists(path)) {
+    s.reason = "this Sinter has no CUDA backend (" + path +
+               " does not exist; it is built where nvcc and CUDA >= 12.8 are found, with SINTER_CUDA=AUTO or ON)";
+    return;
+  }
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    s.reason = "could not load " + path + ": " + dlerror();
+    return;
+  }
+  const auto attach = reinterpret_cast<detail::CudaAttachFn>(dlsym(lib, "sinter_cuda_attach"));
+  if (!attach) {
+    s.reason = path + " has no sinter_cuda_attach: it is not a Sinter CUDA backend";
+    return;
+  }
+  if (const char* why = attach(&s.hooks, detail::kCudaHooksAbi)) {
+    s.reason = why;
+    return;
+  }
+  s.ok = true;
+}
+
+State& loaded() {
+  State& s = state();
+  std::call_once(s.once, [&] { load(s); });
+  return s;
+}
+
+}  // namespace
+
+bool available() { return loaded().ok; }
+std::string unavailable_reason() { return loaded().ok ? std::string() : loaded().reason; }
+int device_count() { return loaded().ok ? loaded().hooks.device_count : 0; }
+
+void synchronize(int device) {
+  detail::require_cuda();
+  loaded().hooks.synchronize(device);
+}
+
+MemoryStats memory_stats(int device) {
+  detail::require_cuda();
+  int64_t v[3] = {0, 0, 0};
+  loaded().hooks.memory_stats(device, v);
+  return {v[0], v[1], v[2]};
+}
+
+void empty_cache() {
+  if (available()) loaded().hooks.empty_cache();
+}
+
+}  // namespace sinter::cuda
+
+namespace sinter::detail {
+void require_cuda() {
+  if (!cuda::available()) SINTER_THROW(Error, "[cuda] no CUDA device: ", cuda::unavailable_reason());
+}
+}  // namespace sinter::detail

@@ -1,0 +1,125 @@
+// sinter_cuda_attach: what libsinter calls after loading this library (src/core/cuda_loader.cpp).
+// It checks for a device this build can run on, then registers the allocator and the kernels.
+// Per device: a stream (created on first use) and a caching allocator, both kept until exit.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/cuda_hooks.h"
+#include "cuda/caching_allocator.h"
+#include "cuda/cuda.h"
+
+namespace sinter::cuda {
+namespace {
+
+struct DeviceState {
+  std::once_flag stream_once;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<CachingAllocator> memory;
+};
+std::vector<DeviceState*> g_devices;  // never destroyed: tensors freed at exit still find them
+
+DeviceState& device_state(int device) {
+  SINTER_CHECK(device >= 0 && device < int(g_devices.size()), "[cuda] no device cuda:", device, " (", g_devices.size(), " found)");
+  return *g_devices[size_t(device)];
+}
+
+Provider driver_memory(int device) {
+  return {
+      [device](int64_t bytes) -> void* {
+        void* p = nullptr;
+        SINTER_CUDA_CHECK(cudaSetDevice(device));
+        const cudaError_t e = cudaMalloc(&p, size_t(bytes));
+        if (e == cudaErrorMemoryAllocation) {
+          (void)cudaGetLastError();  // clear it: the process goes on
+          return nullptr;
+        }
+        SINTER_CUDA_CHECK(e);
+        return p;
+      },
+      [device](void* p) {
+        (void)cudaSetDevice(device);
+        (void)cudaFree(p);
+      },
+      [device]() -> int64_t {
+        size_t free = 0, total = 0;
+        if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+        return int64_t(free);
+      },
+  };
+}
+
+// Why this process cannot use CUDA, or an empty string.
+std::string find_devices() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e) + " (error " + std::to_string(int(e)) + ")";
+  if (count == 0) return "the CUDA driver sees no device";
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) return "cudaGetDeviceProperties failed for cuda:" + std::to_string(i);
+    if (p.major != 9 || p.minor != 0)
+      return "cuda:" + std::to_string(i) + " is " + p.name + " (compute capability " + std::to_string(p.major) + "." +
+             std::to_string(p.minor) + "); this libsinter_cuda is built for sm_90a (Hopper)";
+  }
+  for (int i = 0; i < count; ++i) {
+    auto* d = new DeviceState;
+    d->memory = std::make_unique<CachingAllocator>(driver_memory(i), "cuda:" + std::to_string(i));
+    g_devices.push_back(d);
+  }
+  return {};
+}
+
+void attach_hooks(detail::CudaHooks* hooks) {
+  hooks->device_count = int(g_devices.size());
+  hooks->synchronize = [](int device) { SINTER_CUDA_CHECK(cudaStreamSynchronize(stream(device))); };
+  hooks->memory_stats = [](int device, int64_t* v) {
+    const AllocatorStats s = device_state(device).memory->stats();
+    v[0] = s.live, v[1] = s.cached, v[2] = s.peak;
+  };
+  hooks->empty_cache = [] {
+    for (size_t i = 0; i < g_devices.size(); ++i) {
+      (void)cudaStreamSynchronize(stream(int(i)));
+      g_devices[i]->memory->empty_cache();
+    }
+  };
+}
+
+}  // namespace
+
+cudaStream_t stream(int device) {
+  DeviceState& d = device_state(device);
+  SINTER_CUDA_CHECK(cudaSetDevice(device));
+  std::call_once(d.stream_once, [&] { SINTER_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking)); });
+  return d.stream;
+}
+
+void check_launch(const char* op) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) SINTER_THROW(Error, "[", op, "] CUDA kernel launch failed: ", cudaGetErrorString(e), " (error ", int(e), ")");
+}
+
+}  // namespace sinter::cuda
+
+extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach(sinter::detail::CudaHooks* hooks, int abi) {
+  using namespace sinter;
+  static std::string reason;
+  try {
+    if (abi != detail::kCudaHooksAbi) return (reason = "libsinter_cuda speaks hooks ABI " + std::to_string(detail::kCudaHooksAbi) +
+                                                       ", libsinter " + std::to_string(abi) + ": rebuild them together").c_str();
+    reason = cuda::find_devices();
+    if (!reason.empty()) return reason.c_str();
+    register_allocator(DeviceType::cuda, {[](int64_t n, int device) {
+                                            return cuda::device_state(device).memory->allocate(n, uintptr_t(cuda::stream(device)));
+                                          },
+                                          [](void* p, int64_t, int device) { cuda::device_state(device).memory->release(p); }});
+    cuda::register_elementwise_kernels();
+    cuda::register_copy_kernels();
+    cuda::attach_hooks(hooks);
+    return nullptr;
+  } catch (const std::exception& e) {
+    return (reason = e.what()).c_str();
+  }
+}

@@ -1,0 +1,32 @@
+#pragma once
+// The CUDA backend (libsinter_cuda): what its files share. The backend owns the CUDA context of
+// each device, one stream per device (created when first used; every kernel and copy goes on it,
+// so a device's work runs in the order it was asked for), a caching allocator per device
+// (caching_allocator.h), and a kernel per op it serves, registered into the op table by
+// sinter_cuda_attach (backend.cpp). Host reads of device data copy explicitly (copy.cpp).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sinter/error.h"
+#include "sinter/tensor.h"
+
+#define SINTER_CUDA_CHECK(expr)                                                                          \
+  do {                                                                                                   \
+    const cudaError_t e_ = (expr);                                                                       \
+    if (e_ != cudaSuccess)                                                                               \
+      SINTER_THROW(Error, "[cuda] ", #expr, " failed: ", cudaGetErrorString(e_), " (error ", int(e_), ")"); \
+  } while (0)
+
+namespace sinter::cuda {
+
+cudaStream_t stream(int device);         // the device's stream; makes the device current
+void check_launch(const char* op);       // the last launch's error, naming the op
+
+// dst = src converted to dst's dtype and broadcast to its shape, both on one device (elementwise.cu).
+void copy_convert(const char* op, const Tensor& src, const Tensor& dst);
+
+void register_elementwise_kernels();     // elementwise.cu
+void register_copy_kernels();            // copy.cpp
+
+}  // namespace sinter::cuda

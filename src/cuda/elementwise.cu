@@ -1,0 +1,184 @@
+// CUDA kernels of the elementwise ops (src/ops/elementwise.def), cast and copy: one grid-stride
+// loop per (functor, dtype) over strided, broadcast operands, computing with the same scalar
+// functors as the CPU (src/ops/scalar_fns.h, built with --fmad=false), so f32 results equal the
+// CPU's bit for bit where both run Sinter's own functions.
+#include <span>
+#include <string_view>
+
+#include "cuda/cuda.h"
+#include "cuda/strided.cuh"
+#include "sinter/op.h"
+#include "sinter/ops.h"
+
+#define SINTER_HD __host__ __device__
+#include "ops/scalar_fns.h"
+
+namespace sinter::cuda {
+
+Indexer make_indexer(const char* op, const Tensor& out, std::initializer_list<const Tensor*> inputs) {
+  Indexer ix;
+  const Shape& shape = out.shape();
+  SINTER_CHECK_SHAPE(shape.size() <= size_t(kMaxDims), "[", op, "] CUDA kernels take up to ", kMaxDims, " dims, got ", shape);
+  ix.ndim = int(shape.size());
+  ix.operands = int(inputs.size()) + 1;
+  for (int d = 0; d < ix.ndim; ++d) ix.size[d] = shape[size_t(d)];
+  for (int d = 0; d < ix.ndim; ++d) ix.stride[0][d] = out.strides()[size_t(d)];
+  ix.contiguous = out.is_contiguous();
+  int k = 1;
+  for (const Tensor* t : inputs) {
+    const int lead = ix.ndim - int(t->dim());
+    SINTER_CHECK_SHAPE(lead >= 0, "[", op, "] input ", t->shape(), " has more dims than the output ", shape);
+    for (int d = 0; d < ix.ndim; ++d) {
+      const int64_t s = d < lead ? 0 : t->shape()[size_t(d - lead)] == 1 ? 0 : t->strides()[size_t(d - lead)];
+      ix.stride[k][d] = s;
+    }
+    ix.contiguous = ix.contiguous && t->is_contiguous() && t->shape() == shape;
+    ++k;
+  }
+  return ix;
+}
+
+namespace {
+
+enum class Types { floating, numeric, all };
+enum class Rule { keep, floating, promote, true_div, compare };
+constexpr Rule rule_of(std::string_view r) {
+  return r == "keep" ? Rule::keep : r == "float" ? Rule::floating : r == "promote" ? Rule::promote
+         : r == "true_div" ? Rule::true_div : Rule::compare;
+}
+
+// Calls fn with a value of the storage type of `dt`, among the types `T` allows.
+template <Types T, class Fn> void dispatch(DType dt, const char* op, Fn&& fn) {
+  switch (dt) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::bf16: return fn(BF16{});
+    case DType::f16: return fn(F16{});
+    default: break;
+  }
+  if constexpr (T != Types::floating) {
+    switch (dt) {
+      case DType::i8: return fn(int8_t{});
+      case DType::u8: return fn(uint8_t{});
+      case DType::i32: return fn(int32_t{});
+      case DType::i64: return fn(int64_t{});
+      default: break;
+    }
+  }
+  if constexpr (T == Types::all)
+    if (dt == DType::boolean) return fn(bool{});
+  SINTER_THROW(DTypeError, "[", op, "] has no CUDA kernel for dtype ", dt);
+}
+
+template <class S> S* ptr(const Tensor& t) { return static_cast<S*>(t.data_ptr()); }
+
+template <class K, class... Args> void launch(const char* op, const Tensor& out, K kernel, Args... args) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
+  kernel<<<unsigned(blocks), kThreads, 0, stream(out.device().index)>>>(n, args...);
+  check_launch(op);
+}
+
+#define SINTER_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+
+template <class F, class S, class O> __global__ void unary_k(int64_t n, Indexer ix, O* y, const S* x) {
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t off[kMaxOperands];
+    ix.offsets(i, off);
+    store(y + off[0], compute_t<O>(F{}(load(x + off[1]))));
+  }
+}
+
+template <class F, class S, class O> __global__ void binary_k(int64_t n, Indexer ix, O* y, const S* a, const S* b) {
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t off[kMaxOperands];
+    ix.offsets(i, off);
+    store(y + off[0], compute_t<O>(F{}(load(a + off[1]), load(b + off[2]))));
+  }
+}
+
+template <class S> __global__ void where_k(int64_t n, Indexer ix, S* y, const bool* c, const S* a, const S* b) {
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t off[kMaxOperands];
+    ix.offsets(i, off);
+    store(y + off[0], c[off[1]] ? load(a + off[2]) : load(b + off[3]));
+  }
+}
+
+template <class I, class O> __global__ void cast_k(int64_t n, Indexer ix, O* y, const I* x) {
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t off[kMaxOperands];
+    ix.offsets(i, off);
+    const compute_t<I> v = load(x + off[1]);
+    if constexpr (std::is_same_v<O, bool>) store(y + off[0], v != compute_t<I>(0));
+    else store(y + off[0], compute_t<O>(v));
+  }
+}
+
+// t as dtype dt (a copy on the device only when it has another dtype).
+Tensor as_dtype(const Tensor& t, DType dt) { return t.dtype() == dt ? t : t.to(dt); }
+
+template <class F, Rule R> void unary_op(const char* op, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Tensor x = as_dtype(in[0], out[0].dtype());
+  const Indexer ix = make_indexer(op, out[0], {&x});
+  dispatch<R == Rule::keep ? Types::numeric : Types::floating>(out[0].dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    launch(op, out[0], unary_k<F, S, S>, ix, ptr<S>(out[0]), ptr<const S>(x));
+  });
+}
+
+template <class F, Rule R> void binary_op(const char* op, std::span<const Tensor> in, std::span<Tensor> out) {
+  DType dt = promote_types(in[0].dtype(), in[1].dtype());
+  if (R == Rule::true_div && !is_floating(dt)) dt = DType::f32;
+  const Tensor a = as_dtype(in[0], dt), b = as_dtype(in[1], dt);
+  const Indexer ix = make_indexer(op, out[0], {&a, &b});
+  constexpr Types T = R == Rule::compare ? Types::all : R == Rule::true_div ? Types::floating : Types::numeric;
+  dispatch<T>(dt, op, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (R == Rule::compare) launch(op, out[0], binary_k<F, S, bool>, ix, ptr<bool>(out[0]), ptr<const S>(a), ptr<const S>(b));
+    else launch(op, out[0], binary_k<F, S, S>, ix, ptr<S>(out[0]), ptr<const S>(a), ptr<const S>(b));
+  });
+}
+
+void where_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor c = as_dtype(in[0], DType::boolean), a = as_dtype(in[1], out[0].dtype()), b = as_dtype(in[2], out[0].dtype());
+  const Indexer ix = make_indexer("where", out[0], {&c, &a, &b});
+  dispatch<Types::all>(out[0].dtype(), "where", [&](auto tag) {
+    using S = decltype(tag);
+    launch("where", out[0], where_k<S>, ix, ptr<S>(out[0]), ptr<const bool>(c), ptr<const S>(a), ptr<const S>(b));
+  });
+}
+
+}  // namespace
+
+// dst = src converted to dst's dtype, src broadcast to dst's shape; both on one device.
+void copy_convert(const char* op, const Tensor& src, const Tensor& dst) {
+  const Indexer ix = make_indexer(op, dst, {&src});
+  dispatch<Types::all>(src.dtype(), op, [&](auto in_tag) {
+    using I = decltype(in_tag);
+    dispatch<Types::all>(dst.dtype(), op, [&](auto out_tag) {
+      using O = decltype(out_tag);
+      launch(op, dst, cast_k<I, O>, ix, ptr<O>(dst), ptr<const I>(src));
+    });
+  });
+}
+
+void register_elementwise_kernels() {
+  constexpr DeviceType kCuda = DeviceType::cuda;
+#define UNARY(F, name, rule, dx) \
+  register_kernel(#name, kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { unary_op<fn::F, rule_of(#rule)>(#name, in, out); });
+#define BINARY(F, name, rule, da, db) \
+  register_kernel(#name, kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { binary_op<fn::F, rule_of(#rule)>(#name, in, out); });
+#include "ops/elementwise.def"
+#undef UNARY
+#undef BINARY
+  register_kernel("where", kCuda, where_op);
+  register_kernel("cast", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy_convert("cast", in[0], out[0]); });
+  register_kernel("copy", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy_convert("copy", in[0], out[0]); });
+  register_kernel("copy_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy_convert("copy_", in[1], out[0]); });
+}
+
+}  // namespace sinter::cuda

@@ -1,0 +1,148 @@
+// The CUDA backend against the CPU: copies, elementwise ops (bit for bit where both sides run
+// Sinter's own functors), errors. Without a usable GPU every test that needs one skips with the
+// reason; SINTER_REQUIRE_GPU=1 turns the skip into a failure, so a device run cannot pass by skipping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "sinter/cuda.h"
+#include "sinter/sinter.h"
+#include "test_util.h"
+
+using namespace sinter;
+
+namespace {
+
+bool gpu_required() {
+  const char* v = std::getenv("SINTER_REQUIRE_GPU");
+  return v && std::string(v) == "1";
+}
+
+#define NEEDS_GPU()                                                                               \
+  do {                                                                                            \
+    if (!cuda::available()) {                                                                     \
+      if (gpu_required()) FAIL() << "SINTER_REQUIRE_GPU=1, but no CUDA device: " << cuda::unavailable_reason(); \
+      GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();                           \
+    }                                                                                             \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+
+// Ulps between two f32 tensors' elements, the largest (NaNs must sit at the same places).
+int64_t max_ulps(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  int64_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) {
+      if (std::isnan(x[i]) != std::isnan(y[i])) return INT64_MAX;
+      continue;
+    }
+    int32_t u, v;
+    std::memcpy(&u, &x[i], 4), std::memcpy(&v, &y[i], 4);
+    const int64_t iu = u < 0 ? int64_t(INT32_MIN) - u : u, iv = v < 0 ? int64_t(INT32_MIN) - v : v;
+    worst = std::max<int64_t>(worst, std::llabs(iu - iv));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(CudaBackend, SaysWhyItIsUnavailableAndAllocationNamesTheReason) {
+  if (cuda::available()) {
+    EXPECT_GE(cuda::device_count(), 1);
+    EXPECT_EQ(cuda::unavailable_reason(), "");
+    return;
+  }
+  EXPECT_EQ(cuda::device_count(), 0);
+  EXPECT_FALSE(cuda::unavailable_reason().empty());
+  try {
+    (void)ones({2, 3}).to(kGpu);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device: " + cuda::unavailable_reason()), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, CopiesRoundTripEveryDtypeAndLayout) {
+  NEEDS_GPU();
+  manual_seed(3);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i8, DType::u8, DType::i32, DType::i64, DType::boolean}) {
+    const Tensor x = (randn({5, 7}) * 3).to(dt);
+    for (const Tensor& t : {x, x.transpose(0, 1), x.slice(1, 1, 6)}) {
+      const Tensor g = t.to(kGpu);
+      EXPECT_EQ(g.device(), kGpu);
+      EXPECT_TRUE(test::bitwise_equal(g.to(Device::cpu()), t.contiguous())) << dt;
+      EXPECT_TRUE(test::bitwise_equal(g.transpose(0, 1).contiguous().to(Device::cpu()), t.transpose(0, 1).contiguous())) << dt;
+    }
+  }
+}
+
+TEST(CudaBackend, ElementwiseOpsEqualTheCpuBitForBitWhereBothRunSintersFunctors) {
+  NEEDS_GPU();
+  manual_seed(4);
+  const Tensor x = randn({33, 65}) * 4, y = randn({33, 65}) * 4 + 0.5, pos = abs(x) + 0.01;
+  const Tensor gx = x.to(kGpu), gy = y.to(kGpu), gpos = pos.to(kGpu);
+  auto same = [](const Tensor& cpu, const Tensor& gpu, int64_t ulps, const char* what) {
+    EXPECT_LE(max_ulps(cpu, gpu.to(Device::cpu())), ulps) << what;
+  };
+  same(neg(x), neg(gx), 0, "neg");
+  same(exp(x), exp(gx), 0, "exp");
+  same(tanh(x), tanh(gx), 0, "tanh");
+  same(sigmoid(x), sigmoid(gx), 0, "sigmoid");
+  same(gelu(x), gelu(gx), 0, "gelu");
+  same(gelu(x, true), gelu(gx, true), 0, "gelu_tanh");
+  same(silu(x), silu(gx), 0, "silu");
+  same(erf(x), erf(gx), 0, "erf");
+  same(sqrt(pos), sqrt(gpos), 0, "sqrt");
+  same(rsqrt(pos), rsqrt(gpos), 0, "rsqrt");
+  same(x + y, gx + gy, 0, "add");
+  same(x * y, gx * gy, 0, "mul");
+  same(x / y, gx / gy, 0, "div");
+  same(maximum(x, y), maximum(gx, gy), 0, "maximum");
+  same(log(pos), log(gpos), 2, "log");  // each side's math library
+  same(sin(x), sin(gx), 2, "sin");
+  same(cos(x), cos(gx), 2, "cos");
+  same(pow(pos, y), pow(gpos, gy), 2, "pow");
+  // Broadcasting, strided inputs, bf16 and comparisons.
+  const Tensor a = randn({3, 1, 5}), b = randn({4, 5}).transpose(0, 1).contiguous().transpose(0, 1);
+  same(a + b, a.to(kGpu) + b.to(kGpu), 0, "add broadcast strided");
+  const Tensor h = x.to(DType::bf16);
+  EXPECT_TRUE(test::bitwise_equal(gelu(h), gelu(h.to(kGpu)).to(Device::cpu())));
+  EXPECT_TRUE(test::bitwise_equal(lt(x, y), lt(gx, gy).to(Device::cpu())));
+  EXPECT_TRUE(test::bitwise_equal(where(lt(x, y), x, y), where(lt(gx, gy), gx, gy).to(Device::cpu())));
+}
+
+TEST(CudaBackend, MixingDevicesInOneOpNamesBoth) {
+  NEEDS_GPU();
+  try {
+    (void)add(ones({2}), ones({2}).to(kGpu));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("[add]", 0), 0u) << m;
+    EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+    EXPECT_NE(m.find("cpu"), std::string::npos) << m;
+  }
+}
+
+TEST(CudaBackend, AnAllocationLargerThanTheGpuNamesTheBytesAndTheNextOpWorks) {
+  NEEDS_GPU();
+  try {
+    (void)Tensor::empty({int64_t(1) << 40}, DType::f32, kGpu);  // 4 TiB
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("asked for 4398046511104 bytes"), std::string::npos) << m;
+  }
+  EXPECT_EQ((ones({3}).to(kGpu) + ones({3}).to(kGpu)).to(Device::cpu()).to_vector<float>(), std::vector<float>(3, 2.0f));
+}
+
+TEST(CudaBackend, HostReadsOfDeviceDataCopyExplicitly) {
+  NEEDS_GPU();
+  const Tensor g = full({2, 2}, 1.5).to(kGpu);
+  EXPECT_TRUE(test::throws_naming("data", [&] { (void)g.data<float>(); }));
+  EXPECT_EQ(g.to_vector<float>(), std::vector<float>(4, 1.5f));  // copies to the host first
+}
