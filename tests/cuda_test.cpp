@@ -7,26 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "sinter/cuda.h"
-#include "sinter/sinter.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
+#include "train_util.h"
 
 using namespace sinter;
 
 namespace {
-
-bool gpu_required() {
-  const char* v = std::getenv("SINTER_REQUIRE_GPU");
-  return v && std::string(v) == "1";
-}
-
-#define NEEDS_GPU()                                                                               \
-  do {                                                                                            \
-    if (!cuda::available()) {                                                                     \
-      if (gpu_required()) FAIL() << "SINTER_REQUIRE_GPU=1, but no CUDA device: " << cuda::unavailable_reason(); \
-      GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();                           \
-    }                                                                                             \
-  } while (0)
 
 const Device kGpu = Device::cuda(0);
 
@@ -145,4 +131,58 @@ TEST(CudaBackend, HostReadsOfDeviceDataCopyExplicitly) {
   const Tensor g = full({2, 2}, 1.5).to(kGpu);
   EXPECT_TRUE(test::throws_naming("data", [&] { (void)g.data<float>(); }));
   EXPECT_EQ(g.to_vector<float>(), std::vector<float>(4, 1.5f));  // copies to the host first
+}
+
+TEST(CudaBackend, FactoriesAndRandomDrawsEqualTheCpus) {
+  NEEDS_GPU();
+  manual_seed(7);
+  const Tensor u = rand({1001}), n = randn({1001}), i = randint(-5, 9, {1001}), h = rand({37}, DType::bf16);
+  manual_seed(7);
+  const Tensor gu = rand({1001}, DType::f32, kGpu), gn = randn({1001}, DType::f32, kGpu), gi = randint(-5, 9, {1001}, DType::i64, kGpu),
+               gh = rand({37}, DType::bf16, kGpu);
+  EXPECT_TRUE(test::bitwise_equal(u, gu.to(Device::cpu())));
+  EXPECT_TRUE(test::bitwise_equal(i, gi.to(Device::cpu())));
+  EXPECT_TRUE(test::bitwise_equal(h, gh.to(Device::cpu())));
+  EXPECT_LE(max_ulps(n, gn.to(Device::cpu())), 2);  // each side's log, cos and sin in double
+  EXPECT_TRUE(test::bitwise_equal(full({3, 5}, -2.5, DType::bf16), full({3, 5}, -2.5, DType::bf16, kGpu).to(Device::cpu())));
+  EXPECT_TRUE(test::bitwise_equal(zeros_like(u), zeros_like(gu).to(Device::cpu())));
+}
+
+TEST(CudaBackend, ItemAndPrintingReadTheDevice) {
+  NEEDS_GPU();
+  const Tensor g = full({1, 1}, 2.5, DType::f32, kGpu);
+  EXPECT_EQ(g.item<float>(), 2.5f);
+  EXPECT_EQ(full({2}, 1.0).to_string().substr(0, 20), full({2}, 1.0, DType::f32, kGpu).to_string().substr(0, 20));
+  EXPECT_NE(full({2}, 1.0, DType::f32, kGpu).to_string().find("device=cuda:0"), std::string::npos);
+}
+
+TEST(CudaBackend, ACpuScalarMeetsADeviceTensorAsAValue) {
+  NEEDS_GPU();
+  const Tensor x = randn({4, 3});
+  const Tensor g = x.to(kGpu);
+  EXPECT_TRUE(test::bitwise_equal((x * 2.5).to(DType::f32), (g * 2.5).to(Device::cpu())));   // the scalar is copied over
+  EXPECT_TRUE(test::bitwise_equal(scalar_tensor(1.0, DType::f32) - x, (scalar_tensor(1.0, DType::f32) - g).to(Device::cpu())));
+  EXPECT_TRUE(test::throws_naming("add", [&] { (void)add(randn({3}), g); }));  // a CPU tensor with dims is not a scalar
+}
+
+TEST(CudaBackend, AModelForwardAndBackwardOnTheGpuMatchTheCpu) {
+  NEEDS_GPU();
+  for (const char* type : {"gpt2", "llama"}) {
+    const nn::ModelConfig cfg = test::micro_config(type);
+    manual_seed(11);
+    nn::GPT cpu_model(cfg);
+    manual_seed(11);
+    nn::GPT gpu_model(cfg);
+    gpu_model.to(kGpu);
+    const Tensor tokens = randint(0, cfg.vocab_size, {2, 17}), targets = randint(0, cfg.vocab_size, {2, 17});
+    const Tensor loss_cpu = cross_entropy(cpu_model.forward(tokens), targets);
+    const Tensor loss_gpu = cross_entropy(gpu_model.forward(tokens.to(kGpu)), targets.to(kGpu));
+    EXPECT_NEAR(loss_gpu.to(Device::cpu()).item<float>(), loss_cpu.item<float>(), 1e-4 * std::abs(loss_cpu.item<float>())) << type;
+    loss_cpu.backward();
+    loss_gpu.backward();
+    const auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
+    ASSERT_EQ(pc.size(), pg.size());
+    for (size_t i = 0; i < pc.size(); ++i)
+      EXPECT_TRUE(test::all_close(pg[i].second->grad().to(Device::cpu()), pc[i].second->grad(), 1e-3, 1e-5)) << type << " " << pc[i].first;
+  }
 }

@@ -3,10 +3,34 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <sstream>
 
 namespace sinter::test {
 
 R ref_of(const Tensor& t) { return {t.shape(), to_double_vector(t), t.dtype()}; }
+
+::testing::AssertionResult matches(const std::vector<Tensor>& out, const std::vector<R>& ref, const Spec& spec) {
+  if (out.size() != ref.size()) return ::testing::AssertionFailure() << out.size() << " outputs, reference has " << ref.size();
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (out[k].shape() != ref[k].shape)
+      return ::testing::AssertionFailure() << "output " << k << " has shape " << out[k].shape() << ", reference " << ref[k].shape;
+    if (out[k].dtype() != ref[k].dtype)
+      return ::testing::AssertionFailure() << "output " << k << " has dtype " << out[k].dtype() << ", reference " << ref[k].dtype;
+    const double rtol = std::max(spec.rtol * (is_floating(ref[k].dtype) ? 1.0 : 0.0), default_rtol(ref[k].dtype));
+    const double atol = is_floating(ref[k].dtype) ? std::max(spec.atol, default_rtol(ref[k].dtype)) : 0.0;
+    auto r = all_close(out[k], ref[k].v, rtol, atol);
+    if (!r) return r << " (output " << k << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::string describe(const Case& c) {
+  std::ostringstream os;
+  os << "inputs:";
+  for (auto& t : c.in) os << " " << t.shape() << ":" << t.dtype() << (t.is_contiguous() ? "" : "(strided)");
+  os << " attrs " << c.attrs;
+  return os.str();
+}
 
 using namespace spec;
 

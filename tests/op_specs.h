@@ -34,6 +34,9 @@ struct Spec {
 };
 
 const std::map<std::string, Spec>& op_specs();
+// The op's outputs against the reference, within the spec's tolerances (or the dtype's).
+::testing::AssertionResult matches(const std::vector<Tensor>& out, const std::vector<R>& ref, const Spec& spec);
+std::string describe(const Case& c);  // the inputs' shapes, dtypes and layouts, and the attributes
 void register_test_kernels();  // op_specs_kernels.cpp: user kernels the sweeps cover too
 
 // Every registered op's name: what the op-table sweeps are parameterized over.

@@ -53,7 +53,8 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  void to(DType dtype);  // floating parameters and buffers
+  void to(DType dtype);    // floating parameters and buffers
+  void to(Device device);  // every parameter and buffer (gradients are dropped)
   void zero_grad();
   // This module and every descendant by dotted name ("" for this one, "blocks.0.attn", ...).
   std::vector<std::pair<std::string, Module*>> named_modules();

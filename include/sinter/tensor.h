@@ -277,10 +277,11 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Factories. Random ones draw from the global Philox generator (see random.h).
-Tensor zeros(const Shape& shape, DType dtype = DType::f32);
-Tensor ones(const Shape& shape, DType dtype = DType::f32);
-Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+// Factories, on the CPU unless a device is given. Random ones draw from the global Philox generator
+// (see random.h): the same seed gives the same values on every device.
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = {});
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = {});
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
@@ -288,9 +289,9 @@ Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::
 Tensor arange(int64_t end, DType dtype = DType::i64);
 Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::f32);
 Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::f32);
-Tensor rand(const Shape& shape, DType dtype = DType::f32);                  // U[0, 1)
-Tensor randn(const Shape& shape, DType dtype = DType::f32);                 // N(0, 1)
-Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::i64);
+Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = {});   // U[0, 1)
+Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = {});  // N(0, 1)
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::i64, Device device = {});
 Tensor scalar_tensor(double v, DType dtype);
 // Wraps memory the caller owns (no copy); `deleter`, when given, runs when the last view dies.
 Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter = {});

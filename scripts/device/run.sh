@@ -20,6 +20,17 @@ step probe
 } > "$OUT/probe.txt" 2>&1
 cat "$OUT/probe.txt"
 
+if [ -f build-device/sinter-device.tar.xz ]; then  # carried: made by scripts/device/pack.sh
+  step "unpack the carried build"
+  mkdir -p /tmp/sinter-device && tar -C /tmp/sinter-device -xJf build-device/sinter-device.tar.xz
+  step "CUDA tests (SINTER_REQUIRE_GPU=1), carried build"
+  SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 LD_LIBRARY_PATH=/tmp/sinter-device/lib SINTER_CUDA_LIBRARY=/tmp/sinter-device/lib/libsinter_cuda.so \
+    timeout 300 /tmp/sinter-device/sinter_tests --gtest_filter='Cuda*:AllOps/CudaOps*' --gtest_output="json:$OUT/cuda_tests.json" 2>&1 |
+    tee "$OUT/cuda_tests.txt" | tail -40
+  step done
+  exit 0
+fi
+
 step configure
 if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DSINTER_CUDA=ON -DSINTER_NATIVE=OFF \
      > "$OUT/configure.txt" 2>&1; then
@@ -35,6 +46,6 @@ if ! cmake --build build-device -j "$(nproc)" --target sinter_tests > "$OUT/buil
 fi
 
 step "CUDA tests (SINTER_REQUIRE_GPU=1)"
-SINTER_REQUIRE_GPU=1 timeout 300 build-device/tests/sinter_tests --gtest_filter='Cuda*' \
+SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 timeout 300 build-device/tests/sinter_tests --gtest_filter='Cuda*:AllOps/CudaOps*' \
   --gtest_output="json:$OUT/cuda_tests.json" 2>&1 | tee "$OUT/cuda_tests.txt" | tail -40
 step done

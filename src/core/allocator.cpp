@@ -148,11 +148,18 @@ Allocators& allocators() {
 }
 }  // namespace
 
+namespace {
+std::atomic<bool> g_other_devices{false};
+}  // namespace
+
+bool other_devices_registered() { return g_other_devices.load(std::memory_order_relaxed); }
+
 void register_allocator(DeviceType type, Allocator a) {
   SINTER_CHECK(type != DeviceType::cpu, "[register_allocator] the CPU allocator is built in");
   SINTER_CHECK(a.alloc && a.free, "[register_allocator] an allocator needs alloc and free functions");
   std::lock_guard lock(allocators().mu);
   allocators().by_type[int(type)] = std::move(a);
+  g_other_devices.store(true, std::memory_order_relaxed);
 }
 
 bool has_allocator(DeviceType type) {

@@ -12,6 +12,8 @@ namespace sinter {
 // The allocator registered for a device type other than the CPU; throws naming the device when
 // none is.
 const Allocator& device_allocator(DeviceType type);
+// Whether any device beyond the CPU has registered an allocator (until then every tensor is on the CPU).
+bool other_devices_registered();
 
 void* cpu_alloc(int64_t nbytes);       // throws sinter::Error when out of memory
 void cpu_free(void* p, int64_t nbytes);

@@ -7,30 +7,13 @@ namespace {
 
 using detail::raw_view;
 
-// x viewed as (B, rows, cols) after broadcasting its batch dims to `batch` (copies only if needed).
+// x viewed as (B, rows, cols) after broadcasting its batch dims to `batch`; a copy where they do
+// not fold into one stride, or broadcast a batch of more than one.
 Tensor as_batched(const Tensor& x, const Shape& batch, int64_t rows, int64_t cols, bool vec_is_row) {
-  Tensor t = x;
-  if (t.dim() == 1) t = vec_is_row ? raw_view(t, {1, t.size(0)}, {t.size(0) * t.stride(0), t.stride(0)}, t.offset())
-                                   : raw_view(t, {t.size(0), 1}, {t.stride(0), 1}, t.offset());
-  Shape full = batch;
-  full.push_back(rows);
-  full.push_back(cols);
-  // Broadcast strides for the batch dims.
-  Shape strides(full.size(), 0);
-  const int64_t off = int64_t(full.size()) - t.dim();
-  for (int64_t i = 0; i < t.dim(); ++i) strides[size_t(off + i)] = t.size(i) == 1 && full[size_t(off + i)] != 1 ? 0 : t.stride(i);
-  Tensor e = raw_view(t, full, strides, t.offset());
-  // Fold batch dims into one when their strides allow it, else materialise.
-  const int64_t B = batch.numel();
-  bool foldable = true;
-  for (size_t i = 0; i + 1 < batch.size(); ++i)
-    foldable = foldable && (batch[i] == 1 || strides[i] == strides[i + 1] * batch[i + 1]);
-  const int64_t bstride = batch.empty() ? rows * cols : strides[batch.size() - 1];
-  if (!foldable || (B > 1 && bstride == 0)) {
-    e = contiguous_as(e, e.dtype());
-    return raw_view(e, {B, rows, cols}, {rows * cols, cols, 1}, e.offset());
-  }
-  return raw_view(e, {B, rows, cols}, {bstride, strides[full.size() - 2], strides[full.size() - 1]}, e.offset());
+  const detail::BatchedView v = detail::batched_view(x, batch, rows, cols, vec_is_row);
+  if (v.folded.defined() && !(batch.numel() > 1 && v.folded.stride(0) == 0)) return v.folded;
+  const Tensor e = contiguous_as(v.expanded, v.expanded.dtype());
+  return raw_view(e, {batch.numel(), rows, cols}, {rows * cols, cols, 1}, e.offset());
 }
 
 void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {

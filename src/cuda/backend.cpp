@@ -1,6 +1,7 @@
 // sinter_cuda_attach: what libsinter calls after loading this library (src/core/cuda_loader.cpp).
 // It checks for a device this build can run on, then registers the allocator and the kernels.
 // Per device: a stream (created on first use) and a caching allocator, both kept until exit.
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -111,12 +112,27 @@ extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach
                                                        ", libsinter " + std::to_string(abi) + ": rebuild them together").c_str();
     reason = cuda::find_devices();
     if (!reason.empty()) return reason.c_str();
+    // SINTER_CUDA_POISON=1 (the tests): every block starts as NaN bytes, so an element a kernel
+    // leaves unwritten shows.
+    static const bool poison = std::getenv("SINTER_CUDA_POISON") && std::string(std::getenv("SINTER_CUDA_POISON")) == "1";
     register_allocator(DeviceType::cuda, {[](int64_t n, int device) {
-                                            return cuda::device_state(device).memory->allocate(n, uintptr_t(cuda::stream(device)));
+                                            cudaStream_t s = cuda::stream(device);
+                                            void* p = cuda::device_state(device).memory->allocate(n, uintptr_t(s));
+                                            if (poison) SINTER_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, size_t(n), s));
+                                            return p;
                                           },
                                           [](void* p, int64_t, int device) { cuda::device_state(device).memory->release(p); }});
     cuda::register_elementwise_kernels();
     cuda::register_copy_kernels();
+    cuda::register_factory_kernels();
+    cuda::register_reduce_kernels();
+    cuda::register_softmax_kernels();
+    cuda::register_linalg_kernels();
+    cuda::register_nn_kernels();
+    cuda::register_update_kernels();
+    cuda::register_index_kernels();
+    cuda::register_shape_kernels();
+    cuda::register_attention_kernels();
     cuda::attach_hooks(hooks);
     return nullptr;
   } catch (const std::exception& e) {

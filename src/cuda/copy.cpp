@@ -1,4 +1,4 @@
-// Copies between the CPU and CUDA devices: the to_device op's CUDA kernel. Every copy goes on the
+// Copies between the CPU and CUDA devices: the CUDA kernels of to_device and item. Every copy goes on the
 // device's stream; a copy to the CPU waits for it (the host reads the bytes next), one from the CPU
 // returns once the driver has staged the source (CUDA's rule for pageable memory).
 #include <span>
@@ -28,8 +28,17 @@ void to_device_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   }
 }
 
+// item: the one element, as a 0-d tensor on the device (the host reads it through to_device).
+void item_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  SINTER_CUDA_CHECK(cudaMemcpyAsync(out[0].data_ptr(), in[0].data_ptr(), size_t(dtype_size(in[0].dtype())), cudaMemcpyDeviceToDevice,
+                                    stream(out[0].device().index)));
+}
+
 }  // namespace
 
-void register_copy_kernels() { register_kernel("to_device", DeviceType::cuda, to_device_kernel); }
+void register_copy_kernels() {
+  register_kernel("to_device", DeviceType::cuda, to_device_kernel);
+  register_kernel("item", DeviceType::cuda, item_kernel);
+}
 
 }  // namespace sinter::cuda

@@ -25,8 +25,19 @@ void check_launch(const char* op);       // the last launch's error, naming the 
 
 // dst = src converted to dst's dtype and broadcast to its shape, both on one device (elementwise.cu).
 void copy_convert(const char* op, const Tensor& src, const Tensor& dst);
+// acc += b (b broadcast to acc's shape), in acc's dtype (elementwise.cu).
+void add_into(const char* op, const Tensor& acc, const Tensor& b);
 
 void register_elementwise_kernels();     // elementwise.cu
 void register_copy_kernels();            // copy.cpp
+void register_factory_kernels();         // factory.cu
+void register_reduce_kernels();          // reduce.cu
+void register_softmax_kernels();         // softmax.cu
+void register_linalg_kernels();          // linalg.cpp
+void register_nn_kernels();              // nn.cu
+void register_update_kernels();          // update.cu
+void register_index_kernels();           // index.cu
+void register_shape_kernels();           // shape.cpp
+void register_attention_kernels();       // attention.cpp
 
 }  // namespace sinter::cuda

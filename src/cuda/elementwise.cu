@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "cuda/cuda.h"
+#include "cuda/launch.cuh"
 #include "cuda/strided.cuh"
 #include "sinter/op.h"
 #include "sinter/ops.h"
@@ -40,49 +41,11 @@ Indexer make_indexer(const char* op, const Tensor& out, std::initializer_list<co
 
 namespace {
 
-enum class Types { floating, numeric, all };
 enum class Rule { keep, floating, promote, true_div, compare };
 constexpr Rule rule_of(std::string_view r) {
   return r == "keep" ? Rule::keep : r == "float" ? Rule::floating : r == "promote" ? Rule::promote
          : r == "true_div" ? Rule::true_div : Rule::compare;
 }
-
-// Calls fn with a value of the storage type of `dt`, among the types `T` allows.
-template <Types T, class Fn> void dispatch(DType dt, const char* op, Fn&& fn) {
-  switch (dt) {
-    case DType::f32: return fn(float{});
-    case DType::f64: return fn(double{});
-    case DType::bf16: return fn(BF16{});
-    case DType::f16: return fn(F16{});
-    default: break;
-  }
-  if constexpr (T != Types::floating) {
-    switch (dt) {
-      case DType::i8: return fn(int8_t{});
-      case DType::u8: return fn(uint8_t{});
-      case DType::i32: return fn(int32_t{});
-      case DType::i64: return fn(int64_t{});
-      default: break;
-    }
-  }
-  if constexpr (T == Types::all)
-    if (dt == DType::boolean) return fn(bool{});
-  SINTER_THROW(DTypeError, "[", op, "] has no CUDA kernel for dtype ", dt);
-}
-
-template <class S> S* ptr(const Tensor& t) { return static_cast<S*>(t.data_ptr()); }
-
-template <class K, class... Args> void launch(const char* op, const Tensor& out, K kernel, Args... args) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  constexpr int kThreads = 256;
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
-  kernel<<<unsigned(blocks), kThreads, 0, stream(out.device().index)>>>(n, args...);
-  check_launch(op);
-}
-
-#define SINTER_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
 
 template <class F, class S, class O> __global__ void unary_k(int64_t n, Indexer ix, O* y, const S* x) {
   SINTER_GRID_STRIDE(i, n) {
@@ -112,9 +75,20 @@ template <class I, class O> __global__ void cast_k(int64_t n, Indexer ix, O* y, 
   SINTER_GRID_STRIDE(i, n) {
     int64_t off[kMaxOperands];
     ix.offsets(i, off);
-    const compute_t<I> v = load(x + off[1]);
-    if constexpr (std::is_same_v<O, bool>) store(y + off[0], v != compute_t<I>(0));
-    else store(y + off[0], compute_t<O>(v));
+    store(y + off[0], convert_to<O>(load(x + off[1])));
+  }
+}
+
+template <class S> __global__ void clamp_k(int64_t n, Indexer ix, S* y, const S* x, bool has_lo, double lo, bool has_hi, double hi) {
+  using C = compute_t<S>;
+  const C l = C(lo), h = C(hi);
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t off[kMaxOperands];
+    ix.offsets(i, off);
+    C v = load(x + off[1]);
+    if (has_lo && v < l) v = l;
+    if (has_hi && v > h) v = h;
+    store(y + off[0], v);
   }
 }
 
@@ -143,6 +117,26 @@ template <class F, Rule R> void binary_op(const char* op, std::span<const Tensor
   });
 }
 
+void clamp_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Indexer ix = make_indexer("clamp", out[0], {&in[0]});
+  dispatch<Types::numeric>(out[0].dtype(), "clamp", [&](auto tag) {
+    using S = decltype(tag);
+    launch("clamp", out[0], clamp_k<S>, ix, ptr<S>(out[0]), ptr<const S>(in[0]), a.has("min"), a.has("min") ? a.f("min") : 0.0, a.has("max"),
+           a.has("max") ? a.f("max") : 0.0);
+  });
+}
+
+// self op= other (other broadcast to self's shape, in self's dtype).
+template <class F> void inplace_op(const char* op, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Tensor& self = out[0];
+  const Tensor other = as_dtype(in[1], self.dtype());
+  const Indexer ix = make_indexer(op, self, {&self, &other});
+  dispatch<Types::numeric>(self.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    launch(op, self, binary_k<F, S, S>, ix, ptr<S>(self), ptr<const S>(self), ptr<const S>(other));
+  });
+}
+
 void where_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor c = as_dtype(in[0], DType::boolean), a = as_dtype(in[1], out[0].dtype()), b = as_dtype(in[2], out[0].dtype());
   const Indexer ix = make_indexer("where", out[0], {&c, &a, &b});
@@ -166,6 +160,15 @@ void copy_convert(const char* op, const Tensor& src, const Tensor& dst) {
   });
 }
 
+void add_into(const char* op, const Tensor& acc, const Tensor& b) {
+  const Tensor bb = as_dtype(b, acc.dtype());
+  const Indexer ix = make_indexer(op, acc, {&acc, &bb});
+  dispatch<Types::numeric>(acc.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    launch(op, acc, binary_k<fn::Add, S, S>, ix, ptr<S>(acc), ptr<const S>(acc), ptr<const S>(bb));
+  });
+}
+
 void register_elementwise_kernels() {
   constexpr DeviceType kCuda = DeviceType::cuda;
 #define UNARY(F, name, rule, dx) \
@@ -178,7 +181,18 @@ void register_elementwise_kernels() {
   register_kernel("where", kCuda, where_op);
   register_kernel("cast", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy_convert("cast", in[0], out[0]); });
   register_kernel("copy", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy_convert("copy", in[0], out[0]); });
-  register_kernel("copy_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy_convert("copy_", in[1], out[0]); });
+  register_kernel("copy_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+    // From an overlapping view of the same storage through a temporary.
+    copy_convert("copy_", in[1].storage() == out[0].storage() ? in[1].clone() : in[1], out[0]);
+  });
+  register_kernel("clamp", kCuda, clamp_op);
+  register_kernel("add_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { inplace_op<fn::Add>("add_", in, out); });
+  register_kernel("sub_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { inplace_op<fn::Sub>("sub_", in, out); });
+  register_kernel("mul_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { inplace_op<fn::Mul>("mul_", in, out); });
+  register_kernel("div_", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { inplace_op<fn::Div>("div_", in, out); });
+  register_kernel("fill_", kCuda, [](std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+    copy_convert("fill_", full({}, a.f("value"), out[0].dtype(), out[0].device()), out[0]);
+  });
 }
 
 }  // namespace sinter::cuda

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sinter/tensor.h"
 
@@ -31,6 +32,20 @@ template <> __device__ __forceinline__ void store<BF16>(BF16* p, float v) {
   p->bits = uint16_t(u >> 16);
 }
 template <> __device__ __forceinline__ void store<F16>(F16* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
+
+// v as O's compute type, by the CPU's rule (core/dispatch.h: convert): a float to an integer
+// truncates toward zero, NaN gives 0, and past int64 it saturates before narrowing.
+template <class O, class V> __device__ __forceinline__ compute_t<O> convert_to(V v) {
+  using C = compute_t<O>;
+  if constexpr (std::is_same_v<O, bool>) {
+    return v != V(0);
+  } else if constexpr (std::is_integral_v<C> && std::is_floating_point_v<V>) {
+    const double d = double(v);
+    return C(d != d ? 0 : d >= 9.2233720368547758e18 ? INT64_MAX : d <= -9.2233720368547758e18 ? INT64_MIN : int64_t(d));
+  } else {
+    return C(v);
+  }
+}
 
 constexpr int kMaxDims = 8, kMaxOperands = 4;
 

@@ -179,6 +179,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   for (auto& [key, t] : tensors) {
     SINTER_CHECK_T(IOError, key != "__metadata__" && key.rfind("__pad", 0) != 0, "[", path, "] a tensor cannot be named ", key);
     SINTER_CHECK_T(IOError, t.defined() && !t.is_symbolic(), "[", path, "] tensor '", key, "' has no data");
+    SINTER_CHECK_T(IOError, t.device().type == DeviceType::cpu, "[", path, "] tensor '", key, "' is on ", t.device(),
+                   ": copy it to the CPU first (.to(Device::cpu()))");
     Tensor c = cpu::contiguous_as(t, t.dtype());  // (a CPU copy: the kernels build without the op table)
     const uint64_t n = uint64_t(c.numel() * c.element_size());
     header[key] = {{"dtype", dtype_safetensors_name(c.dtype())},

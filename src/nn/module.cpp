@@ -142,6 +142,18 @@ void Module::to(DType dtype) {
     if (is_floating(t->dtype()) && t->dtype() != dtype) *t = t->to(dtype).detach();
 }
 
+void Module::to(Device device) {
+  NoGradGuard g;
+  for (auto& [n, t] : named_parameters())
+    if (t->device() != device) {
+      const bool grad = t->requires_grad();
+      *t = t->to(device).detach();
+      if (grad) t->requires_grad_(true);
+    }
+  for (auto& [n, t] : named_buffers())
+    if (t->device() != device) *t = t->to(device).detach();
+}
+
 void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t->set_grad({});
 }

@@ -70,7 +70,9 @@ void register_factory_ops() {
 }  // namespace detail
 
 namespace {
-Tensor factory(const char* name, Attrs a) {
+// On the CPU the attribute "device" is left out (graphs and cache keys stay as they were).
+Tensor factory(const char* name, Attrs a, Device device = {}) {
+  if (device != Device{}) a.set("device", device);
   return call1(get_op(name), {}, a);
 }
 // The first Philox counter of `blocks` 128-bit blocks, reserved from the global generator.
@@ -81,12 +83,13 @@ std::pair<int64_t, int64_t> reserve(int64_t blocks) {
 }
 }  // namespace
 
-Tensor full(const Shape& shape, double value, DType dtype) {
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   static const OpDef& op = get_op("full");
+  if (device != Device{}) return call1(op, {}, {{"shape", shape}, {"value", value}, {"dtype", dtype}, {"device", device}});
   return call1(op, {}, {{"shape", shape}, {"value", value}, {"dtype", dtype}});
 }
-Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor zeros_like(const Tensor& t) { return full_like(t, 0.0); }
 Tensor ones_like(const Tensor& t) { return full_like(t, 1.0); }
 Tensor full_like(const Tensor& t, double value) {
@@ -106,20 +109,21 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype) {
 
 Tensor eye(int64_t n, int64_t m, DType dtype) { return factory("eye", {{"n", n}, {"m", m < 0 ? n : m}, {"dtype", dtype}}); }
 
-Tensor rand(const Shape& shape, DType dtype) {
+Tensor rand(const Shape& shape, DType dtype, Device device) {
   const auto [seed, ctr] = reserve((shape.numel() + 3) / 4);
-  return factory("rand", {{"shape", shape}, {"dtype", dtype}, {"seed", seed}, {"counter", ctr}});
+  return factory("rand", {{"shape", shape}, {"dtype", dtype}, {"seed", seed}, {"counter", ctr}}, device);
 }
 
-Tensor randn(const Shape& shape, DType dtype) {
+Tensor randn(const Shape& shape, DType dtype, Device device) {
   const auto [seed, ctr] = reserve((shape.numel() + 3) / 4);
-  return factory("randn", {{"shape", shape}, {"dtype", dtype}, {"seed", seed}, {"counter", ctr}});
+  return factory("randn", {{"shape", shape}, {"dtype", dtype}, {"seed", seed}, {"counter", ctr}}, device);
 }
 
-Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype) {
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Device device) {
   SINTER_CHECK(high > low, "[randint] needs low < high, got ", low, " and ", high);
   const auto [seed, ctr] = reserve((shape.numel() + 1) / 2);
-  return factory("randint", {{"low", low}, {"high", high}, {"shape", shape}, {"dtype", dtype}, {"seed", seed}, {"counter", ctr}});
+  return factory("randint", {{"low", low}, {"high", high}, {"shape", shape}, {"dtype", dtype}, {"seed", seed}, {"counter", ctr}},
+                 device);
 }
 
 }  // namespace sinter

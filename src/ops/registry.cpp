@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "autograd/node.h"
+#include "core/allocator.h"
 #include "core/parallel.h"
 #include "core/small_vector.h"
 #include "core/view.h"
@@ -196,6 +197,30 @@ struct DepthGuard {
   ~DepthGuard() { --detail::op_depth(); }
 };
 
+// PyTorch's rule for scalars: a 0-d CPU tensor meets tensors of another device as a value that is
+// copied there (a Python number or a backward formula's constant), never the other way round.
+bool is_cpu_scalar_for(const Tensor& t, Device dev) {
+  return dev.type != DeviceType::cpu && t.device().type == DeviceType::cpu && t.dim() == 0;
+}
+// The device an op runs on when input 0 is on the CPU: another input's, if every CPU input is 0-d.
+Device device_beyond_cpu_scalars(const std::vector<Tensor>& in, Device dev) {
+  Device other = dev;
+  for (const Tensor& t : in) {
+    if (!t.defined()) return dev;
+    if (t.device().type == DeviceType::cpu) {
+      if (t.dim() != 0) return dev;
+    } else if (other.type == DeviceType::cpu) {
+      other = t.device();
+    }
+  }
+  return other;
+}
+size_t first_input_on(const std::vector<Tensor>& in, Device dev) {
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].defined() && in[i].device() == dev) return i;
+  return 0;
+}
+
 void run_kernel(const OpDef& op, Device dev, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const KernelFn& k = op.kernels[size_t(dev.type)];
   SINTER_CHECK(k != nullptr, "[", op.name, "] has no kernel for device ", dev);
@@ -273,12 +298,14 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Tensor> inputs, const Attr
                : attrs.has("device")                  ? attrs.device("device")
                                                       : Device{};
   if (op.crosses_devices && dev.type == DeviceType::cpu && attrs.has("device")) dev = attrs.device("device");
+  if (dev.type == DeviceType::cpu && !op.crosses_devices && other_devices_registered()) dev = device_beyond_cpu_scalars(inputs, dev);
   for (size_t i = 0; i < inputs.size(); ++i) {
     SINTER_CHECK(inputs[i].defined(), "[", op.name, "] input ", i, " is an undefined tensor");
+    if (is_cpu_scalar_for(inputs[i], dev) && !op.crosses_devices) inputs[i] = inputs[i].to(dev);
     meta[i] = {inputs[i].shape(), inputs[i].dtype(), inputs[i].device()};
     symbolic = symbolic || inputs[i].is_symbolic();
-    SINTER_CHECK(meta[i].device == dev || op.crosses_devices, "[", op.name, "] input ", i, " is on ", meta[i].device, ", input 0 on ", dev,
-                 "; move them to one device");
+    SINTER_CHECK(meta[i].device == dev || op.crosses_devices, "[", op.name, "] input ", i, " is on ", meta[i].device, ", the op runs on ",
+                 dev, " (input ", first_input_on(inputs, dev), "); move them to one device");
   }
   OpObserver* const obs = detail::op_depth() == 0 ? t_observer : nullptr;
   const bool trace = obs && obs->tracing();

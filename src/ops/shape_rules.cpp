@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/view.h"
 #include "ops/linalg.h"
 
 namespace sinter::detail {
@@ -59,6 +60,25 @@ MatmulPlan plan_matmul(const TensorMeta& a, const TensorMeta& b) {
   if (!a1) p.out.push_back(n);
   if (!b1) p.out.push_back(m);
   return p;
+}
+
+BatchedView batched_view(const Tensor& x, const Shape& batch, int64_t rows, int64_t cols, bool vec_is_row) {
+  Tensor t = x;
+  if (t.dim() == 1) t = vec_is_row ? raw_view(t, {1, t.size(0)}, {t.size(0) * t.stride(0), t.stride(0)}, t.offset())
+                                   : raw_view(t, {t.size(0), 1}, {t.stride(0), 1}, t.offset());
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  Shape strides(full.size(), 0);
+  const int64_t off = int64_t(full.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) strides[size_t(off + i)] = t.size(i) == 1 && full[size_t(off + i)] != 1 ? 0 : t.stride(i);
+  BatchedView v{raw_view(t, full, strides, t.offset()), Tensor()};
+  bool foldable = true;
+  for (size_t i = 0; i + 1 < batch.size(); ++i) foldable = foldable && (batch[i] == 1 || strides[i] == strides[i + 1] * batch[i + 1]);
+  const int64_t bstride = batch.empty() ? rows * cols : strides[batch.size() - 1];
+  if (foldable)
+    v.folded = raw_view(v.expanded, {batch.numel(), rows, cols}, {bstride, strides[full.size() - 2], strides[full.size() - 1]}, t.offset());
+  return v;
 }
 
 }  // namespace sinter::detail

@@ -110,6 +110,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   os << "tensor(";
   p.rec(0, 0, 7);
   os << ", shape=" << t.shape() << ", dtype=" << t.dtype();
+  if (t.device() != Device::cpu()) os << ", device=" << t.device();
   if (t.requires_grad()) os << ", requires_grad";
   os << ")";
   os.copyfmt(state);

@@ -1,0 +1,264 @@
+// CUDA kernels of the indexing ops (src/ops/index.cpp) with the CPU's rules (cpu/op_index.cpp):
+// index_select, gather, scatter_add (atomic adds), masked_fill, triangle, one_hot, topk (k passes
+// of a block-wide pick in the CPU's total order: value, NaN as the largest, ties by lower index)
+// and multinomial (the CPU's inverse CDF in double, one thread per row, the same Philox draws).
+// Indices are range-checked on a host copy; multinomial's checks come back as a status per row.
+#include <cuda_bf16.h>
+
+#include <span>
+
+#include "core/view.h"
+#include "cuda/block_reduce.cuh"
+#include "ops/common.h"
+#include "sinter/op.h"
+#include "sinter/random.h"
+
+#define SINTER_HD __host__ __device__
+#include "core/philox.h"
+
+namespace sinter::cuda {
+namespace {
+
+// The index tensor as i64 on the device, every value in [0, n) (checked on a host copy).
+Tensor checked(const char* op, const Tensor& idx, int64_t n) {
+  const Tensor i64 = idx.dtype() == DType::i64 ? idx.contiguous() : idx.to(DType::i64).contiguous();
+  const std::vector<int64_t> v = i64.to_vector<int64_t>();
+  for (size_t k = 0; k < v.size(); ++k)
+    SINTER_CHECK_INDEX(v[k] >= 0 && v[k] < n, "[", op, "] index ", v[k], " at position ", k, " out of range for size ", n);
+  return i64;
+}
+
+struct Dims {  // an output's shape and an input's strides, for per-element coordinates
+  int nd = 0;
+  int64_t size[kMaxDims] = {}, xstride[kMaxDims] = {};
+};
+Dims dims_of(const Tensor& out, const Tensor& x) {
+  Dims d;
+  d.nd = int(out.dim());
+  for (int i = 0; i < d.nd; ++i) d.size[i] = out.size(i), d.xstride[i] = x.stride(i);
+  return d;
+}
+
+// out[c] = x[c with c[dim] = idx(c)], where idx(c) = index[c[dim]] (select) or index[c] (gather).
+template <class S> __global__ void pick_k(int64_t n, Dims d, int dim, const S* x, const int64_t* index, S* out, bool gather) {
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t rest = i, off = 0;
+    for (int k = d.nd - 1; k >= 0; --k) {
+      const int64_t c = rest % d.size[k];
+      rest /= d.size[k];
+      off += (k == dim ? (gather ? index[i] : index[c]) : c) * d.xstride[k];
+    }
+    out[i] = x[off];
+  }
+}
+
+template <class S> __device__ void atomic_add(S* p, S v) {
+  if constexpr (std::is_same_v<S, BF16>) atomicAdd(reinterpret_cast<__nv_bfloat16*>(p), __float2bfloat16_rn(load(&v)));
+  else if constexpr (std::is_same_v<S, int64_t>) atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  else atomicAdd(p, v);
+}
+
+// out (a contiguous copy of x) [c with c[dim] = index[c]] += src[c]; index and src contiguous.
+template <class S> __global__ void scatter_add_k(int64_t n, Dims d, int dim, const int64_t* index, const S* src, S* out) {
+  SINTER_GRID_STRIDE(i, n) {
+    int64_t rest = i, off = 0;
+    for (int k = d.nd - 1; k >= 0; --k) {
+      const int64_t c = rest % d.size[k];
+      rest /= d.size[k];
+      off += (k == dim ? index[i] : c) * d.xstride[k];
+    }
+    atomic_add(out + off, src[i]);
+  }
+}
+
+template <class S> __global__ void triangle_k(int64_t n, const S* x, S* y, int64_t rows, int64_t cols, int64_t diagonal, bool upper) {
+  SINTER_GRID_STRIDE(i, n) {
+    const int64_t j = i % cols, r = (i / cols) % rows;
+    const bool keep = upper ? j - r >= diagonal : j - r <= diagonal;
+    y[i] = keep ? x[i] : S{};
+  }
+}
+
+__global__ void one_hot_k(int64_t n, const int64_t* idx, int64_t* out, int64_t C) {
+  SINTER_GRID_STRIDE(i, n) out[i] = idx[i / C] == i % C ? 1 : 0;
+}
+
+// Whether element i (value a) comes before element j (value b) in topk's order.
+__device__ __forceinline__ bool before(double a, int64_t i, double b, int64_t j, bool largest) {
+  if (isnan(a) || isnan(b)) return isnan(a) && !isnan(b) ? largest : (!isnan(a) && isnan(b) ? !largest : i < j);
+  if (a != b) return largest ? a > b : a < b;
+  return i < j;
+}
+
+template <class S> __global__ void topk_k(int64_t rows, int64_t n, int64_t k, const S* x, S* vals, int64_t* idx, bool largest) {
+  __shared__ double bv[kBlock];
+  __shared__ int64_t bi[kBlock];
+  SINTER_ROWS(r, rows) {
+    const S* row = x + r * n;
+    double last_v = 0;
+    int64_t last_i = -1;
+    for (int64_t pick = 0; pick < k; ++pick) {
+      double best_v = 0;
+      int64_t best_i = -1;
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const double v = double(load(row + j));
+        if (last_i >= 0 && !before(last_v, last_i, v, j, largest)) continue;  // already picked
+        if (best_i < 0 || before(v, j, best_v, best_i, largest)) best_v = v, best_i = j;
+      }
+      bv[threadIdx.x] = best_v, bi[threadIdx.x] = best_i;
+      __syncthreads();
+      for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+          const int64_t oi = bi[threadIdx.x + s];
+          if (oi >= 0 && (bi[threadIdx.x] < 0 || before(bv[threadIdx.x + s], oi, bv[threadIdx.x], bi[threadIdx.x], largest)))
+            bv[threadIdx.x] = bv[threadIdx.x + s], bi[threadIdx.x] = oi;
+        }
+        __syncthreads();
+      }
+      last_v = bv[0], last_i = bi[0];
+      if (threadIdx.x == 0) vals[r * k + pick] = row[last_i], idx[r * k + pick] = last_i;
+      __syncthreads();
+    }
+  }
+}
+
+// status[r]: 0 fine, 1 a negative or non-finite probability, 2 none positive, 3 too few for draws without replacement.
+__global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, bool repl, uint64_t seed, uint64_t counter, double* w,
+                              int64_t* out, int* status) {
+  SINTER_GRID_STRIDE(r, R) {
+    double total = 0;
+    int64_t positive = 0;
+    status[r] = 0;
+    for (int64_t i = 0; i < P; ++i) {
+      const double v = p[r * P + i];
+      if (!isfinite(v) || v < 0) status[r] = 1;
+      total += v, positive += v > 0;
+      w[r * P + i] = v;
+    }
+    if (status[r] == 0 && !(total > 0)) status[r] = 2;
+    if (status[r] == 0 && !repl && positive < n) status[r] = 3;
+    if (status[r] != 0) continue;
+    double* wr = w + r * P;
+    for (int64_t s = 0; s < n; ++s) {
+      double t = 0;
+      for (int64_t i = 0; i < P; ++i) t += wr[i];
+      uint32_t b[4];
+      const uint64_t e = uint64_t(r * n + s);
+      detail::philox_block(seed, counter + e / 4, b);
+      const double u = double(float(b[e % 4] >> 8) * (1.0f / 16777216.0f)) * t;
+      double acc = 0;
+      int64_t pick = -1;
+      for (int64_t i = 0; i < P; ++i) {
+        if (wr[i] <= 0) continue;
+        acc += wr[i];
+        pick = i;
+        if (u < acc) break;
+      }
+      out[r * n + s] = pick;
+      if (!repl) wr[pick] = 0;
+    }
+  }
+}
+
+void pick_op(const char* op, bool gather, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const int dim = int(detail::wrap_dim(op, a.i("dim"), x.dim()));
+  const Tensor idx = checked(op, in[1], x.size(dim));
+  const Dims d = dims_of(out[0], x);
+  dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    launch(op, out[0], pick_k<S>, d, dim, ptr<const S>(x), ptr<const int64_t>(idx), ptr<S>(out[0]), gather);
+  });
+}
+
+void scatter_add_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const int dim = int(detail::wrap_dim("scatter_add", a.i("dim"), in[0].dim()));
+  copy_convert("scatter_add", in[0], out[0]);
+  const Tensor idx = checked("scatter_add", in[1], in[0].size(dim)), src = in[2].contiguous();
+  Dims d = dims_of(src, out[0]);
+  switch (out[0].dtype()) {
+    case DType::f32: launch("scatter_add", src, scatter_add_k<float>, d, dim, ptr<const int64_t>(idx), ptr<const float>(src), ptr<float>(out[0])); break;
+    case DType::f64: launch("scatter_add", src, scatter_add_k<double>, d, dim, ptr<const int64_t>(idx), ptr<const double>(src), ptr<double>(out[0])); break;
+    case DType::bf16: launch("scatter_add", src, scatter_add_k<BF16>, d, dim, ptr<const int64_t>(idx), ptr<const BF16>(src), ptr<BF16>(out[0])); break;
+    case DType::i32: launch("scatter_add", src, scatter_add_k<int32_t>, d, dim, ptr<const int64_t>(idx), ptr<const int32_t>(src), ptr<int32_t>(out[0])); break;
+    case DType::i64: launch("scatter_add", src, scatter_add_k<int64_t>, d, dim, ptr<const int64_t>(idx), ptr<const int64_t>(src), ptr<int64_t>(out[0])); break;
+    default: SINTER_THROW(DTypeError, "[scatter_add] has no CUDA kernel for dtype ", out[0].dtype());
+  }
+}
+
+void masked_fill_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor value = full({}, a.f("value"), in[0].dtype(), in[0].device());
+  copy_convert("masked_fill", call(get_op("where"), {in[1], value, in[0]}, {})[0], out[0]);
+}
+
+void triangle_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor x = in[0].contiguous();
+  dispatch<Types::all>(x.dtype(), "triangle", [&](auto tag) {
+    using S = decltype(tag);
+    launch("triangle", out[0], triangle_k<S>, ptr<const S>(x), ptr<S>(out[0]), x.size(-2), x.size(-1), a.i("diagonal"), a.b("upper"));
+  });
+}
+
+void one_hot_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const int64_t C = a.i("num_classes");
+  const Tensor idx = checked("one_hot", in[0], C);
+  launch("one_hot", out[0], one_hot_k, ptr<const int64_t>(idx), ptr<int64_t>(out[0]), C);
+}
+
+void topk_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const int64_t dim = x.dim() ? detail::wrap_dim("topk", a.i("dim"), x.dim()) : 0, k = a.i("k");
+  Shape order;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != dim) order.push_back(d);
+  if (x.dim()) order.push_back(dim);
+  const Tensor x2 = x.dim() ? x.permute(order).contiguous() : x.contiguous();
+  const int64_t n = x.dim() ? x.size(dim) : 1, rows = n ? x.numel() / n : 0;
+  const Tensor vals = Tensor::empty({rows, k}, x.dtype(), x.device()), idx = Tensor::empty({rows, k}, DType::i64, x.device());
+  if (rows > 0 && k > 0)
+    dispatch<Types::numeric>(x.dtype(), "topk", [&](auto tag) {
+      using S = decltype(tag);
+      launch_rows("topk", vals, rows, topk_k<S>, n, k, ptr<const S>(x2), ptr<S>(vals), ptr<int64_t>(idx), a.b("largest"));
+    });
+  if (x.dim() == 0) {
+    copy_convert("topk", vals.reshape({}), out[0]);
+    copy_convert("topk", idx.reshape({}), out[1]);
+    return;
+  }
+  Shape ps;
+  for (int64_t d : order) ps.push_back(d == dim ? k : x.size(d));
+  copy_convert("topk", vals.reshape(ps), out[0].permute(order));
+  copy_convert("topk", idx.reshape(ps), out[1].permute(order));
+}
+
+void multinomial_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor p = in[0].to(DType::f64).contiguous();
+  const int64_t P = p.size(-1), R = p.numel() / std::max<int64_t>(P, 1), n = a.i("num_samples");
+  const Tensor w = Tensor::empty({R, P}, DType::f64, p.device()), status = Tensor::empty({R}, DType::i32, p.device());
+  launch("multinomial", status, multinomial_k, ptr<const double>(p), P, n, a.b("replacement"), uint64_t(a.i("seed")), uint64_t(a.i("counter")),
+         ptr<double>(w), ptr<int64_t>(out[0]), ptr<int>(status));
+  const std::vector<int32_t> st = status.to_vector<int32_t>();
+  for (int64_t r = 0; r < R; ++r) {
+    SINTER_CHECK(st[size_t(r)] != 1, "[multinomial] row ", r, " has a probability that is negative or not finite");
+    SINTER_CHECK(st[size_t(r)] != 2, "[multinomial] row ", r, " has no positive probability");
+    SINTER_CHECK(st[size_t(r)] != 3, "[multinomial] row ", r, " has too few non-zero probabilities for ", n, " samples without replacement");
+  }
+}
+
+}  // namespace
+
+void register_index_kernels() {
+  constexpr DeviceType kCuda = DeviceType::cuda;
+  register_kernel("index_select", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+    pick_op("index_select", false, in, out, a);
+  });
+  register_kernel("gather", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { pick_op("gather", true, in, out, a); });
+  register_kernel("scatter_add", kCuda, scatter_add_op);
+  register_kernel("masked_fill", kCuda, masked_fill_op);
+  register_kernel("triangle", kCuda, triangle_op);
+  register_kernel("one_hot", kCuda, one_hot_op);
+  register_kernel("topk", kCuda, topk_op);
+  register_kernel("multinomial", kCuda, multinomial_op);
+}
+
+}  // namespace sinter::cuda

@@ -1,0 +1,51 @@
+#pragma once
+// What every CUDA kernel file uses to launch: the dtype dispatch (a value of the storage type of a
+// dtype, among those a kernel takes), typed device pointers, and a grid-stride launch on the
+// output's device stream that checks the launch.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/cuda.h"
+#include "cuda/strided.cuh"
+
+namespace sinter::cuda {
+
+enum class Types { floating, numeric, all };
+// Calls fn with a value of the storage type of `dt`, among the types `T` allows.
+template <Types T, class Fn> void dispatch(DType dt, const char* op, Fn&& fn) {
+  switch (dt) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::bf16: return fn(BF16{});
+    case DType::f16: return fn(F16{});
+    default: break;
+  }
+  if constexpr (T != Types::floating) {
+    switch (dt) {
+      case DType::i8: return fn(int8_t{});
+      case DType::u8: return fn(uint8_t{});
+      case DType::i32: return fn(int32_t{});
+      case DType::i64: return fn(int64_t{});
+      default: break;
+    }
+  }
+  if constexpr (T == Types::all)
+    if (dt == DType::boolean) return fn(bool{});
+  SINTER_THROW(DTypeError, "[", op, "] has no CUDA kernel for dtype ", dt);
+}
+
+template <class S> S* ptr(const Tensor& t) { return static_cast<S*>(t.data_ptr()); }
+
+template <class K, class... Args> void launch(const char* op, const Tensor& out, K kernel, Args... args) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
+  kernel<<<unsigned(blocks), kThreads, 0, stream(out.device().index)>>>(n, args...);
+  check_launch(op);
+}
+
+#define SINTER_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+
+}  // namespace sinter::cuda

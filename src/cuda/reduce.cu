@@ -1,0 +1,168 @@
+// CUDA kernels of the reductions and the softmax family (src/ops/reduce.cpp), as the CPU's
+// (cpu/op_reduce.cpp): the reduced dims are moved last into a contiguous (rows, n) copy, and one
+// block reduces each row, accumulating in f32 (f16, bf16, f32), f64 or i64. Sums add in another
+// order than the CPU's, so they agree within the specs' tolerances, not bit for bit.
+#include <span>
+
+#include "core/view.h"
+#include "cuda/block_reduce.cuh"
+#include "cuda/launch.cuh"
+#include "ops/common.h"
+#include "sinter/op.h"
+
+namespace sinter::cuda {
+namespace {
+
+using detail::raw_reshape_contiguous;
+
+template <class S> struct acc_of { using type = std::conditional_t<std::is_integral_v<S>, int64_t, compute_t<S>>; };
+template <> struct acc_of<bool> { using type = int64_t; };
+template <class S> using acc_t = typename acc_of<S>::type;
+
+// out[row] = the combination of x[row, 0..n), converted to O (mean: divided by n in O's type).
+template <Red R, class S, class O> __global__ void reduce_rows_k(int64_t rows, int64_t n, const S* x, O* out, bool mean) {
+  using A = std::conditional_t<R == Red::max || R == Red::min, compute_t<S>, acc_t<S>>;
+  SINTER_ROWS(row, rows) {
+    A v = identity<R, A>();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) v = combine<R>(v, A(load(x + row * n + j)));
+    v = block_reduce<R>(v);
+    if (threadIdx.x == 0) {
+      const compute_t<O> r = convert_to<O>(v);
+      store(out + row, mean ? compute_t<O>(r / compute_t<O>(n)) : r);
+    }
+  }
+}
+
+// logsumexp and var, two passes over the row in f32/f64.
+template <class S> __global__ void logsumexp_rows_k(int64_t rows, int64_t n, const S* x, S* out) {
+  using A = compute_t<S>;
+  SINTER_ROWS(row, rows) {
+    A m = identity<Red::max, A>();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = combine<Red::max>(m, load(x + row * n + j));
+    m = block_reduce<Red::max>(m);
+    A s = 0;
+    const A shift = isinf(m) ? A(0) : m;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += ::exp(load(x + row * n + j) - shift);
+    s = block_reduce<Red::sum>(s);
+    if (threadIdx.x == 0) store(out + row, A(::log(s) + shift));
+  }
+}
+
+template <class S> __global__ void var_rows_k(int64_t rows, int64_t n, const S* x, S* out, int64_t correction) {
+  using A = compute_t<S>;
+  SINTER_ROWS(row, rows) {
+    A s = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += load(x + row * n + j);
+    const A mu = block_reduce<Red::sum>(s) / A(n);
+    A q = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const A d = load(x + row * n + j) - mu;
+      q += d * d;
+    }
+    q = block_reduce<Red::sum>(q);
+    if (threadIdx.x == 0) store(out + row, A(q / A(n - correction)));
+  }
+}
+
+// The value and first index of the row's max (min); NaN counts as the largest (smallest).
+template <bool is_max, class S> __global__ void arg_rows_k(int64_t rows, int64_t n, const S* x, S* values, int64_t* index) {
+  using A = compute_t<S>;
+  SINTER_ROWS(row, rows) {
+    A best = load(x + row * n);
+    int64_t at = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const A v = load(x + row * n + j);
+      const bool better = best == best && (v != v || (is_max ? v > best : v < best));
+      if (better || (j < at && (v == best || (v != v && best != best)))) best = v, at = j;
+    }
+    __shared__ A bv[kBlock];
+    __shared__ int64_t bi[kBlock];
+    bv[threadIdx.x] = best, bi[threadIdx.x] = at;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int t = 1; t < blockDim.x && t < n; ++t) {
+        const A v = bv[t];
+        const bool better = best == best && (v != v || (is_max ? v > best : v < best));
+        const bool tie = (v == best || (v != v && best != best)) && bi[t] < at;
+        if (better || tie) best = v, at = bi[t];
+      }
+      if (values) store(values + row, best);
+      index[row] = at;
+    }
+    __syncthreads();
+  }
+}
+
+// x with `dims` moved last, as a contiguous (rows, n) copy on the device.
+Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims, int64_t* rows, int64_t* n) {
+  Shape order;
+  std::vector<bool> reduced(size_t(x.dim()), false);
+  for (int64_t d : dims) reduced[size_t(d)] = true;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!reduced[size_t(d)]) order.push_back(d);
+  *n = 1;
+  for (int64_t d : dims) order.push_back(d), *n *= x.size(d);
+  *rows = *n ? x.numel() / *n : 0;
+  return x.permute(order).contiguous();
+}
+
+template <Red R> void reduce_op(const char* op, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, bool mean = false) {
+  int64_t rows = 0, n = 0;
+  const auto dims = detail::reduce_dims(op, a.ints("dims"), in[0].dim());
+  const Tensor x = rows_last(in[0], dims, &rows, &n);
+  rows = out[0].numel();
+  dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    dispatch<Types::all>(out[0].dtype(), op, [&](auto otag) {
+      using O = decltype(otag);
+      launch_rows(op, out[0], rows, reduce_rows_k<R, S, O>, n, ptr<const S>(x), ptr<O>(out[0]), mean);
+    });
+  });
+}
+
+template <bool is_max, bool with_values> void arg_op(const char* op, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  int64_t rows = 0, n = 0;
+  const std::vector<int64_t> dims = in[0].dim() ? std::vector<int64_t>{detail::wrap_dim(op, a.i("dim"), in[0].dim())} : std::vector<int64_t>{};
+  const Tensor x = rows_last(in[0], dims, &rows, &n);
+  rows = out[0].numel();
+  dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    launch_rows(op, out[0], rows, arg_rows_k<is_max, S>, n, ptr<const S>(x), with_values ? ptr<S>(out[0]) : nullptr,
+                ptr<int64_t>(out[with_values ? 1 : 0]));
+  });
+}
+
+void logsumexp_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  int64_t rows = 0, n = 0;
+  const Tensor x = rows_last(in[0], detail::reduce_dims("logsumexp", a.ints("dims"), in[0].dim()), &rows, &n);
+  dispatch<Types::floating>(x.dtype(), "logsumexp", [&](auto tag) {
+    using S = decltype(tag);
+    launch_rows("logsumexp", out[0], out[0].numel(), logsumexp_rows_k<S>, n, ptr<const S>(x), ptr<S>(out[0]));
+  });
+}
+
+void var_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  int64_t rows = 0, n = 0;
+  const Tensor x = rows_last(in[0], detail::reduce_dims("var", a.ints("dims"), in[0].dim()), &rows, &n);
+  dispatch<Types::floating>(x.dtype(), "var", [&](auto tag) {
+    using S = decltype(tag);
+    launch_rows("var", out[0], out[0].numel(), var_rows_k<S>, n, ptr<const S>(x), ptr<S>(out[0]), a.i("correction"));
+  });
+}
+
+}  // namespace
+
+void register_reduce_kernels() {
+  constexpr DeviceType kCuda = DeviceType::cuda;
+  register_kernel("sum", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_op<Red::sum>("sum", in, out, a); });
+  register_kernel("mean", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_op<Red::sum>("mean", in, out, a, true); });
+  register_kernel("prod", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_op<Red::prod>("prod", in, out, a); });
+  register_kernel("logsumexp", kCuda, logsumexp_op);
+  register_kernel("var", kCuda, var_op);
+  register_kernel("max_dim", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { arg_op<true, true>("max_dim", in, out, a); });
+  register_kernel("min_dim", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { arg_op<false, true>("min_dim", in, out, a); });
+  register_kernel("argmax", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { arg_op<true, false>("argmax", in, out, a); });
+  register_kernel("argmin", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { arg_op<false, false>("argmin", in, out, a); });
+}
+
+}  // namespace sinter::cuda
