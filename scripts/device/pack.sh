@@ -8,12 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DSINTER_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 \
   -DSINTER_MPI=OFF -DSINTER_CUDA=ON >/dev/null
-cmake --build build-device -j "$(nproc)" --target sinter_tests sinter_cli
+cmake --build build-device -j "$(nproc)" --target sinter_tests sinter_cli sinter_cuda
 stage=build-device/stage
 rm -rf "$stage" && mkdir -p "$stage/lib"
 cp build-device/tests/sinter_tests build-device/sinter "$stage/"
-cp -L build-device/libsinter.so.* build-device/libsinter_cuda.so "$stage/lib/" 2>/dev/null || true
-cp -P build-device/libsinter.so* "$stage/lib/"
+cp -P build-device/libsinter.so* build-device/libsinter_cuda.so "$stage/lib/"
 # Every library the programs load that is not the C or C++ runtime (those the device has).
 for lib in $(ldd "$stage/sinter_tests" build-device/libsinter_cuda.so | awk '/=> \//{print $3}' | sort -u); do
   case "$(basename "$lib")" in libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl*|librt*|libsinter*) ;;
