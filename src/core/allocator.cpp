@@ -146,9 +146,6 @@ Allocators& allocators() {
   static Allocators a;
   return a;
 }
-}  // namespace
-
-namespace {
 std::atomic<bool> g_other_devices{false};
 }  // namespace
 

@@ -4,16 +4,14 @@
 
 namespace sinter::cpu {
 namespace {
-void item_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy(in[0], out[0]); }
+// Both are a contiguous copy on the host: item's 0-d copy, and to_device between host-memory
+// devices (copies to and from CUDA run the CUDA backend's kernel).
+void copy_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy(in[0], out[0]); }
 }  // namespace
 
-// to_device between host-memory devices (the CPU to itself, or to a device whose memory the host
-// reads): a contiguous copy. Copies to and from CUDA run the CUDA backend's kernel.
-void to_device_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { copy(in[0], out[0]); }
-
 void register_data_kernels() {
-  detail::add_kernel("item", DeviceType::cpu, item_kernel);
-  detail::add_kernel("to_device", DeviceType::cpu, to_device_kernel);
+  detail::add_kernel("item", DeviceType::cpu, copy_kernel);
+  detail::add_kernel("to_device", DeviceType::cpu, copy_kernel);
 }
 
 }  // namespace sinter::cpu

@@ -25,6 +25,11 @@ void check_launch(const char* op);       // the last launch's error, naming the 
 
 // dst = src converted to dst's dtype and broadcast to its shape, both on one device (elementwise.cu).
 void copy_convert(const char* op, const Tensor& src, const Tensor& dst);
+// idx as i64 on the device, every value in [0, n) or equal to `ignore`, checked on a host copy
+// (one synchronization; index.cu). The error names the op, `what` ("index", "target") and the position.
+Tensor checked_indices(const char* op, const Tensor& idx, int64_t n, const char* what, int64_t ignore = INT64_MIN);
+// out = cond ? a : b, each broadcast to out's shape, in out's dtype (elementwise.cu).
+void where_into(const char* op, const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 // acc += b (b broadcast to acc's shape), in acc's dtype (elementwise.cu).
 void add_into(const char* op, const Tensor& acc, const Tensor& b);
 

@@ -137,16 +137,18 @@ template <class F> void inplace_op(const char* op, std::span<const Tensor> in, s
   });
 }
 
-void where_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor c = as_dtype(in[0], DType::boolean), a = as_dtype(in[1], out[0].dtype()), b = as_dtype(in[2], out[0].dtype());
-  const Indexer ix = make_indexer("where", out[0], {&c, &a, &b});
-  dispatch<Types::all>(out[0].dtype(), "where", [&](auto tag) {
-    using S = decltype(tag);
-    launch("where", out[0], where_k<S>, ix, ptr<S>(out[0]), ptr<const bool>(c), ptr<const S>(a), ptr<const S>(b));
-  });
-}
+void where_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) { where_into("where", in[0], in[1], in[2], out[0]); }
 
 }  // namespace
+
+void where_into(const char* op, const Tensor& cond, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  const Tensor c = as_dtype(cond, DType::boolean), a = as_dtype(a_in, out.dtype()), b = as_dtype(b_in, out.dtype());
+  const Indexer ix = make_indexer(op, out, {&c, &a, &b});
+  dispatch<Types::all>(out.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    launch(op, out, where_k<S>, ix, ptr<S>(out), ptr<const bool>(c), ptr<const S>(a), ptr<const S>(b));
+  });
+}
 
 // dst = src converted to dst's dtype, src broadcast to dst's shape; both on one device.
 void copy_convert(const char* op, const Tensor& src, const Tensor& dst) {

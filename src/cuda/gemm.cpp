@@ -6,7 +6,6 @@
 
 #include <cublasLt.h>
 
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>

@@ -19,15 +19,6 @@
 namespace sinter::cuda {
 namespace {
 
-// The index tensor as i64 on the device, every value in [0, n) (checked on a host copy).
-Tensor checked(const char* op, const Tensor& idx, int64_t n) {
-  const Tensor i64 = idx.dtype() == DType::i64 ? idx.contiguous() : idx.to(DType::i64).contiguous();
-  const std::vector<int64_t> v = i64.to_vector<int64_t>();
-  for (size_t k = 0; k < v.size(); ++k)
-    SINTER_CHECK_INDEX(v[k] >= 0 && v[k] < n, "[", op, "] index ", v[k], " at position ", k, " out of range for size ", n);
-  return i64;
-}
-
 struct Dims {  // an output's shape and an input's strides, for per-element coordinates
   int nd = 0;
   int64_t size[kMaxDims] = {}, xstride[kMaxDims] = {};
@@ -163,7 +154,7 @@ __global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, 
 void pick_op(const char* op, bool gather, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const int dim = int(detail::wrap_dim(op, a.i("dim"), x.dim()));
-  const Tensor idx = checked(op, in[1], x.size(dim));
+  const Tensor idx = checked_indices(op, in[1], x.size(dim), "index");
   const Dims d = dims_of(out[0], x);
   dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
     using S = decltype(tag);
@@ -174,7 +165,7 @@ void pick_op(const char* op, bool gather, std::span<const Tensor> in, std::span<
 void scatter_add_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const int dim = int(detail::wrap_dim("scatter_add", a.i("dim"), in[0].dim()));
   copy_convert("scatter_add", in[0], out[0]);
-  const Tensor idx = checked("scatter_add", in[1], in[0].size(dim)), src = in[2].contiguous();
+  const Tensor idx = checked_indices("scatter_add", in[1], in[0].size(dim), "index"), src = in[2].contiguous();
   Dims d = dims_of(src, out[0]);
   switch (out[0].dtype()) {
     case DType::f32: launch("scatter_add", src, scatter_add_k<float>, d, dim, ptr<const int64_t>(idx), ptr<const float>(src), ptr<float>(out[0])); break;
@@ -188,7 +179,7 @@ void scatter_add_op(std::span<const Tensor> in, std::span<Tensor> out, const Att
 
 void masked_fill_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor value = full({}, a.f("value"), in[0].dtype(), in[0].device());
-  copy_convert("masked_fill", call(get_op("where"), {in[1], value, in[0]}, {})[0], out[0]);
+  where_into("masked_fill", in[1], value, in[0], out[0]);
 }
 
 void triangle_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -201,7 +192,7 @@ void triangle_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 
 void one_hot_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const int64_t C = a.i("num_classes");
-  const Tensor idx = checked("one_hot", in[0], C);
+  const Tensor idx = checked_indices("one_hot", in[0], C, "index");
   launch("one_hot", out[0], one_hot_k, ptr<const int64_t>(idx), ptr<int64_t>(out[0]), C);
 }
 
@@ -246,6 +237,15 @@ void multinomial_op(std::span<const Tensor> in, std::span<Tensor> out, const Att
 }
 
 }  // namespace
+
+Tensor checked_indices(const char* op, const Tensor& idx, int64_t n, const char* what, int64_t ignore) {
+  const Tensor i64 = idx.dtype() == DType::i64 ? idx.contiguous() : idx.to(DType::i64).contiguous();
+  const std::vector<int64_t> v = i64.to_vector<int64_t>();
+  for (size_t k = 0; k < v.size(); ++k)
+    SINTER_CHECK_INDEX(v[k] == ignore || (v[k] >= 0 && v[k] < n), "[", op, "] ", what, " ", v[k], " at position ", k,
+                       " out of range for size ", n);
+  return i64;
+}
 
 void register_index_kernels() {
   constexpr DeviceType kCuda = DeviceType::cuda;

@@ -26,15 +26,6 @@ Tensor rows2d(const Tensor& x) {
   return raw_reshape_contiguous(c, Shape{D ? x.numel() / D : 0, D});
 }
 
-// Every index in [0, n) (or equal to `ignore`), checked on a host copy; the indices as i64 on the device.
-Tensor checked_indices(const char* op, const Tensor& idx, int64_t n, const char* what, int64_t ignore = INT64_MIN) {
-  const Tensor i64 = idx.dtype() == DType::i64 ? idx.contiguous() : idx.to(DType::i64).contiguous();
-  const std::vector<int64_t> v = i64.to_vector<int64_t>();
-  for (size_t k = 0; k < v.size(); ++k)
-    SINTER_CHECK_INDEX(v[k] == ignore || (v[k] >= 0 && v[k] < n), "[", op, "] ", what, " ", v[k], " at position ", k, " out of range for ", n);
-  return i64;
-}
-
 template <class S> __global__ void embedding_k(int64_t n, const S* w, const int64_t* idx, S* out, int64_t D) {
   SINTER_GRID_STRIDE(i, n) out[i] = w[idx[i / D] * D + i % D];
 }

@@ -312,19 +312,14 @@ static Tensor activate(const Tensor& y, const std::string& activation) {
 
 // An eager f32 call without gradients on a small CPU layer, where the 2:4 kernel would run the GEMM
 // of the weight's cached dense copy: that copy through the dense linear op, so the 2:4 layer costs
-// what a dense one does (no second op's bookkeeping). Undefined where the 2:4 op runs, and for
-// any malformed call, so that the op names what is wrong.
+// what a dense one does (no second op's bookkeeping). The weight gets the op's own checks; for any
+// other malformed call (x, bias) it is undefined, and the op names what is wrong.
 static Tensor small_layer_dense(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, bool grads) {
   if (grads || x.dtype() != DType::f32 || x.device().type != DeviceType::cpu || x.is_symbolic() || x.dim() == 0) return {};
-  const Tensor &v = w.values, &m = w.meta, &sc = w.scales;
-  if (v.dim() != 2 || m.dim() != 2 || sc.dim() != 1 || m.dtype() != DType::u8 || sc.dtype() != DType::f32 ||
-      (v.dtype() != DType::f32 && v.dtype() != DType::bf16 && v.dtype() != DType::i8))
-    return {};
-  const int64_t N = v.size(0), K = v.size(1) * 2;
-  if (K % 8 != 0 || m.size(0) != N || m.size(1) * 8 != K || sc.size(0) != N || x.size(-1) != K ||
-      (b.defined() && (b.dtype() != DType::f32 || b.dim() != 1 || b.size(0) != N)))
-    return {};
-  const sparse::Call call{x.dtype(), v.dtype(), x.numel() / std::max<int64_t>(K, 1), N, K};
+  const auto meta_of = [](const Tensor& t) { return TensorMeta{t.shape(), t.dtype(), t.device()}; };
+  const auto [N, K] = detail::check_weight("sparse24_linear", meta_of(w.values), meta_of(w.meta), meta_of(w.scales));
+  if (w.dtype() == DType::f64 || x.size(-1) != K || (b.defined() && (b.dtype() != DType::f32 || b.shape() != Shape{N}))) return {};
+  const sparse::Call call{x.dtype(), w.dtype(), x.numel() / std::max<int64_t>(K, 1), N, K};
   if (sparse::choose(call).kernel != sparse::Kernel::dense) return {};
   return sparse::dense_copy(w.values, w.meta, w.scales);
 }
