@@ -32,6 +32,7 @@ const std::vector<SuiteInfo>& suites() {
       {"attention", "scaled-dot-product attention: flash against math", suite_attention},
       {"sparse", "2:4 sparse linear against oneDNN's dense matmul on the same weights", suite_sparse},
       {"compile", "sinter::compile against eager Sinter: a fused chain, norms, an MLP, decoding, a training step; compile times", suite_compile},
+      {"cuda", "the CUDA backend against PyTorch on the same GPU: bf16 GEMMs, 1 GiB elementwise against a copy, gpt2-124m training and generation", suite_cuda},
       {"sweep", "shapes nobody tuned for against PyTorch eager and torch.compile: attention, linear, 2:4, row ops, compiled blocks", suite_sweep},
   };
   return s;

@@ -124,6 +124,7 @@ void suite_attention(const Options& o, Report& r);
 void suite_sparse(const Options& o, Report& r);
 void suite_sweep(const Options& o, Report& r);
 void suite_compile(const Options& o, Report& r);
+void suite_cuda(const Options& o, Report& r);
 
 // Shared measurement helpers.
 double copy_bandwidth_gbs(Timing* copy_of_64mib = nullptr);  // 2-thread parallel memcpy, bytes read+written

@@ -394,7 +394,89 @@ class SweepBlock(nn.Module):
         return x + self.proj(F.gelu(self.fc(h), approximate="tanh"))
 
 
-SUITES = dict(compile=suite_compile, ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
+GPT2_124M = dict(vocab=50257, positions=1024, C=768, L=12, H=12, inner=3072, eps=1e-5)
+
+
+def gpu_time(f, n, reps=9):
+    """f run n times, then the queue drained: per-call ms."""
+    def many():
+        for _ in range(n):
+            f()
+        torch.cuda.synchronize()
+    best, med = time_it(many, warmup=2, reps=reps, min_total_s=0.2)
+    return best / n, med / n
+
+
+def suite_cuda(a, rows):
+    """`sinter bench cuda` on the same GPU: bf16 GEMMs, 1 GiB elementwise, the gpt2-124m training step
+    (math attention as Sinter's; also PyTorch's best attention and torch.compile as their own peers),
+    greedy generation of 256 tokens."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    ms = [1, 1024] if a.quick else [1, 16, 128, 1024, 4096]
+    with torch.no_grad():
+        for K, N in [(4096, 4096), (4096, 11008)]:
+            w = (torch.randn(K, N, device=dev) * 0.02).bfloat16()
+            for M in ms:
+                x = torch.randn(M, K, device=dev).bfloat16()
+                best, med = gpu_time(lambda: torch.matmul(x, w), 20 if M >= 1024 else 100)
+                rows.append(dict(case=f"cuda matmul bf16 M={M} K={K} N={N}", best_ms=best, median_ms=med))
+        n = 1 << 29
+        x, y = torch.randn(n, device=dev).bfloat16(), torch.randn(n, device=dev).bfloat16()
+        for name, f in [("cuda add bf16 1 GiB", lambda: torch.add(x, y)), ("cuda gelu bf16 1 GiB", lambda: F.gelu(x))]:
+            best, med = gpu_time(f, 3, 7)
+            rows.append(dict(case=name, best_ms=best, median_ms=med))
+        del x, y
+    B, T, V = 16, 1024, GPT2_124M["vocab"]
+    model = GPT(GPT2_124M).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    xs, ys = torch.randint(0, V, (B, T), device=dev), torch.randint(0, V, (B, T), device=dev)
+
+    def step(m):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(m(xs).float().view(-1, V), ys.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    case = "cuda train bf16 gpt2-124m B=16 T=1024 step"
+    reps = 3 if a.quick else 8
+    with sdpa_kernel(SDPBackend.MATH):
+        best, med = time_it(lambda: step(model), warmup=2, reps=reps, min_total_s=0)
+    rows.append(dict(case=case, best_ms=best, median_ms=med, peer=f"PyTorch {torch.__version__}, math attention"))
+    best, med = time_it(lambda: step(model), warmup=2, reps=reps, min_total_s=0)
+    rows.append(dict(case=case, best_ms=best, median_ms=med, peer=f"PyTorch {torch.__version__}, its best attention"))
+    if not a.quick:
+        compiled = torch.compile(model)
+        best, med = time_it(lambda: step(compiled), warmup=3, reps=reps, min_total_s=0)
+        rows.append(dict(case=case, best_ms=best, median_ms=med, peer=f"torch.compile, PyTorch {torch.__version__}"))
+    del opt, model
+    torch.cuda.empty_cache()
+    c, new = GPT2_124M, 256
+    model = GPT(c).eval().to(dev).bfloat16()
+    Dh = c["C"] // c["H"]
+    prompt = torch.randint(0, V, (1, 16), device=dev)
+
+    @torch.inference_mode()
+    def run():
+        caches = [(torch.zeros(1, c["H"], c["positions"], Dh, dtype=torch.bfloat16, device=dev),
+                   torch.zeros(1, c["H"], c["positions"], Dh, dtype=torch.bfloat16, device=dev)) for _ in range(c["L"])]
+        logits = model(prompt, caches, 0)
+        pos = prompt.shape[1]
+        for _ in range(new):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            int(nxt)  # the token reaches the host, as a generator streaming text needs
+            logits = model(nxt, caches, pos)
+            pos += 1
+
+    best, med = time_it(run, warmup=1, reps=3, min_total_s=0)
+    rows.append(dict(case=f"cuda generate bf16 gpt2-124m batch=1 {new} tokens (per token)", best_ms=best / new, median_ms=med / new))
+
+
+SUITES = dict(cuda=suite_cuda, compile=suite_compile, ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
               sparse=suite_sparse, sweep=suite_sweep)
 
 

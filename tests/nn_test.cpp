@@ -416,6 +416,14 @@ TEST(Module, ModelsBuiltToBeLoadedSkipTheRandomDrawOnTheirThreadOnly) {
   EXPECT_LE(max(abs(drawn.weight)).item<double>(), 1.0 / std::sqrt(8.0));
 }
 
+// GPT-2 small, as Hugging Face's gpt2 checkpoint counts it (tied embeddings): 124,439,808.
+TEST(Config, TheGpt2124mPresetHasGpt2SmallsParameters) {
+  nn::SkipInitGuard skip;
+  nn::GPT model(nn::ModelConfig::preset("gpt2-124m"));
+  EXPECT_EQ(model.num_parameters(), 124439808);
+  EXPECT_EQ(model.config().vocab_size, 50257);
+}
+
 TEST(Config, UnknownKeysAreListed) {
   try {
     nn::ModelConfig::from_json(R"({"model_type": "gpt2", "n_embd": 64, "n_layers": 2, "dropuot": 0.1})", "cfg.json");

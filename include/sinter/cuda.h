@@ -10,6 +10,10 @@ namespace sinter::cuda {
 bool available();                  // the backend is loaded and sees a device it can run on
 std::string unavailable_reason();  // why not ("" when available): no backend built, no driver, no device
 int device_count();                // 0 when unavailable
+// Throws DeviceError "[cuda] no CUDA device: <reason>", or naming the devices there are when
+// cuda:index is not one of them.
+void require_device(int index = 0);
+std::string device_name(int device = 0);  // the GPU, its memory and driver, for reports
 void synchronize(int device = 0);  // waits until the device's queued work is done
 
 struct MemoryStats {
@@ -19,5 +23,12 @@ struct MemoryStats {
 };
 MemoryStats memory_stats(int device = 0);
 void empty_cache();  // every cached block back to the driver
+// How many times the host has waited for a device so far (a copy to the CPU, synchronize()): a
+// training step waits once, to read its loss. An index a kernel found out of range is raised at
+// the next wait, naming the op (the CPU's kernels raise it at once).
+int64_t host_synchronizations();
+// cudaMemcpyAsync of device memory to device memory on the device's stream: the bandwidth a
+// kernel that reads and writes the same bytes is held to (sinter bench cuda).
+void copy_device_bytes(void* dst, const void* src, int64_t bytes, int device = 0);
 
 }  // namespace sinter::cuda

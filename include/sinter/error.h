@@ -20,6 +20,8 @@ class IOError : public Error { public: using Error::Error; };
 class AutogradError : public Error { public: using Error::Error; };
 class CompileError : public Error { public: using Error::Error; };
 class DistError : public Error { public: using Error::Error; };
+// A device the work asks for is missing: no CUDA backend, driver or device; out of device memory.
+class DeviceError : public Error { public: using Error::Error; };
 
 // Warnings (a compiled function running eagerly from now on, ...) go to the handler set here: the
 // library never prints. The sinter command line writes them to stderr; without a handler they are

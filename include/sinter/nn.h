@@ -54,7 +54,7 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
   void to(DType dtype);    // floating parameters and buffers
-  void to(Device device);  // every parameter and buffer (gradients are dropped)
+  virtual void to(Device device);  // every parameter and buffer (gradients are dropped)
   void zero_grad();
   // This module and every descendant by dotted name ("" for this one, "blocks.0.attn", ...).
   std::vector<std::pair<std::string, Module*>> named_modules();
@@ -205,7 +205,7 @@ struct ModelConfig {
   // (ignored; the table is in docs/huggingface.md), or refused naming the key and its value when
   // it asks for math Sinter does not do; unknown keys are refused too. `source` names the file.
   static ModelConfig from_json(const std::string& json, const std::string& source);
-  static ModelConfig preset(const std::string& name);  // "tiny", "small", "llama-tiny"
+  static ModelConfig preset(const std::string& name);  // "tiny", "small", "llama-tiny", "gpt2-124m"
   std::string to_json() const;
   void validate(const std::string& source) const;
 };
@@ -242,8 +242,12 @@ class GPT : public Module {
   // idx (B, T) int64 -> logits (B, T, vocab). With caches (one per layer), positions continue
   // from the cache length.
   Tensor forward(const Tensor& idx, std::vector<KVCache>* caches = nullptr);
+  // On the model's device (its embedding's).
   std::vector<KVCache> make_caches(int64_t batch, int64_t max_len) const;
   const ModelConfig& config() const { return cfg_; }
+  using Module::to;
+  void to(Device device) override;  // the parameters, buffers and the RoPE tables
+  Device device() const;            // where the weights are (the token embedding's device)
   // Initializes weights as GPT-2 does: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
   void init_weights(uint64_t seed);
   // A Hugging Face save_pretrained directory of GPT2LMHeadModel or LlamaForCausalLM (src/nn/hf.cpp):

@@ -147,6 +147,8 @@ struct Device {
   bool operator==(const Device&) const = default;
   static constexpr Device cpu() { return {}; }
   static constexpr Device cuda(int index = 0) { return {DeviceType::cuda, index}; }
+  // "cpu", "cuda" (= cuda:0) or "cuda:N"; anything else is a ValueError naming the text.
+  static Device parse(const std::string& text);
 };
 std::ostream& operator<<(std::ostream& os, Device d);
 

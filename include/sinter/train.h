@@ -45,6 +45,9 @@ struct Options {
   int64_t stop_after = 0;    // stop (with a checkpoint) after this step, as an interruption would
   bool quiet = false;        // no Progress reports
   std::string dtype = "f32";  // "bf16": linear layers compute in bf16 (autocast), master weights stay f32
+  // Where the model, optimizer and batches live: "cpu", "cuda" or "cuda:N" (one process, eager
+  // steps). Checkpoints hold host bytes either way, so a run resumes on either device.
+  std::string device = "cpu";
   // 2-D parallel training under mpirun (tp x dp ranks): tensor parallel over tp, FSDP over dp, the
   // batch split over dp. 1 x 1: one process. Rank 0 prints and writes the (gathered) checkpoint.
   int64_t tp = 1, dp = 1;
@@ -190,6 +193,7 @@ struct Sampling {
 // Appends max_new tokens to `prompt` (int64 ids). The model sees at most max_position_embeddings
 // tokens; when the window fills it slides forward by half. use_cache=false recomputes the whole
 // window each step (the reference the cache is tested against). Reports tokens/s through `rate`.
+// It runs where the model is (GPT::to(Device)): the KV caches and token ids go there too.
 // `compiled`: the one-token decode step runs as one compiled graph (sinter::compile), traced once
 // for every position; `report` then sees that compiled function at the end.
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache = true,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The prepared device run for a lent H200 (docs/cuda.md, ../shared/GPU.md): probes the machine,
-# builds Sinter with the CUDA backend from the working tree on its cores, runs the CUDA tests with
-# SINTER_REQUIRE_GPU=1 (a skipped GPU test fails) and writes everything under $OUT.
-#   scripts/device/run.sh            (on the device: the `run` tool sets $OUT)
+# builds Sinter with the CUDA backend on its cores (or unpacks a carried build), runs the CUDA tests
+# with SINTER_REQUIRE_GPU=1 (a skipped GPU test fails), the op sweep under compute-sanitizer
+# memcheck, and `sinter bench cuda` with the device's PyTorch; everything goes under $OUT.
+#   scripts/device/run.sh [tests|sanitizer|bench]...   (default: all three; the `run` tool sets $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/sinter_device}
@@ -20,14 +21,44 @@ step probe
 } > "$OUT/probe.txt" 2>&1
 cat "$OUT/probe.txt"
 
+parts=${*:-tests sanitizer bench}
+want() { [[ " $parts " == *" $1 "* ]]; }
+
+# What runs once the programs are there: $1 sinter_tests, $2 the sinter command line.
+run_parts() {
+  local tests=$1 cli=$2
+  export SINTER_CLI_PATH=$cli
+  if want tests; then
+    step "CUDA tests (SINTER_REQUIRE_GPU=1)"
+    SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 timeout 300 "$tests" --gtest_filter='Cuda*:AllOps/CudaOps*' \
+      --gtest_output="json:$OUT/cuda_tests.json" 2>&1 | tee "$OUT/cuda_tests.txt" | grep -E "FAILED|Failure|error|PASSED|SKIPPED|CUDA kernels" | tail -60
+  fi
+  if want sanitizer; then
+    local cs
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ -n "$cs" ]; then
+      step "compute-sanitizer memcheck on the op sweep"
+      SINTER_REQUIRE_GPU=1 timeout 240 "$cs" --tool memcheck --error-exitcode 3 --print-limit 20 "$tests" --gtest_filter='AllOps/CudaOps*' \
+        > "$OUT/memcheck.txt" 2>&1
+      echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
+      grep -E "ERROR SUMMARY|Invalid|========= [A-Z]" "$OUT/memcheck.txt" | head -20
+    else
+      step "no compute-sanitizer on this machine"
+    fi
+  fi
+  if want bench; then
+    step "sinter bench cuda (PyTorch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1))"
+    timeout 420 "$cli" bench cuda --python python3 --torch-script bench/torch_peer.py --json "$OUT/bench_cuda.json" \
+      --update "$OUT/BENCHMARKS.cuda.md" --svg "$OUT/bench_cuda.svg" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -40
+  fi
+  step done
+}
+
 if [ -f build-device/sinter-device.tar.xz ]; then  # carried: made by scripts/device/pack.sh
   step "unpack the carried build"
   mkdir -p /tmp/sinter-device && tar -C /tmp/sinter-device -xJf build-device/sinter-device.tar.xz
-  step "CUDA tests (SINTER_REQUIRE_GPU=1), carried build"
-  SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 LD_LIBRARY_PATH=/tmp/sinter-device/lib SINTER_CUDA_LIBRARY=/tmp/sinter-device/lib/libsinter_cuda.so \
-    timeout 300 /tmp/sinter-device/sinter_tests --gtest_filter='Cuda*:AllOps/CudaOps*' --gtest_output="json:$OUT/cuda_tests.json" 2>&1 |
-    tee "$OUT/cuda_tests.txt" | tail -40
-  step done
+  export LD_LIBRARY_PATH=/tmp/sinter-device/lib SINTER_CUDA_LIBRARY=/tmp/sinter-device/lib/libsinter_cuda.so
+  run_parts /tmp/sinter-device/sinter_tests /tmp/sinter-device/sinter
   exit 0
 fi
 
@@ -40,12 +71,8 @@ if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DSINTER_CUD
 fi
 
 step build
-if ! cmake --build build-device -j "$(nproc)" --target sinter_tests > "$OUT/build.txt" 2>&1; then
+if ! cmake --build build-device -j "$(nproc)" --target sinter_tests sinter_cli > "$OUT/build.txt" 2>&1; then
   grep -E "error|Error" "$OUT/build.txt" | head -30
   exit 1
 fi
-
-step "CUDA tests (SINTER_REQUIRE_GPU=1)"
-SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 timeout 300 build-device/tests/sinter_tests --gtest_filter='Cuda*:AllOps/CudaOps*' \
-  --gtest_output="json:$OUT/cuda_tests.json" 2>&1 | tee "$OUT/cuda_tests.txt" | tail -40
-step done
+run_parts build-device/tests/sinter_tests build-device/sinter

@@ -6,13 +6,16 @@
 
 namespace sinter::detail {
 
-constexpr int kCudaHooksAbi = 1;  // bumped when CudaHooks changes
+constexpr int kCudaHooksAbi = 2;  // bumped when CudaHooks changes
 
 struct CudaHooks {
   int device_count = 0;
   void (*synchronize)(int device) = nullptr;
   void (*memory_stats)(int device, int64_t* live_cached_peak) = nullptr;
   void (*empty_cache)() = nullptr;
+  int64_t (*host_synchronizations)() = nullptr;
+  void (*copy_bytes)(void* dst, const void* src, int64_t bytes, int device) = nullptr;
+  const char* (*device_name)(int device) = nullptr;  // name, memory, SMs and driver, for reports
 };
 
 // Returns null on success, else the reason (static storage).

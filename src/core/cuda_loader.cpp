@@ -67,6 +67,12 @@ bool available() { return loaded().ok; }
 std::string unavailable_reason() { return loaded().ok ? std::string() : loaded().reason; }
 int device_count() { return loaded().ok ? loaded().hooks.device_count : 0; }
 
+void require_device(int index) {
+  detail::require_cuda();
+  SINTER_CHECK_T(DeviceError, index >= 0 && index < device_count(), "[cuda] cuda:", index, " is not a device of this machine (it has ",
+                 device_count(), " CUDA device", device_count() == 1 ? "" : "s", ")");
+}
+
 void synchronize(int device) {
   detail::require_cuda();
   loaded().hooks.synchronize(device);
@@ -79,6 +85,18 @@ MemoryStats memory_stats(int device) {
   return {v[0], v[1], v[2]};
 }
 
+int64_t host_synchronizations() { return available() ? loaded().hooks.host_synchronizations() : 0; }
+
+std::string device_name(int device) {
+  require_device(device);
+  return loaded().hooks.device_name(device);
+}
+
+void copy_device_bytes(void* dst, const void* src, int64_t bytes, int device) {
+  require_device(device);
+  loaded().hooks.copy_bytes(dst, src, bytes, device);
+}
+
 void empty_cache() {
   if (available()) loaded().hooks.empty_cache();
 }
@@ -87,6 +105,6 @@ void empty_cache() {
 
 namespace sinter::detail {
 void require_cuda() {
-  if (!cuda::available()) SINTER_THROW(Error, "[cuda] no CUDA device: ", cuda::unavailable_reason());
+  if (!cuda::available()) SINTER_THROW(DeviceError, "[cuda] no CUDA device: ", cuda::unavailable_reason());
 }
 }  // namespace sinter::detail

@@ -73,6 +73,15 @@ std::ostream& operator<<(std::ostream& os, Device d) {
   return os << "device?";
 }
 
+Device Device::parse(const std::string& text) {
+  if (text == "cpu") return cpu();
+  if (text == "cuda") return cuda(0);
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos)
+    return cuda(std::stoi(text.substr(5)));
+  SINTER_THROW(ValueError, "[device] '", text, "' is not a device: cpu, cuda or cuda:N");
+}
+
 std::shared_ptr<Storage> Storage::allocate(int64_t nbytes, Device device) {
   auto s = std::make_shared<Storage>();
   s->nbytes = nbytes;

@@ -1,6 +1,7 @@
 // sinter_cuda_attach: what libsinter calls after loading this library (src/core/cuda_loader.cpp).
 // It checks for a device this build can run on, then registers the allocator and the kernels.
 // Per device: a stream (created on first use) and a caching allocator, both kept until exit.
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -18,8 +19,11 @@ struct DeviceState {
   std::once_flag stream_once;
   cudaStream_t stream = nullptr;
   std::unique_ptr<CachingAllocator> memory;
+  DeviceFault* fault_host = nullptr;  // mapped pinned memory: the host's view
+  DeviceFault* fault_device = nullptr;
 };
 std::vector<DeviceState*> g_devices;  // never destroyed: tensors freed at exit still find them
+std::atomic<int64_t> g_waits{0};      // host synchronizations so far (hooks: host_synchronizations)
 
 DeviceState& device_state(int device) {
   SINTER_CHECK(device >= 0 && device < int(g_devices.size()), "[cuda] no device cuda:", device, " (", g_devices.size(), " found)");
@@ -68,6 +72,10 @@ std::string find_devices() {
   for (int i = 0; i < count; ++i) {
     auto* d = new DeviceState;
     d->memory = std::make_unique<CachingAllocator>(driver_memory(i), "cuda:" + std::to_string(i));
+    SINTER_CUDA_CHECK(cudaSetDevice(i));
+    SINTER_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&d->fault_host), sizeof(DeviceFault), cudaHostAllocMapped));
+    *d->fault_host = DeviceFault{};
+    SINTER_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d->fault_device), d->fault_host, 0));
     g_devices.push_back(d);
   }
   return {};
@@ -75,7 +83,24 @@ std::string find_devices() {
 
 void attach_hooks(detail::CudaHooks* hooks) {
   hooks->device_count = int(g_devices.size());
-  hooks->synchronize = [](int device) { SINTER_CUDA_CHECK(cudaStreamSynchronize(stream(device))); };
+  hooks->synchronize = [](int device) { wait(device); };
+  hooks->host_synchronizations = [] { return g_waits.load(); };
+  hooks->device_name = [](int device) -> const char* {
+    static std::vector<std::string> names(g_devices.size());
+    std::string& n = names.at(size_t(device));
+    if (n.empty()) {
+      cudaDeviceProp p{};
+      int driver = 0;
+      SINTER_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+      SINTER_CUDA_CHECK(cudaDriverGetVersion(&driver));
+      n = std::string(p.name) + ", " + std::to_string(p.totalGlobalMem >> 30) + " GiB, " + std::to_string(p.multiProcessorCount) +
+          " SMs, CUDA driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+    }
+    return n.c_str();
+  };
+  hooks->copy_bytes = [](void* dst, const void* src, int64_t bytes, int device) {
+    SINTER_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream(device)));
+  };
   hooks->memory_stats = [](int device, int64_t* v) {
     const AllocatorStats s = device_state(device).memory->stats();
     v[0] = s.live, v[1] = s.cached, v[2] = s.peak;
@@ -95,6 +120,19 @@ cudaStream_t stream(int device) {
   SINTER_CUDA_CHECK(cudaSetDevice(device));
   std::call_once(d.stream_once, [&] { SINTER_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking)); });
   return d.stream;
+}
+
+DeviceFault* device_fault(int device) { return device_state(device).fault_device; }
+
+void wait(int device) {
+  SINTER_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+  ++g_waits;
+  volatile DeviceFault* f = device_state(device).fault_host;
+  if (!f->set) return;
+  const DeviceFault seen{1, f->value, f->position, f->size, f->op, f->what};
+  f->set = 0;  // reported once; the device goes on
+  SINTER_THROW(IndexError, "[", seen.op, "] ", seen.what, " ", seen.value, " at position ", seen.position, " out of range for size ",
+               seen.size, " (found on cuda:", device, " by the kernel, raised at this host synchronization)");
 }
 
 void check_launch(const char* op) {

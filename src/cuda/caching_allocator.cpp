@@ -41,7 +41,7 @@ void* CachingAllocator::allocate(int64_t bytes, uintptr_t stream) {
     }
     if (!p) {
       const int64_t free = provider_.free_bytes ? provider_.free_bytes() : -1;
-      SINTER_THROW(Error, "[", name_, "] out of memory: asked for ", gib(bytes), "; tensors hold ", gib(stats_.live),
+      SINTER_THROW(DeviceError, "[", name_, "] out of memory: asked for ", gib(bytes), "; tensors hold ", gib(stats_.live),
                    ", the device has ", free >= 0 ? gib(free) : std::string("an unknown number of bytes"), " free");
     }
     ++stats_.provider_allocs;

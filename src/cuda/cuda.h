@@ -3,7 +3,7 @@
 // each device, one stream per device (created when first used; every kernel and copy goes on it,
 // so a device's work runs in the order it was asked for), a caching allocator per device
 // (caching_allocator.h), and a kernel per op it serves, registered into the op table by
-// sinter_cuda_attach (backend.cpp). Host reads of device data copy explicitly (copy.cpp).
+// sinter_cuda_attach (backend.cpp). Host reads of device data copy explicitly (copy.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,10 +23,28 @@ namespace sinter::cuda {
 cudaStream_t stream(int device);         // the device's stream; makes the device current
 void check_launch(const char* op);       // the last launch's error, naming the op
 
+// What a kernel found wrong in its input (an index out of range), written to host memory the
+// device maps; the host raises it at its next wait, naming the op as the CPU's kernel would.
+struct DeviceFault {
+  int set;  // 0: nothing found; the first kernel to find something claims it (atomicCAS)
+  int64_t value, position, size;
+  const char* op;    // host strings with static storage, carried through the kernel untouched
+  const char* what;
+};
+DeviceFault* device_fault(int device);   // the device's view of its record
+// Waits until the device's queued work is done: a host synchronization (counted for
+// host_synchronizations), then raises a fault a kernel recorded (backend.cpp).
+void wait(int device);
+// Host bytes to device memory on the device's stream, without waiting: up to 8 bytes go as a
+// kernel argument, more through pinned staging memory reused once its copy is done (copy.cu).
+void copy_from_host(void* dst, const void* src, size_t bytes, int device);
+
 // dst = src converted to dst's dtype and broadcast to its shape, both on one device (elementwise.cu).
 void copy_convert(const char* op, const Tensor& src, const Tensor& dst);
-// idx as i64 on the device, every value in [0, n) or equal to `ignore`, checked on a host copy
-// (one synchronization; index.cu). The error names the op, `what` ("index", "target") and the position.
+// idx as a new contiguous i64 tensor on the device, every value in [0, n) or equal to `ignore`:
+// checked on the device (index.cu), a value out of range recorded as the device's fault (raised at
+// the next wait, naming the op, `what` ("index", "target"), the value and its position) and
+// replaced by `ignore` (or 0), so the kernel reading the indices stays in bounds.
 Tensor checked_indices(const char* op, const Tensor& idx, int64_t n, const char* what, int64_t ignore = INT64_MIN);
 // out = cond ? a : b, each broadcast to out's shape, in out's dtype (elementwise.cu).
 void where_into(const char* op, const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
@@ -34,7 +52,7 @@ void where_into(const char* op, const Tensor& cond, const Tensor& a, const Tenso
 void add_into(const char* op, const Tensor& acc, const Tensor& b);
 
 void register_elementwise_kernels();     // elementwise.cu
-void register_copy_kernels();            // copy.cpp
+void register_copy_kernels();            // copy.cu
 void register_factory_kernels();         // factory.cu
 void register_reduce_kernels();          // reduce.cu
 void register_softmax_kernels();         // softmax.cu

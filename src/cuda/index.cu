@@ -70,6 +70,21 @@ template <class S> __global__ void triangle_k(int64_t n, const S* x, S* y, int64
   }
 }
 
+// out = idx, each value out of [0, n) (and not `ignore`) recorded as the device's fault (the
+// first one found) and replaced by `safe`.
+__global__ void check_indices_k(int64_t count, const int64_t* idx, int64_t* out, int64_t n, int64_t ignore, int64_t safe,
+                                DeviceFault* fault, const char* op, const char* what) {
+  SINTER_GRID_STRIDE(i, count) {
+    const int64_t v = idx[i];
+    const bool ok = v == ignore || (v >= 0 && v < n);
+    out[i] = ok ? v : safe;
+    if (!ok && atomicCAS(&fault->set, 0, 1) == 0) {
+      fault->value = v, fault->position = i, fault->size = n, fault->op = op, fault->what = what;
+      __threadfence_system();
+    }
+  }
+}
+
 __global__ void one_hot_k(int64_t n, const int64_t* idx, int64_t* out, int64_t C) {
   SINTER_GRID_STRIDE(i, n) out[i] = idx[i / C] == i % C ? 1 : 0;
 }
@@ -240,11 +255,10 @@ void multinomial_op(std::span<const Tensor> in, std::span<Tensor> out, const Att
 
 Tensor checked_indices(const char* op, const Tensor& idx, int64_t n, const char* what, int64_t ignore) {
   const Tensor i64 = idx.dtype() == DType::i64 ? idx.contiguous() : idx.to(DType::i64).contiguous();
-  const std::vector<int64_t> v = i64.to_vector<int64_t>();
-  for (size_t k = 0; k < v.size(); ++k)
-    SINTER_CHECK_INDEX(v[k] == ignore || (v[k] >= 0 && v[k] < n), "[", op, "] ", what, " ", v[k], " at position ", k,
-                       " out of range for size ", n);
-  return i64;
+  Tensor out = Tensor::empty(i64.shape(), DType::i64, i64.device());
+  const int64_t safe = ignore == INT64_MIN ? 0 : ignore;
+  launch(op, out, check_indices_k, ptr<const int64_t>(i64), ptr<int64_t>(out), n, ignore, safe, device_fault(out.device().index), op, what);
+  return out;
 }
 
 void register_index_kernels() {

@@ -47,8 +47,7 @@ void kv_append_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   if (in[2].numel() > 0) copy_convert("kv_append_", in[2], raw_slice(out[0], dim, s, s + n));
   if (in[3].numel() > 0) copy_convert("kv_append_", in[3], raw_slice(out[1], dim, s, s + n));
   const int64_t end = s + n;
-  SINTER_CUDA_CHECK(cudaMemcpyAsync(out[2].data_ptr(), &end, sizeof end, cudaMemcpyHostToDevice, stream(out[2].device().index)));
-  SINTER_CUDA_CHECK(cudaStreamSynchronize(stream(out[2].device().index)));  // `end` lives on this stack
+  copy_from_host(out[2].data_ptr(), &end, sizeof end, out[2].device().index);
 }
 
 }  // namespace

@@ -221,8 +221,12 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     c.model_type = "llama";
     c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.num_key_value_heads = 2;
     c.intermediate_size = 352, c.max_position_embeddings = 128, c.norm_eps = 1e-6, c.tie_word_embeddings = false;
+  } else if (name == "gpt2-124m") {  // GPT-2 small's shape (the GPU benchmark's model)
+    c.vocab_size = 50257, c.max_position_embeddings = 1024;
+    c.hidden_size = 768, c.num_hidden_layers = 12, c.num_attention_heads = 12, c.num_key_value_heads = 12;
+    c.intermediate_size = 3072;
   } else {
-    SINTER_THROW(ValueError, "[config] unknown preset '", name, "' (tiny, small, llama-tiny)");
+    SINTER_THROW(ValueError, "[config] unknown preset '", name, "' (tiny, small, llama-tiny, gpt2-124m)");
   }
   return c;
 }
@@ -378,14 +382,22 @@ std::vector<KVCache> GPT::make_caches(int64_t batch, int64_t max_len) const {
   SINTER_CHECK(max_len <= cfg_.max_position_embeddings, "[generate] ", max_len, " positions exceed the model's ",
                cfg_.max_position_embeddings);
   std::vector<KVCache> caches(size_t(cfg_.num_hidden_layers));
-  const Tensor pos = zeros({}, DType::i64);
+  const Tensor pos = zeros({}, DType::i64, device());
   for (auto& c : caches) {
-    c.k = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype());
-    c.v = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype());
+    c.k = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype(), device());
+    c.v = zeros({batch, cfg_.num_key_value_heads, max_len, cfg_.head_dim()}, tok_emb->weight.dtype(), device());
     c.pos = pos;
   }
   return caches;
 }
+
+void GPT::to(Device device) {
+  Module::to(device);
+  NoGradGuard g;
+  if (rope_cos_.defined()) rope_cos_ = rope_cos_.to(device), rope_sin_ = rope_sin_.to(device);
+}
+
+Device GPT::device() const { return tok_emb->weight.device(); }
 
 Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
   SINTER_CHECK_SHAPE(idx.dim() == 2, "[gpt] token ids must be (B, T), got ", idx.shape());

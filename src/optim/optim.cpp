@@ -28,14 +28,14 @@ void check_param(const std::string& name, const Tensor& p) {
   SINTER_CHECK_DTYPE(p.dtype() == DType::f32 && p.is_contiguous(), "[optim] parameter ", name,
                      " must be contiguous f32 (master weights), got ", p.dtype());
 }
-Tensor state_like(const Tensor& p) { return zeros(p.shape(), DType::f32); }
+Tensor state_like(const Tensor& p) { return zeros(p.shape(), DType::f32, p.device()); }
 void load_state(const std::map<std::string, Tensor>& sd, const std::string& key, Tensor& into, const Shape& shape) {
   auto it = sd.find(key);
   SINTER_CHECK(it != sd.end(), "[optim] optimizer state is missing '", key, "'");
   SINTER_CHECK_SHAPE(it->second.shape() == shape && it->second.dtype() == DType::f32, "[optim] state '", key, "' has shape ",
                      it->second.shape(), " ", it->second.dtype(), ", want ", shape, " f32");
   NoGradGuard g;
-  if (into.defined()) into.copy_(it->second);  // in place: what a compiled step holds stays current
+  if (into.defined()) into.copy_(it->second.to(into.device()));  // in place: what a compiled step holds stays current
   else into = it->second.contiguous().clone().detach();
 }
 void load_step(const std::map<std::string, Tensor>& sd, Tensor& step) {

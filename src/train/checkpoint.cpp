@@ -160,6 +160,15 @@ void save_sharded_checkpoint(const std::string& dir, nn::GPT& model, const optim
 
 using namespace detail;
 
+namespace {
+// A checkpoint holds host bytes in one format whatever device trained: device tensors are copied.
+std::map<std::string, Tensor> on_cpu(std::map<std::string, Tensor> sd) {
+  for (auto& [name, t] : sd)
+    if (t.defined() && t.device() != Device::cpu()) t = t.to(Device::cpu());
+  return sd;
+}
+}  // namespace
+
 void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std::string, Tensor>& optimizer_state,
                      const std::string& train_state_json, int keep) {
   make_dirs(dir);
@@ -168,8 +177,8 @@ void save_checkpoint(const std::string& dir, nn::GPT& model, const std::map<std:
   state["step"] = step;
   const std::string weights = step_name("model", step) + ".safetensors", opt = step_name("optimizer", step) + ".safetensors",
                     config = step_name("config", step) + ".json";
-  io::save_safetensors(dir + "/" + weights, model.state_dict(), {{"format", "sinter"}});
-  io::save_safetensors(dir + "/" + opt, optimizer_state);
+  io::save_safetensors(dir + "/" + weights, on_cpu(model.state_dict()), {{"format", "sinter"}});
+  io::save_safetensors(dir + "/" + opt, on_cpu(optimizer_state));
   io::atomic_write(dir + "/" + config, model.config().to_json());
   commit_step(dir, state, {{"model.safetensors", weights}, {"optimizer.safetensors", opt}, {"config.json", config}}, keep,
               {"model.index.json", "optimizer.index.json"});

@@ -82,11 +82,14 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   std::optional<CompiledFunction> step;
   if (compiled) {
     SINTER_CHECK(use_cache, "[generate] a compiled decode step needs the KV cache");
+    SINTER_CHECK(model.device() == Device::cpu(), "[generate] a compiled decode step generates CPU code; the model is on ", model.device());
     step.emplace(compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{model.forward(in[0], &caches)}; },
                          {.name = "decode_step"}));
     if (compiled_fn) *compiled_fn = &*step;
   }
-  auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}); };
+  const Device device = model.device();  // token ids go where the weights are
+  auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}).to(device); };
+  auto one = [&](int64_t id) { return tensor<int64_t>({id}).reshape({1, 1}).to(device); };
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
   for (int64_t i = 0; i < max_new; ++i) {
@@ -99,9 +102,9 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
       if (use_cache) caches[0].pos.zero_();
       logits = model.forward(window(), use_cache ? &caches : nullptr);
     } else if (step) {
-      logits = (*step)({tensor<int64_t>({next}).reshape({1, 1})})[0];
+      logits = (*step)({one(next)})[0];
     } else if (use_cache) {
-      logits = model.forward(tensor<int64_t>({next}).reshape({1, 1}), &caches);
+      logits = model.forward(one(next), &caches);
     } else {
       logits = model.forward(window());
     }

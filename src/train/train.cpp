@@ -18,7 +18,7 @@ std::string Options::to_json() const {
   json j{{"preset", preset}, {"config", config_path}, {"data", data_path}, {"steps", steps}, {"batch", batch}, {"grad_accum", grad_accum}, {"checkpoint_activations", checkpoint_activations},
          {"seq_len", seq_len}, {"lr", lr}, {"min_lr", min_lr}, {"weight_decay", weight_decay},
          {"grad_clip", grad_clip}, {"warmup", warmup}, {"seed", seed}, {"dtype", dtype}, {"tp", tp}, {"dp", dp}, {"sequence_parallel", sequence_parallel},
-         {"compile", compile}, {"on_nan", on_nan}, {"init", init_dir}};
+         {"compile", compile}, {"on_nan", on_nan}, {"init", init_dir}, {"device", device}};
   return j.dump();
 }
 
@@ -37,7 +37,7 @@ double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, in
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = data.batch(false, batch, seq_len, seed, uint64_t(i));
-    total += lm_loss(model, x, y).item_double();
+    total += lm_loss(model, x.to(model.device()), y.to(model.device())).item_double();
   }
   model.train(was_training);
   return total / double(batches);

@@ -9,6 +9,7 @@
 
 #include "io/atomic_file.h"
 #include "sinter/autograd.h"
+#include "sinter/cuda.h"
 #include "sinter/dist.h"
 #include "sinter/io.h"
 #include "sinter/random.h"
@@ -29,6 +30,7 @@ struct Trainer::State {
   std::unique_ptr<nn::GPT> model;
   std::optional<dist::DeviceMesh> mesh;
   std::unique_ptr<optim::AdamW> opt;
+  Device device;
   DType compute = DType::f32;
   int64_t start = 0, next = 0, last_saved = 0, skips_in_a_row = 0;
   bool stopped = false;  // a step reached Options::stop_after
@@ -52,6 +54,21 @@ struct Trainer::State {
 
 namespace {
 
+// A device other than the CPU: one process, eager steps, a device that is there.
+void check_device(const Options& o) {
+  Device d;
+  try {
+    d = Device::parse(o.device);
+  } catch (const ValueError&) {
+    SINTER_THROW(ValueError, "[train] Options::device '", o.device, "' is not a device: cpu, cuda or cuda:N");
+  }
+  if (d.type == DeviceType::cpu) return;
+  SINTER_CHECK(o.tp * o.dp <= 1, "[train] tensor parallel and FSDP training run on CPU processes under mpirun; Options::device ",
+               o.device, " trains in one process");
+  SINTER_CHECK(!o.compile, "[train] Options::compile generates CPU code; with Options::device ", o.device, " each step runs eagerly");
+  cuda::require_device(d.index);
+}
+
 void check_options(const Options& o) {
   SINTER_CHECK(o.steps > 0 && o.batch > 0 && o.seq_len > 1, "[train] Options::steps, Options::batch and Options::seq_len must be positive (Options::seq_len > 1)");
   const int64_t rank_batch = o.batch / std::max<int64_t>(o.dp, 1);
@@ -66,6 +83,7 @@ void check_options(const Options& o) {
                "step (Options::compile) chooses what its backward recomputes");
   SINTER_CHECK(o.dtype == "f32" || o.dtype == "bf16", "[train] Options::dtype must be f32 or bf16, got '", o.dtype, "'");
   SINTER_CHECK(o.on_nan == "stop" || o.on_nan == "skip", "[train] Options::on_nan must be stop or skip, got '", o.on_nan, "'");
+  check_device(o);
   if (o.tp * o.dp > 1) {
     SINTER_CHECK(o.tp >= 1 && o.dp >= 1, "[train] Options::tp and Options::dp must be >= 1, got ", o.tp, " and ", o.dp);
     SINTER_CHECK_T(DistError, o.tp * o.dp == dist::world_size(), "[train] Options::tp ", o.tp, " x Options::dp ", o.dp, " needs ", o.tp * o.dp,
@@ -136,6 +154,7 @@ void load_or_build_model(Trainer::State& s) {
                cfg.max_position_embeddings, " positions");
   s.model->train();
   s.model->checkpoint_activations = o.checkpoint_activations;
+  s.model->to(s.device);  // before the optimizer makes its state beside the parameters
 }
 
 // Every rank built the same full model from the same seed; now each keeps its pieces.
@@ -187,6 +206,7 @@ Trainer::Trainer(const Options& opts, ProgressFn progress) : s_(std::make_unique
   check_out_dir(o);
   s.resuming = o.resume;
   s.sharded_resume = s.resuming && s.parallel && sharded_checkpoint(o.out_dir);
+  s.device = Device::parse(o.device);
   load_or_build_model(s);
   s.compute = o.dtype == "bf16" ? DType::bf16 : DType::f32;
   distribute(s);
@@ -249,7 +269,7 @@ std::array<Tensor, 2> rank_batch(const Trainer::State& s, int64_t step) {
     const int64_t b = o.batch / o.dp;
     x = x.narrow(0, s.mesh->coordinate(0) * b, b).contiguous(), y = y.narrow(0, s.mesh->coordinate(0) * b, b).contiguous();
   }
-  return {x, y};
+  return {x.to(s.device), y.to(s.device)};
 }
 
 // The step's loss (averaged over dp), and on_nan: a skipped update, or a stop on a non-finite loss.

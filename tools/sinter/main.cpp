@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sinter/sinter.h>
+#include <sinter/cuda.h>
 #include <sinter/dist.h>
 #include <sinter/train.h>
 #include <sstream>
@@ -167,7 +168,8 @@ int run_export(train::ExportOptions o, const std::string& dtype) {
 }
 
 int run_generate(const std::string& dir, const std::string& prompt, int64_t max_new, const train::Sampling& s,
-                 bool no_cache, DType dtype, bool compiled, const GenerateOut& o) {
+                 bool no_cache, DType dtype, bool compiled, const GenerateOut& o, Device device) {
+  if (device != Device::cpu()) cuda::require_device(device.index);  // before reading the checkpoint
   auto model = train::load_model(dir);
   const int64_t vocab = model->config().vocab_size;
   const bool by_ids = !o.ids.empty(), json_out = o.format == "json";
@@ -201,6 +203,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     prompt_ids = tensor<int64_t>(ids);
   }
   model->to(dtype);
+  model->to(device);
   // int8 2:4 layers: their one-token steps read the prepacked layout, which replaces values + meta
   // (generation neither trains nor saves)
   const int64_t packed = model->prepack_for_decode(/*replace=*/true);
@@ -261,7 +264,8 @@ int main(int argc, char** argv) {
 
   train::Options to;
   auto* tr = app.add_subcommand("train", "train a byte-level language model (default: tiny GPT on the fortunes corpus)");
-  option(tr, "--preset", "Options::preset", to.preset, "model preset: tiny, small, llama-tiny")->check(CLI::IsMember({"tiny", "small", "llama-tiny"}));
+  option(tr, "--preset", "Options::preset", to.preset, "model preset: tiny, small, llama-tiny, gpt2-124m")
+      ->check(CLI::IsMember({"tiny", "small", "llama-tiny", "gpt2-124m"}));
   option(tr, "--config", "Options::config_path", to.config_path, "config.json with Hugging Face keys (instead of --preset)");
   option(tr, "--init", "Options::init_dir", to.init_dir, "start from a checkpoint's weights: Sinter's, or a Hugging Face save_pretrained folder");
   option(tr, "--data", "Options::data_path", to.data_path, "text file to train on (default: Debian's fortunes)");
@@ -284,6 +288,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   option(tr, "--dtype", "Options::dtype", to.dtype, "f32, or bf16: linear layers in bf16 with f32 master weights and optimizer")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  option(tr, "--device", "Options::device", to.device, "cpu, cuda or cuda:N: where the model, optimizer and batches live");
   flag(tr, "--resume", "Options::resume", to.resume, "continue from the checkpoint in --out (the data, batch, seq-len and model must match)");
   flag(tr, "--overwrite", "Options::overwrite", to.overwrite, "replace the checkpoint in --out (without it, train refuses a folder that holds one)");
   flag(tr, "--allow-changes", "Options::allow_changes", to.allow_changes, "with --resume: continue on other data, batch or seq-len (fine-tuning)");
@@ -314,6 +319,8 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", sampling.seed, "sampling seed");
   std::string gen_dtype = "f32";
   gen->add_option("--dtype", gen_dtype, "f32, or bf16: the model's weights and activations in bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  std::string gen_device = "cpu";
+  gen->add_option("--device", gen_device, "cpu, cuda or cuda:N: where the model and its KV cache live");
   gen->add_flag("--no-cache", no_cache, "recompute the whole context each step (slow; for comparison)");
   bool gen_compile = false;
   gen->add_flag("--compile", gen_compile, "run the one-token decode step as one compiled graph (sinter::compile)");
@@ -355,7 +362,7 @@ int main(int argc, char** argv) {
   auto* be = app.add_subcommand("bench", "benchmark a suite against its peers (raw oneDNN, memcpy, PyTorch when installed)");
   std::vector<std::string> suite_names;
   for (auto& [name, what] : bench::suite_list()) suite_names.push_back(name);
-  be->add_option("suite", bo.suite, "ops, linear, train, generate, attention, sparse, compile or sweep")->required()->check(CLI::IsMember(suite_names));
+  be->add_option("suite", bo.suite, "ops, linear, train, generate, attention, sparse, compile, sweep or cuda")->required()->check(CLI::IsMember(suite_names));
   be->add_flag("--quick", bo.quick, "fewer cases and repetitions");
   be->add_option("--json", bo.json, "write the rows as JSON: case, ours_ms, peer, peer_ms, ratio (= peer / ours)");
   be->add_option("--update", bo.update, "rewrite this suite's section of a markdown file (BENCHMARKS.md)");
@@ -398,7 +405,9 @@ int main(int argc, char** argv) {
                   (long long)r.step, r.train_loss, r.val_loss, to.out_dir.c_str());
       return 0;
     }
-    if (*gen) return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32, gen_compile, gen_out);
+    if (*gen)
+      return run_generate(dir, prompt, max_new, sampling, no_cache, gen_dtype == "bf16" ? DType::bf16 : DType::f32, gen_compile, gen_out,
+                          Device::parse(gen_device));
     if (*ex) {
       auto model = train::load_model(dir);
       model->save_pretrained(export_dir);
@@ -420,6 +429,9 @@ int main(int argc, char** argv) {
       for (int i = 0; i < argc; ++i) bo.command_line += (i ? " " : "") + std::string(i ? argv[i] : "sinter");
       return bench::run(bo);
     }
+  } catch (const DeviceError& e) {  // the machine lacks the device asked for: 1, as against 2 for bad input
+    fail(e.what());
+    return 1;
   } catch (const sinter::Error& e) {
     return fail(e.what());
   } catch (const std::exception& e) {  // e.g. a filesystem error from the standard library

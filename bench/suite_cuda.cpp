@@ -1,0 +1,119 @@
+// The CUDA backend against PyTorch on the same GPU (bench/torch_peer.py, suite "cuda"): bf16 GEMMs
+// (both sides call cuBLAS: the rows measure overhead), elementwise add and GELU on 1 GiB held to a
+// device-to-device copy of the same traffic, a gpt2-124m bf16 training step (B=16, T=1024) and
+// greedy generation of 256 tokens at batch 1. Every timing ends with the device's queue drained.
+#include <sinter/cuda.h>
+#include <sinter/sinter.h>
+#include <sinter/train.h>
+
+#include "harness.h"
+
+namespace sinter::bench {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// f run n times, then a wait for the device: per-call time.
+template <class F> Timing gpu_time(F&& f, int n, int reps = 9) {
+  const Timing t = time_it([&] {
+    for (int i = 0; i < n; ++i) f();
+    cuda::synchronize();
+  }, 2, reps, 0.2);
+  return {t.best_ms / n, t.median_ms / n};
+}
+
+void gemm_rows(const Options& o, Report& r) {
+  const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 16, 128, 1024, 4096};
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 11008}}) {
+    const Tensor w = (randn({K, N}, DType::f32, kGpu) * 0.02).to(DType::bf16);
+    for (int64_t M : ms) {
+      const Tensor x = randn({M, K}, DType::f32, kGpu).to(DType::bf16);
+      const Timing t = gpu_time([&] { (void)matmul(x, w); }, M >= 1024 ? 20 : 100);
+      char note[64];
+      std::snprintf(note, sizeof note, "%.0f TFLOP/s", 2.0 * double(M * K * N) / (t.best_ms * 1e-3) / 1e12);
+      r.ours_only("cuda matmul bf16 M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N), t, note);
+    }
+  }
+}
+
+// Each op's bytes read and written, against a copy moving as many (half read, half written).
+void elementwise_rows(Report& r) {
+  const int64_t n = int64_t(1) << 29;  // 1 GiB of bf16
+  const Tensor x = randn({n}, DType::f32, kGpu).to(DType::bf16), y = randn({n}, DType::f32, kGpu).to(DType::bf16);
+  struct Case {
+    const char* name;
+    std::function<void()> run;
+    int64_t bytes;  // read + written
+  };
+  for (const Case& c : {Case{"cuda add bf16 1 GiB", [&] { (void)add(x, y); }, 6 * n}, Case{"cuda gelu bf16 1 GiB", [&] { (void)gelu(x); }, 4 * n}}) {
+    const Tensor dst = Tensor::empty({c.bytes / 2}, DType::u8, kGpu), src = Tensor::empty({c.bytes / 2}, DType::u8, kGpu);
+    const Timing ours = gpu_time(c.run, 3, 7);
+    const Timing copy = gpu_time([&] { cuda::copy_device_bytes(dst.data_ptr(), src.data_ptr(), c.bytes / 2); }, 3, 7);
+    char note[96];
+    std::snprintf(note, sizeof note, "ours %.0f GB/s, copy %.0f GB/s (bytes read + written)", double(c.bytes) / (ours.best_ms * 1e6),
+                  double(c.bytes) / (copy.best_ms * 1e6));
+    r.add(c.name, ours, "device-to-device copy of the same traffic", copy, note);
+  }
+}
+
+// gpt2-124m, bf16 autocast (f32 master weights, AdamW), B=16 x T=1024, attention on its math path.
+void train_rows(const Options& o, Report& r) {
+  const int64_t B = 16, T = 1024;
+  manual_seed(0);
+  nn::GPT model(nn::ModelConfig::preset("gpt2-124m"));
+  model.init_weights(0);
+  model.to(kGpu);
+  model.train();
+  optim::AdamW opt(model.named_parameters(), 6e-4, 0.9, 0.95, 1e-8, 0.1);
+  const int64_t V = model.config().vocab_size;
+  const Tensor x = randint(0, V, {B, T}).to(kGpu), y = randint(0, V, {B, T}).to(kGpu);
+  const Timing t = time_it([&] {
+    (void)train::step(model, opt, x, y, 1.0, DType::bf16).item_double();  // reading the loss drains the queue
+  }, 2, o.quick ? 3 : 8, 0);
+  // PaLM's count: 6 N per token for the weights, 12 L C T for attention's scores and values.
+  const double flops_per_token = 6.0 * double(model.num_parameters()) + 12.0 * 12 * 768 * double(T);
+  const double tok_s = double(B * T) / (t.best_ms * 1e-3);
+  char note[160];
+  std::snprintf(note, sizeof note, "%.0f tokens/s, MFU %.1f%% of 989 TFLOP/s (H100/H200 SXM bf16 dense; llm.c reaches ~60%%)", tok_s,
+                100.0 * tok_s * flops_per_token / 989e12);
+  // PyTorch times it three ways (bench/torch_peer.py): math attention, its best attention, torch.compile.
+  r.ours_only("cuda train bf16 gpt2-124m B=16 T=1024 step", t, note);
+}
+
+void generate_rows(Report& r) {
+  NoGradGuard no_grad;
+  manual_seed(0);
+  nn::GPT model(nn::ModelConfig::preset("gpt2-124m"));
+  model.init_weights(0);
+  model.eval();
+  model.to(DType::bf16);
+  model.to(kGpu);
+  const Tensor prompt = randint(0, 50257, {16});
+  const train::Sampling greedy{.temperature = 0};
+  const int64_t n_new = 256;
+  const Timing t = time_it([&] { (void)train::generate(model, prompt, n_new, greedy, true); }, 1, 3, 0);
+  const Timing per_token{t.best_ms / n_new, t.median_ms / n_new};
+  char note[64];
+  std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / per_token.best_ms);
+  r.ours_only("cuda generate bf16 gpt2-124m batch=1 256 tokens (per token)", per_token, note);
+}
+
+}  // namespace
+
+void suite_cuda(const Options& o, Report& r) {
+  cuda::require_device(0);  // "no CUDA device: <reason>" (the command line exits 1)
+  r.line("GPU: " + cuda::device_name(0));
+  manual_seed(0);
+  r.expect(o.quick ? 4 + 2 + 1 + 1 : 10 + 2 + 1 + 1);
+  {
+    NoGradGuard no_grad;
+    gemm_rows(o, r);
+    elementwise_rows(r);
+  }
+  train_rows(o, r);
+  generate_rows(r);
+  const cuda::MemoryStats m = cuda::memory_stats();
+  r.line("cuda:0 memory: peak " + std::to_string(m.peak >> 20) + " MiB held by tensors");
+}
+
+}  // namespace sinter::bench
