@@ -65,7 +65,7 @@ TEST(CudaOpsCoverage, PrintsCoverageAndTheModelOpsWithoutAKernel) {
   std::string missing;
   for (const char* name : {"matmul", "linear", "sum", "mean", "softmax", "log_softmax", "causal_softmax", "layer_norm", "rms_norm",
                            "embedding", "embedding_backward", "cross_entropy", "cross_entropy_backward", "sdpa",
-                           "rotary_embedding", "rope_cos_sin", "kv_append_", "dropout", "adamw_update", "sum_squares", "topk",
+                           "rotary_embedding", "rope_cos_sin", "kv_append_", "dynamic_slice", "cat", "dropout", "adamw_update", "sum_squares", "topk",
                            "multinomial", "index_select", "masked_fill", "gather", "scatter_add"}) {
     const OpDef* op = find_op(name);
     EXPECT_NE(op, nullptr) << "no op named " << name;

@@ -103,7 +103,7 @@ TEST(CudaTraining, AStepWaitsForTheDeviceOnceToReadItsLoss) {
 
 TEST(CudaTraining, GreedyGenerationMatchesTheCpuWithAndWithoutTheCache) {
   NEEDS_GPU();
-  for (const char* type : {"gpt2", "llama"}) {
+  for (const char* type : {"gpt2", "llama", "llama-window"}) {
     manual_seed(5);
     nn::GPT cpu_model(test::micro_config(type));
     manual_seed(5);
@@ -118,19 +118,33 @@ TEST(CudaTraining, GreedyGenerationMatchesTheCpuWithAndWithoutTheCache) {
   }
 }
 
+TEST(CudaTraining, GreedyDecodingWaitsOncePerToken) {
+  NEEDS_GPU();
+  manual_seed(5);
+  nn::GPT model(test::micro_config("llama"));  // RoPE tables and the cache position read on the device
+  model.to(kGpu);
+  const train::Sampling greedy{.temperature = 0};
+  (void)train::generate(model, tensor<int64_t>({1, 2, 3}), 4, greedy);  // allocations the next run reuses
+  const int64_t before = cuda::host_synchronizations();
+  (void)train::generate(model, tensor<int64_t>({1, 2, 3}), 16, greedy);
+  EXPECT_EQ(cuda::host_synchronizations() - before, 16);
+}
+
 TEST(CudaBackend, AnIndexOutOfRangeIsRaisedAtTheNextWaitNamingTheOp) {
   NEEDS_GPU();
+  // Reading y waits for the device, which raises what its kernel recorded.
+  auto expect_raised = [](const Tensor& y, const std::string& text) {
+    try {
+      (void)y.to(Device::cpu());
+      ADD_FAILURE() << "no error; expected " << text;
+    } catch (const IndexError& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
   const Tensor w = randn({8, 4}).to(kGpu);
-  const Tensor bad = tensor<int64_t>({1, 9, 2}).to(kGpu);
-  Tensor y = embedding(w, bad);  // queued: the kernel finds 9 and reads row 0 instead
-  try {
-    (void)y.to(Device::cpu());
-    FAIL() << "no error";
-  } catch (const IndexError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("[embedding] index 9 at position 1 out of range for size 8"), std::string::npos) << m;
-  }
+  expect_raised(embedding(w, tensor<int64_t>({1, 9, 2}).to(kGpu)), "[embedding] index 9 at position 1 out of range for size 8");
   EXPECT_NO_THROW((void)embedding(w, tensor<int64_t>({7}).to(kGpu)).to(Device::cpu()));  // reported once; the device goes on
+  expect_raised(dynamic_slice(w, full({}, 6, DType::i64).to(kGpu), 0, 3), "[dynamic_slice] positions 6..9 out of range for size 8");
 }
 
 TEST(CudaCommandLine, TrainAndGenerateOnCudaOrExitOneNamingWhyNot) {

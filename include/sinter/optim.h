@@ -29,8 +29,8 @@ class Optimizer {
 
  protected:
   NamedParams params_;
-  Tensor lr_;    // f64, 0-d
-  Tensor step_;  // i64, 0-d: steps taken
+  Tensor lr_;    // f64, 0-d, on the parameters' device
+  Tensor step_;  // i64, 0-d: steps taken, on the parameters' device
   double lr_value_;
 };
 

@@ -129,10 +129,14 @@ void wait(int device) {
   ++g_waits;
   volatile DeviceFault* f = device_state(device).fault_host;
   if (!f->set) return;
-  const DeviceFault seen{1, f->value, f->position, f->size, f->op, f->what};
+  const DeviceFault seen{1, f->value, f->position, f->size, f->length, f->op, f->what};
   f->set = 0;  // reported once; the device goes on
+  const std::string where = " (found on cuda:" + std::to_string(device) + " by the kernel, raised at this host synchronization)";
+  if (seen.length > 0)
+    SINTER_THROW(IndexError, "[", seen.op, "] ", seen.what, " ", seen.value, "..", seen.value + seen.length, " out of range for size ",
+                 seen.size, where);
   SINTER_THROW(IndexError, "[", seen.op, "] ", seen.what, " ", seen.value, " at position ", seen.position, " out of range for size ",
-               seen.size, " (found on cuda:", device, " by the kernel, raised at this host synchronization)");
+               seen.size, where);
 }
 
 void check_launch(const char* op) {
@@ -170,6 +174,7 @@ extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach
     cuda::register_update_kernels();
     cuda::register_index_kernels();
     cuda::register_shape_kernels();
+    cuda::register_position_kernels();
     cuda::register_attention_kernels();
     cuda::attach_hooks(hooks);
     return nullptr;

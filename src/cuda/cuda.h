@@ -28,6 +28,7 @@ void check_launch(const char* op);       // the last launch's error, naming the 
 struct DeviceFault {
   int set;  // 0: nothing found; the first kernel to find something claims it (atomicCAS)
   int64_t value, position, size;
+  int64_t length;    // > 0: positions value..value+length of a dimension of `size` (else an index)
   const char* op;    // host strings with static storage, carried through the kernel untouched
   const char* what;
 };
@@ -61,6 +62,7 @@ void register_nn_kernels();              // nn.cu
 void register_update_kernels();          // update.cu
 void register_index_kernels();           // index.cu
 void register_shape_kernels();           // shape.cpp
+void register_position_kernels();        // positions.cu
 void register_attention_kernels();       // attention.cpp
 
 }  // namespace sinter::cuda

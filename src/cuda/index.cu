@@ -79,7 +79,7 @@ __global__ void check_indices_k(int64_t count, const int64_t* idx, int64_t* out,
     const bool ok = v == ignore || (v >= 0 && v < n);
     out[i] = ok ? v : safe;
     if (!ok && atomicCAS(&fault->set, 0, 1) == 0) {
-      fault->value = v, fault->position = i, fault->size = n, fault->op = op, fault->what = what;
+      fault->value = v, fault->position = i, fault->size = n, fault->length = 0, fault->op = op, fault->what = what;
       __threadfence_system();
     }
   }

@@ -93,6 +93,19 @@ template <bool is_max, class S> __global__ void arg_rows_k(int64_t rows, int64_t
   }
 }
 
+// out[row, j] = x[row, 0] + ... + x[row, j], accumulated as the CPU's cumsum does (in order, in
+// acc_t), by one thread of the row's block: the op serves no model, so it stays simple.
+template <class S, class O> __global__ void cumsum_rows_k(int64_t rows, int64_t n, const S* x, O* out) {
+  SINTER_ROWS(row, rows) {
+    if (threadIdx.x != 0) continue;
+    acc_t<S> acc = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      acc += acc_t<S>(load(x + row * n + j));
+      store(out + row * n + j, convert_to<O>(acc));
+    }
+  }
+}
+
 // x with `dims` moved last, as a contiguous (rows, n) copy on the device.
 Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims, int64_t* rows, int64_t* n) {
   Shape order;
@@ -132,6 +145,24 @@ template <bool is_max, bool with_values> void arg_op(const char* op, std::span<c
   });
 }
 
+void cumsum_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (in[0].numel() == 0) return;
+  const int64_t dim = in[0].dim() ? detail::wrap_dim("cumsum", a.i("dim"), in[0].dim()) : 0;
+  int64_t rows = 0, n = 0;
+  const Tensor x = rows_last(in[0], in[0].dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{}, &rows, &n);
+  const Tensor sums = Tensor::empty(x.shape(), out[0].dtype(), x.device());
+  dispatch<Types::all>(x.dtype(), "cumsum", [&](auto tag) {
+    using S = decltype(tag);
+    dispatch<Types::numeric>(sums.dtype(), "cumsum", [&](auto otag) {
+      using O = decltype(otag);
+      launch_rows("cumsum", sums, rows, cumsum_rows_k<S, O>, n, ptr<const S>(x), ptr<O>(sums));
+    });
+  });
+  Shape back;  // sums has dim last: move it back
+  for (int64_t d = 0, k = 0; d < in[0].dim(); ++d) back.push_back(d == dim ? in[0].dim() - 1 : k++);
+  copy_convert("cumsum", in[0].dim() ? sums.permute(back) : sums, out[0]);
+}
+
 void logsumexp_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   int64_t rows = 0, n = 0;
   const Tensor x = rows_last(in[0], detail::reduce_dims("logsumexp", a.ints("dims"), in[0].dim()), &rows, &n);
@@ -158,6 +189,7 @@ void register_reduce_kernels() {
   register_kernel("mean", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_op<Red::sum>("mean", in, out, a, true); });
   register_kernel("prod", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { reduce_op<Red::prod>("prod", in, out, a); });
   register_kernel("logsumexp", kCuda, logsumexp_op);
+  register_kernel("cumsum", kCuda, cumsum_op);
   register_kernel("var", kCuda, var_op);
   register_kernel("max_dim", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { arg_op<true, true>("max_dim", in, out, a); });
   register_kernel("min_dim", kCuda, [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) { arg_op<false, true>("min_dim", in, out, a); });

@@ -8,8 +8,15 @@
 
 namespace sinter::optim {
 
+namespace {
+// Where the learning rate and step count live: beside the parameters, so an update reads them
+// there (on a GPU: no copy per parameter and step).
+Device device_of(const NamedParams& params) { return params.empty() ? Device::cpu() : params.front().second->device(); }
+}  // namespace
+
 Optimizer::Optimizer(NamedParams params, double lr)
-    : params_(std::move(params)), lr_(full({}, lr, DType::f64)), step_(zeros({}, DType::i64)), lr_value_(lr) {}
+    : params_(std::move(params)), lr_(full({}, lr, DType::f64, device_of(params_))), step_(zeros({}, DType::i64, device_of(params_))),
+      lr_value_(lr) {}
 
 void Optimizer::zero_grad() {
   for (auto& [n, p] : params_) p->set_grad({});

@@ -26,10 +26,14 @@ namespace sinter::train {
 namespace {
 int64_t sample(const Tensor& logits_row, const Sampling& s) {
   Tensor l = logits_row.to(DType::f32).reshape({-1});
-  const double top = max(l).item<double>();
+  const Tensor top_t = max(l);
+  // Greedy: the largest logit and its index in one read (one wait on a GPU).
+  const std::vector<float> got = s.temperature <= 0 ? cat({top_t.reshape({1}), argmax(l, 0).to(DType::f32).reshape({1})}, 0).to_vector<float>()
+                                                    : top_t.reshape({1}).to_vector<float>();
+  const double top = got[0];
   SINTER_CHECK(std::isfinite(top), "[generate] the model's logits are not finite (", top,
                "): its weights hold NaN or infinity");
-  if (s.temperature <= 0) return argmax(l, 0).item<int64_t>();
+  if (s.temperature <= 0) return int64_t(got[1]);
   // Shifted by the largest logit before dividing: any temperature > 0 gives finite exponents (a
   // tiny one puts all the mass on the top token, as greedy decoding does).
   l = (l - top) / s.temperature;
