@@ -186,3 +186,25 @@ TEST(CudaBackend, AModelForwardAndBackwardOnTheGpuMatchTheCpu) {
       EXPECT_TRUE(test::all_close(pg[i].second->grad().to(Device::cpu()), pc[i].second->grad(), 1e-3, 1e-5)) << type << " " << pc[i].first;
   }
 }
+
+// torch.autocast's rule on CUDA: matmul and attention on f32 tensors compute in bf16 (the inputs
+// rounded to bf16) and return f32, with f32 gradients for the f32 inputs.
+TEST(CudaBackend, AutocastRunsMatmulAndAttentionInBf16) {
+  NEEDS_GPU();
+  const Tensor a = randn({8, 16}), b = randn({16, 4});
+  const Tensor q = randn({1, 2, 5, 8}), k = randn({1, 2, 5, 8}), v = randn({1, 2, 5, 8});
+  auto rounded = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
+  const Tensor ga = a.to(kGpu).requires_grad_();
+  Tensor y, o;
+  {
+    AutocastGuard autocast(DType::bf16);
+    y = matmul(ga, b.to(kGpu));
+    o = scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.0, true);
+  }
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_EQ(o.dtype(), DType::f32);
+  EXPECT_TRUE(test::all_close(y.to(Device::cpu()), matmul(rounded(a), rounded(b)), 1e-2, 1e-2));
+  EXPECT_TRUE(test::all_close(o.to(Device::cpu()), scaled_dot_product_attention(rounded(q), rounded(k), rounded(v), {}, 0.0, true), 2e-2, 2e-2));
+  sum(y).backward();
+  EXPECT_EQ(ga.grad().dtype(), DType::f32);
+}

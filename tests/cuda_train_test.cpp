@@ -130,14 +130,14 @@ TEST(CudaTraining, GreedyDecodingWaitsOncePerToken) {
   EXPECT_EQ(cuda::host_synchronizations() - before, 16);
 }
 
-TEST(CudaBackend, AnIndexOutOfRangeIsRaisedAtTheNextWaitNamingTheOp) {
+TEST(CudaBackend, WhatAKernelFindsWrongIsRaisedAtTheNextWaitNamingTheOp) {
   NEEDS_GPU();
   // Reading y waits for the device, which raises what its kernel recorded.
   auto expect_raised = [](const Tensor& y, const std::string& text) {
     try {
       (void)y.to(Device::cpu());
       ADD_FAILURE() << "no error; expected " << text;
-    } catch (const IndexError& e) {
+    } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
     }
   };
@@ -145,6 +145,8 @@ TEST(CudaBackend, AnIndexOutOfRangeIsRaisedAtTheNextWaitNamingTheOp) {
   expect_raised(embedding(w, tensor<int64_t>({1, 9, 2}).to(kGpu)), "[embedding] index 9 at position 1 out of range for size 8");
   EXPECT_NO_THROW((void)embedding(w, tensor<int64_t>({7}).to(kGpu)).to(Device::cpu()));  // reported once; the device goes on
   expect_raised(dynamic_slice(w, full({}, 6, DType::i64).to(kGpu), 0, 3), "[dynamic_slice] positions 6..9 out of range for size 8");
+  expect_raised(multinomial(tensor<float>({0.5f, -1.0f}).to(kGpu), 1, true),
+                "[multinomial] row 0 has a probability that is negative or not finite");
 }
 
 TEST(CudaCommandLine, TrainAndGenerateOnCudaOrExitOneNamingWhyNot) {

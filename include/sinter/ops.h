@@ -99,7 +99,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 
 // Mixed precision, as torch.autocast: inside the guard (thread-local), linear() on f32 tensors
 // computes in bf16 (oneDNN's bf16 GEMM, fp32 accumulation) and returns f32; parameters stay f32
-// (the master weights) and their gradients arrive in f32 through the casts. f32 switches it off.
+// (the master weights) and their gradients arrive in f32 through the casts. On CUDA tensors
+// matmul() and scaled_dot_product_attention() do too (tensor cores; a CPU without bf16 hardware
+// would only pay for the casts). f32 switches it off.
 class AutocastGuard {
  public:
   explicit AutocastGuard(DType compute);

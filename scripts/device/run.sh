@@ -3,7 +3,8 @@
 # builds Sinter with the CUDA backend on its cores (or unpacks a carried build), runs the CUDA tests
 # with SINTER_REQUIRE_GPU=1 (a skipped GPU test fails), the op sweep under compute-sanitizer
 # memcheck, and `sinter bench cuda` with the device's PyTorch; everything goes under $OUT.
-#   scripts/device/run.sh [tests|sanitizer|bench]...   (default: all three; the `run` tool sets $OUT)
+#   scripts/device/run.sh [tests|bench|sanitizer]...   (default: all three, in that order, within
+#   about 10 minutes; the `run` tool sets $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/sinter_device}
@@ -21,7 +22,7 @@ step probe
 } > "$OUT/probe.txt" 2>&1
 cat "$OUT/probe.txt"
 
-parts=${*:-tests sanitizer bench}
+parts=${*:-tests bench sanitizer}
 want() { [[ " $parts " == *" $1 "* ]]; }
 
 # What runs once the programs are there: $1 sinter_tests, $2 the sinter command line.
@@ -30,26 +31,26 @@ run_parts() {
   export SINTER_CLI_PATH=$cli
   if want tests; then
     step "CUDA tests (SINTER_REQUIRE_GPU=1)"
-    SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 timeout 300 "$tests" --gtest_filter='Cuda*:AllOps/CudaOps*' \
+    SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 timeout 240 "$tests" --gtest_filter='Cuda*:AllOps/CudaOps*' \
       --gtest_output="json:$OUT/cuda_tests.json" 2>&1 | tee "$OUT/cuda_tests.txt" | grep -E "FAILED|Failure|error|PASSED|SKIPPED|CUDA kernels" | tail -60
+  fi
+  if want bench; then
+    step "sinter bench cuda (PyTorch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1))"
+    timeout 330 "$cli" bench cuda --python python3 --torch-script bench/torch_peer.py --json "$OUT/bench_cuda.json" \
+      --update "$OUT/BENCHMARKS.cuda.md" --svg "$OUT/bench_cuda.svg" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -40
   fi
   if want sanitizer; then
     local cs
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
     if [ -n "$cs" ]; then
       step "compute-sanitizer memcheck on the op sweep"
-      SINTER_REQUIRE_GPU=1 timeout 240 "$cs" --tool memcheck --error-exitcode 3 --print-limit 20 "$tests" --gtest_filter='AllOps/CudaOps*' \
+      SINTER_REQUIRE_GPU=1 timeout 150 "$cs" --tool memcheck --error-exitcode 3 --print-limit 20 "$tests" --gtest_filter='AllOps/CudaOps*' \
         > "$OUT/memcheck.txt" 2>&1
       echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
       grep -E "ERROR SUMMARY|Invalid|========= [A-Z]" "$OUT/memcheck.txt" | head -20
     else
       step "no compute-sanitizer on this machine"
     fi
-  fi
-  if want bench; then
-    step "sinter bench cuda (PyTorch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1))"
-    timeout 420 "$cli" bench cuda --python python3 --torch-script bench/torch_peer.py --json "$OUT/bench_cuda.json" \
-      --update "$OUT/BENCHMARKS.cuda.md" --svg "$OUT/bench_cuda.svg" 2>&1 | tee "$OUT/bench_cuda.txt" | tail -40
   fi
   step done
 }

@@ -191,6 +191,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool is_causal, std::optional<double> scale, bool enable_gqa, SDPABackend backend,
                                     int64_t sliding_window, const Tensor& kv_len) {
   static const OpDef& op = get_op("sdpa");
+  if (const DType c = autocast_dtype(); c != DType::f32 && q.dtype() == DType::f32 && q.device().type == DeviceType::cuda) {
+    AutocastGuard off(DType::f32);  // autocast on CUDA (ops.h): in bf16, the result back in f32
+    const Tensor m = attn_mask.defined() && is_floating(attn_mask.dtype()) ? cast(attn_mask, c) : attn_mask;
+    return cast(scaled_dot_product_attention(cast(q, c), cast(k, c), cast(v, c), m, dropout_p, is_causal, scale, enable_gqa, backend,
+                                             sliding_window, kv_len),
+                DType::f32);
+  }
   SINTER_CHECK_SHAPE(q.dim() == 4, "[sdpa] q, k, v must be (B, H, L, D), got q", q.shape(), " k", k.shape(), " v", v.shape());
   SINTER_CHECK(!(is_causal && attn_mask.defined()), "[sdpa] pass either is_causal or attn_mask, not both");
   SINTER_CHECK(dropout_p >= 0 && dropout_p < 1, "[sdpa] dropout_p must be in [0, 1), got ", dropout_p);

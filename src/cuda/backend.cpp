@@ -132,6 +132,7 @@ void wait(int device) {
   const DeviceFault seen{1, f->value, f->position, f->size, f->length, f->op, f->what};
   f->set = 0;  // reported once; the device goes on
   const std::string where = " (found on cuda:" + std::to_string(device) + " by the kernel, raised at this host synchronization)";
+  if (seen.length < 0) SINTER_THROW(ValueError, "[", seen.op, "] row ", seen.value, " ", seen.what, where);
   if (seen.length > 0)
     SINTER_THROW(IndexError, "[", seen.op, "] ", seen.what, " ", seen.value, "..", seen.value + seen.length, " out of range for size ",
                  seen.size, where);

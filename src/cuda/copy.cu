@@ -46,7 +46,7 @@ class StagingPool {
     }
     Staging s;
     s.bytes = std::max<size_t>(size_t(1) << 16, std::bit_ceil(bytes));
-    SINTER_CUDA_CHECK(cudaHostAlloc(&s.host, s.bytes, cudaHostAllocDefault));
+    SINTER_CUDA_CHECK(cudaHostAlloc(&s.host, s.bytes, cudaHostAllocPortable));
     SINTER_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
     return s;
   }

@@ -28,7 +28,8 @@ void check_launch(const char* op);       // the last launch's error, naming the 
 struct DeviceFault {
   int set;  // 0: nothing found; the first kernel to find something claims it (atomicCAS)
   int64_t value, position, size;
-  int64_t length;    // > 0: positions value..value+length of a dimension of `size` (else an index)
+  int64_t length;    // > 0: positions value..value+length of a dimension of `size`; -1: row `value` is
+                     // wrong as `what` says; 0: an index
   const char* op;    // host strings with static storage, carried through the kernel untouched
   const char* what;
 };

@@ -1,7 +1,8 @@
 // CUDA kernels of the elementwise ops (src/ops/elementwise.def), cast and copy: one grid-stride
-// loop per (functor, dtype) over strided, broadcast operands, computing with the same scalar
-// functors as the CPU (src/ops/scalar_fns.h, built with --fmad=false), so f32 results equal the
-// CPU's bit for bit where both run Sinter's own functions.
+// loop per (functor, dtype) over strided, broadcast operands (16-byte vectors where every operand
+// is contiguous and aligned), computing with the same scalar functors as the CPU
+// (src/ops/scalar_fns.h, built with --fmad=false), so f32 results equal the CPU's bit for bit
+// where both run Sinter's own functions.
 #include <span>
 #include <string_view>
 
@@ -63,6 +64,51 @@ template <class F, class S, class O> __global__ void binary_k(int64_t n, Indexer
   }
 }
 
+// The contiguous case with 16-byte loads and stores: V elements a thread and step, each through
+// the same functor (so results equal the strided kernels'), the last n % V one by one.
+template <class S> constexpr int kVec = sizeof(S) <= 8 ? int(16 / sizeof(S)) : 1;
+template <class S> struct alignas(16) Pack {
+  S v[kVec<S>];
+};
+
+template <class F, class S> __global__ void unary_vec_k(int64_t n, S* y, const S* x) {
+  constexpr int V = kVec<S>;
+  const int64_t packs = n / V;
+  SINTER_GRID_STRIDE(p, packs) {
+    const Pack<S> in = reinterpret_cast<const Pack<S>*>(x)[p];
+    Pack<S> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) store(&out.v[k], compute_t<S>(F{}(load(&in.v[k]))));
+    reinterpret_cast<Pack<S>*>(y)[p] = out;
+  }
+  SINTER_GRID_STRIDE(j, n - packs * V) store(y + packs * V + j, compute_t<S>(F{}(load(x + packs * V + j))));
+}
+
+template <class F, class S> __global__ void binary_vec_k(int64_t n, S* y, const S* a, const S* b) {
+  constexpr int V = kVec<S>;
+  const int64_t packs = n / V;
+  SINTER_GRID_STRIDE(p, packs) {
+    const Pack<S> pa = reinterpret_cast<const Pack<S>*>(a)[p], pb = reinterpret_cast<const Pack<S>*>(b)[p];
+    Pack<S> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) store(&out.v[k], compute_t<S>(F{}(load(&pa.v[k]), load(&pb.v[k]))));
+    reinterpret_cast<Pack<S>*>(y)[p] = out;
+  }
+  const int64_t at = packs * V;
+  SINTER_GRID_STRIDE(j, n - at) store(y + at + j, compute_t<S>(F{}(load(a + at + j), load(b + at + j))));
+}
+
+// The dtypes a model streams (each vector kernel is one more instantiation per op and dtype).
+template <class S> constexpr bool kVectorized = std::is_same_v<S, float> || std::is_same_v<S, BF16> || std::is_same_v<S, F16>;
+
+// Every operand contiguous over the output's shape and 16-byte aligned: the vector kernels apply.
+bool vectorizable(const Indexer& ix, std::initializer_list<const void*> ptrs) {
+  if (!ix.contiguous) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 template <class S> __global__ void where_k(int64_t n, Indexer ix, S* y, const bool* c, const S* a, const S* b) {
   SINTER_GRID_STRIDE(i, n) {
     int64_t off[kMaxOperands];
@@ -100,6 +146,8 @@ template <class F, Rule R> void unary_op(const char* op, std::span<const Tensor>
   const Indexer ix = make_indexer(op, out[0], {&x});
   dispatch<R == Rule::keep ? Types::numeric : Types::floating>(out[0].dtype(), op, [&](auto tag) {
     using S = decltype(tag);
+    if constexpr (kVectorized<S>)
+      if (vectorizable(ix, {out[0].data_ptr(), x.data_ptr()})) return launch(op, out[0], unary_vec_k<F, S>, ptr<S>(out[0]), ptr<const S>(x));
     launch(op, out[0], unary_k<F, S, S>, ix, ptr<S>(out[0]), ptr<const S>(x));
   });
 }
@@ -112,8 +160,14 @@ template <class F, Rule R> void binary_op(const char* op, std::span<const Tensor
   constexpr Types T = R == Rule::compare ? Types::all : R == Rule::true_div ? Types::floating : Types::numeric;
   dispatch<T>(dt, op, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (R == Rule::compare) launch(op, out[0], binary_k<F, S, bool>, ix, ptr<bool>(out[0]), ptr<const S>(a), ptr<const S>(b));
-    else launch(op, out[0], binary_k<F, S, S>, ix, ptr<S>(out[0]), ptr<const S>(a), ptr<const S>(b));
+    if constexpr (R == Rule::compare) {
+      launch(op, out[0], binary_k<F, S, bool>, ix, ptr<bool>(out[0]), ptr<const S>(a), ptr<const S>(b));
+    } else {
+      if constexpr (kVectorized<S>)
+        if (vectorizable(ix, {out[0].data_ptr(), a.data_ptr(), b.data_ptr()}))
+          return launch(op, out[0], binary_vec_k<F, S>, ptr<S>(out[0]), ptr<const S>(a), ptr<const S>(b));
+      launch(op, out[0], binary_k<F, S, S>, ix, ptr<S>(out[0]), ptr<const S>(a), ptr<const S>(b));
+    }
   });
 }
 

@@ -128,22 +128,36 @@ template <class S> __global__ void topk_k(int64_t rows, int64_t n, int64_t k, co
   }
 }
 
-// status[r]: 0 fine, 1 a negative or non-finite probability, 2 none positive, 3 too few for draws without replacement.
+// A row whose probabilities cannot be drawn from (negative or not finite, none positive, too few
+// for draws without replacement) is recorded as the device's fault with the reason, its draws 0.
+struct MultinomialReasons {  // host strings, carried through untouched
+  const char* op;
+  const char* bad;
+  const char* none;
+  const char* few;
+};
 __global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, bool repl, uint64_t seed, uint64_t counter, double* w,
-                              int64_t* out, int* status) {
+                              int64_t* out, DeviceFault* fault, MultinomialReasons why) {
   SINTER_GRID_STRIDE(r, R) {
     double total = 0;
     int64_t positive = 0;
-    status[r] = 0;
+    const char* wrong = nullptr;
     for (int64_t i = 0; i < P; ++i) {
       const double v = p[r * P + i];
-      if (!isfinite(v) || v < 0) status[r] = 1;
+      if (!isfinite(v) || v < 0) wrong = why.bad;
       total += v, positive += v > 0;
       w[r * P + i] = v;
     }
-    if (status[r] == 0 && !(total > 0)) status[r] = 2;
-    if (status[r] == 0 && !repl && positive < n) status[r] = 3;
-    if (status[r] != 0) continue;
+    if (!wrong && !(total > 0)) wrong = why.none;
+    if (!wrong && !repl && positive < n) wrong = why.few;
+    if (wrong) {
+      for (int64_t s = 0; s < n; ++s) out[r * n + s] = 0;
+      if (atomicCAS(&fault->set, 0, 1) == 0) {
+        fault->value = r, fault->position = 0, fault->size = R, fault->length = -1, fault->op = why.op, fault->what = wrong;
+        __threadfence_system();
+      }
+      continue;
+    }
     double* wr = w + r * P;
     for (int64_t s = 0; s < n; ++s) {
       double t = 0;
@@ -240,15 +254,11 @@ void topk_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) 
 void multinomial_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor p = in[0].to(DType::f64).contiguous();
   const int64_t P = p.size(-1), R = p.numel() / std::max<int64_t>(P, 1), n = a.i("num_samples");
-  const Tensor w = Tensor::empty({R, P}, DType::f64, p.device()), status = Tensor::empty({R}, DType::i32, p.device());
-  launch("multinomial", status, multinomial_k, ptr<const double>(p), P, n, a.b("replacement"), uint64_t(a.i("seed")), uint64_t(a.i("counter")),
-         ptr<double>(w), ptr<int64_t>(out[0]), ptr<int>(status));
-  const std::vector<int32_t> st = status.to_vector<int32_t>();
-  for (int64_t r = 0; r < R; ++r) {
-    SINTER_CHECK(st[size_t(r)] != 1, "[multinomial] row ", r, " has a probability that is negative or not finite");
-    SINTER_CHECK(st[size_t(r)] != 2, "[multinomial] row ", r, " has no positive probability");
-    SINTER_CHECK(st[size_t(r)] != 3, "[multinomial] row ", r, " has too few non-zero probabilities for ", n, " samples without replacement");
-  }
+  const Tensor w = Tensor::empty({R, P}, DType::f64, p.device()), rows = Tensor::empty({R}, DType::u8, p.device());  // sizes the launch
+  const MultinomialReasons why{"multinomial", "has a probability that is negative or not finite", "has no positive probability",
+                               "has too few non-zero probabilities for its samples without replacement"};
+  launch("multinomial", rows, multinomial_k, ptr<const double>(p), P, n, a.b("replacement"), uint64_t(a.i("seed")), uint64_t(a.i("counter")),
+         ptr<double>(w), ptr<int64_t>(out[0]), device_fault(p.device().index), why);
 }
 
 }  // namespace

@@ -114,8 +114,14 @@ bool fused_linear_activation(const std::string& act) {
 
 }  // namespace detail
 
+namespace {
+thread_local DType g_autocast = DType::f32;
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
   static const OpDef& op = get_op("matmul");
+  if (g_autocast != DType::f32 && a.dtype() == DType::f32 && b.dtype() == DType::f32 && a.device().type == DeviceType::cuda)
+    return cast(call1(op, {cast(a, g_autocast), cast(b, g_autocast)}), DType::f32);  // tensor cores (see AutocastGuard)
   return call1(op, {a, b});
 }
 
@@ -123,10 +129,6 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   SINTER_CHECK_SHAPE(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "[bmm] needs (B, n, k) and (B, k, m), got a",
                      a.shape(), " b", b.shape());
   return matmul(a, b);
-}
-
-namespace {
-thread_local DType g_autocast = DType::f32;
 }
 
 AutocastGuard::AutocastGuard(DType compute) : prev_(g_autocast) {
