@@ -26,6 +26,25 @@ Tensor cache_mask(const Tensor& kv_len, int64_t Lq, int64_t L, bool causal, int6
   return keep;
 }
 
+// A decode step's layers share one length tensor: its mask is built once (the cache holds the
+// tensor, so a match by identity and version cannot be a new tensor at a freed one's address).
+struct MaskCache {
+  Tensor kv_len;
+  uint64_t version = 0;
+  int64_t Lq = 0, L = 0, window = 0;
+  bool causal = false;
+  Tensor keep;
+};
+
+Tensor cached_mask(const Tensor& kv_len_in, int64_t Lq, int64_t L, bool causal, int64_t window) {
+  thread_local MaskCache c;
+  if (c.kv_len.same(kv_len_in) && c.version == kv_len_in.version() && c.Lq == Lq && c.L == L && c.causal == causal && c.window == window)
+    return c.keep;
+  const Tensor kv_len = checked_indices("sdpa", kv_len_in.reshape({1}), L + 1, "kv_len").reshape({});  // 0..L
+  c = MaskCache{kv_len_in, kv_len_in.version(), Lq, L, window, causal, cache_mask(kv_len, Lq, L, causal, window)};
+  return c.keep;
+}
+
 void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   size_t at = 3;
   Tensor mask = a.b("mask") ? in[at++] : Tensor();
@@ -36,8 +55,7 @@ void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     return;
   }
   const int64_t L = in[1].size(2), Lq = in[0].size(2);
-  const Tensor kv_len = checked_indices("sdpa", in[at].reshape({1}), L + 1, "kv_len").reshape({});  // 0..L
-  const Tensor keep = cache_mask(kv_len, Lq, L, a.b("causal"), a.i_or("window", 0));
+  const Tensor keep = cached_mask(in[at], Lq, L, a.b("causal"), a.i_or("window", 0));
   if (!mask.defined()) mask = keep;
   else if (mask.dtype() == DType::boolean) mask = where(keep, mask, keep);
   else mask = where(keep, mask, full({}, -INFINITY, mask.dtype(), mask.device()));

@@ -69,8 +69,10 @@ void print_run(const train::Trainer& t, const train::Options& o) {
   if (!i.mesh.empty())
     std::printf("train: %lld ranks as %s: tensor parallel over tp%s, FSDP over dp, %lld sequences per dp rank\n", (long long)(o.tp * o.dp),
                 i.mesh.c_str(), o.sequence_parallel ? " (sequence parallel)" : "", (long long)(o.batch / o.dp));
+  const std::string numbers = std::string(o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32") +
+                              (o.device == "cpu" ? "" : " on " + o.device);
   std::printf("train: %s model, %.2fM parameters, %s, data %s (%lld train / %lld val bytes), %lld steps of %lldx%lld tokens%s%s\n",
-              i.model_type.c_str(), double(i.parameters) / 1e6, o.dtype == "bf16" ? "bf16 autocast (f32 master weights)" : "f32",
+              i.model_type.c_str(), double(i.parameters) / 1e6, numbers.c_str(),
               i.data_name.c_str(), (long long)i.train_bytes, (long long)i.val_bytes, (long long)o.steps, (long long)o.batch,
               (long long)o.seq_len, (o.grad_accum > 1 ? " in " + std::to_string(o.grad_accum) + " micro-batches" : std::string()).c_str(),
               i.resumed_at >= 0 ? (" (resuming at step " + std::to_string(i.resumed_at) + ")").c_str() : "");
