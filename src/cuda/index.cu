@@ -78,10 +78,7 @@ __global__ void check_indices_k(int64_t count, const int64_t* idx, int64_t* out,
     const int64_t v = idx[i];
     const bool ok = v == ignore || (v >= 0 && v < n);
     out[i] = ok ? v : safe;
-    if (!ok && atomicCAS(&fault->set, 0, 1) == 0) {
-      fault->value = v, fault->position = i, fault->size = n, fault->length = 0, fault->op = op, fault->what = what;
-      __threadfence_system();
-    }
+    if (!ok) record_fault(fault, {1, v, i, n, 0, op, what});
   }
 }
 
@@ -152,10 +149,7 @@ __global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, 
     if (!wrong && !repl && positive < n) wrong = why.few;
     if (wrong) {
       for (int64_t s = 0; s < n; ++s) out[r * n + s] = 0;
-      if (atomicCAS(&fault->set, 0, 1) == 0) {
-        fault->value = r, fault->position = 0, fault->size = R, fault->length = -1, fault->op = why.op, fault->what = wrong;
-        __threadfence_system();
-      }
+      record_fault(fault, {1, r, 0, R, -1, why.op, wrong});
       continue;
     }
     double* wr = w + r * P;

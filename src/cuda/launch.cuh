@@ -45,6 +45,16 @@ template <class K, class... Args> void launch(const char* op, const Tensor& out,
   check_launch(op);
 }
 
+// Records what a kernel found wrong as the device's fault unless another kernel already has (the
+// host raises it at its next wait). f's strings must be host pointers the kernel was passed: a
+// string literal in device code is a device address the host cannot read.
+__device__ inline void record_fault(DeviceFault* fault, const DeviceFault& f) {
+  if (atomicCAS(&fault->set, 0, 1) != 0) return;
+  fault->value = f.value, fault->position = f.position, fault->size = f.size, fault->length = f.length;
+  fault->op = f.op, fault->what = f.what;
+  __threadfence_system();
+}
+
 #define SINTER_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
 

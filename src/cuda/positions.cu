@@ -17,13 +17,10 @@ using detail::raw_slice;
 // dst[i] = src[i], with *start times dst_step (or src_step) elements added to dst's (src's) offset.
 template <class S>
 __global__ void shifted_copy_k(int64_t n, Indexer ix, S* dst, const S* src, const int64_t* start, int64_t length, int64_t size,
-                               int64_t dst_step, int64_t src_step, DeviceFault* fault, const char* op) {
+                               int64_t dst_step, int64_t src_step, DeviceFault* fault, const char* op, const char* what) {
   const int64_t s = *start;
   if (s < 0 || s + length > size) {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(&fault->set, 0, 1) == 0) {
-      fault->value = s, fault->position = 0, fault->size = size, fault->length = length, fault->op = op, fault->what = "positions";
-      __threadfence_system();
-    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) record_fault(fault, {1, s, 0, size, length, op, what});
     return;
   }
   SINTER_GRID_STRIDE(i, n) {
@@ -45,7 +42,7 @@ void shifted_copy(const char* op, const Tensor& dst, const Tensor& src, const Te
   dispatch<Types::all>(dst.dtype(), op, [&](auto tag) {
     using S = decltype(tag);
     launch(op, dst, shifted_copy_k<S>, ix, ptr<S>(dst), ptr<const S>(s), ptr<const int64_t>(pos), length, size, dst_step, src_step,
-           device_fault(dst.device().index), op);
+           device_fault(dst.device().index), op, "positions");
   });
 }
 
