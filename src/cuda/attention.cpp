@@ -1,14 +1,15 @@
-// The sdpa op's CUDA kernel: the math reference (src/attention/sdpa.cpp, in ops that run on the
-// CUDA kernels), as the op chooses where no fast kernel is registered for the device; its backward
-// differentiates the same reference. A FlashAttention-style kernel (and cuDNN's) come next.
-// A KV cache's length (`kv_len`, a tensor on the device) is never read by the host: the reference
-// runs over the whole cache with the positions past it, and the causal rule, as a mask built on
-// the device.
+// The CUDA kernels of sdpa and sdpa_flash_backward: the FlashAttention-2 kernels (flash.cu) for
+// f32 and bf16 with head dims up to 256, as detail::choose_sdpa decides (sdpa_choose reports it);
+// the math reference (src/attention/sdpa.cpp, in ops that run on the CUDA kernels) otherwise.
+// A KV cache's length (`kv_len`, a tensor on the device) is never read by the host: flash reads it
+// on the device; the reference runs over the whole cache with the positions past it, and the
+// causal rule, as a mask built on the device.
 #include <cmath>
 #include <span>
 
 #include "attention/attention.h"
 #include "cuda/cuda.h"
+#include "cuda/flash.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
 
@@ -45,17 +46,72 @@ Tensor cached_mask(const Tensor& kv_len_in, int64_t Lq, int64_t L, bool causal, 
   return c.keep;
 }
 
+bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
+  return (dtype == DType::f32 || dtype == DType::bf16) && D <= kMaxHeadDim && Dv <= kMaxHeadDim;
+}
+
+std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
+  std::vector<TensorMeta> m;
+  for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
+  return m;
+}
+
+detail::RowLayout layout_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// t where it lies when its last dim is contiguous (a transposed projection, a KV cache), else a
+// contiguous copy; its layout goes to `l`.
+Tensor rows_of(const Tensor& t, detail::RowLayout& l) {
+  const Tensor r = t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
+  l = layout_of(r);
+  return r;
+}
+
+Tensor out_rows(const Tensor& t, detail::RowLayout& l) {
+  SINTER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "[sdpa] an output's last dim must be contiguous");
+  l = layout_of(t);
+  return t;
+}
+
+// The mask as the kernels read it: additive f32 (a boolean one as 0 / -inf), its strides broadcast
+// to (B, Hq, Lq, Lkv) in g.ms.
+Tensor additive_f32(const Tensor& mask, detail::Geometry& g) {
+  const Device dev = mask.device();
+  const Tensor m = mask.dtype() == DType::boolean
+                       ? where(mask, full({}, 0.0, DType::f32, dev), full({}, -INFINITY, DType::f32, dev))
+                       : (mask.dtype() == DType::f32 ? mask : cast(mask, DType::f32));
+  const int64_t off = 4 - m.dim();
+  for (int64_t i = 0; i < 4; ++i) g.ms[i] = i < off || m.size(i - off) == 1 ? 0 : m.stride(i - off);
+  g.has_mask = true;
+  return m;
+}
+
+void flash_sdpa(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, const Tensor& mask, const Tensor& kv_len) {
+  detail::Geometry g = detail::geometry(metas(in, 3), a, "sdpa");
+  const Tensor q = rows_of(in[0], g.lq), k = rows_of(in[1], g.lk), v = rows_of(in[2], g.lv);
+  out_rows(out[0], g.lo);
+  FlashExtras x;
+  const Tensor m = mask.defined() ? additive_f32(mask, g) : Tensor();  // freed in stream order, after the kernel
+  if (m.defined()) x.mask = static_cast<const float*>(m.data_ptr());
+  const Tensor n = kv_len.defined() ? checked_indices("sdpa", kv_len.reshape({1}), g.Lkv + 1, "kv_len") : Tensor();  // 0..Lkv
+  if (n.defined()) x.kv_len = static_cast<const int64_t*>(n.data_ptr());
+  flash_forward(g, q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(), x, out[0].data_ptr(), static_cast<float*>(out[1].data_ptr()),
+                q.device().index);
+}
+
 void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   size_t at = 3;
   Tensor mask = a.b("mask") ? in[at++] : Tensor();
+  const Tensor kv_len = a.b("kv_len") ? in[at] : Tensor();
+  if (detail::choose_sdpa(metas(in, mask.defined() ? 4 : 3), a).backend == SDPABackend::flash)
+    return flash_sdpa(in, out, a, mask, kv_len);
   Tensor lse;
-  if (!a.b("kv_len")) {
+  if (!kv_len.defined()) {
     copy_convert("sdpa", detail::sdpa_math_reference(in[0], in[1], in[2], mask, in[1].size(2), a, &lse), out[0]);
     copy_convert("sdpa", lse, out[1]);
     return;
   }
   const int64_t L = in[1].size(2), Lq = in[0].size(2);
-  const Tensor keep = cached_mask(in[at], Lq, L, a.b("causal"), a.i_or("window", 0));
+  const Tensor keep = cached_mask(kv_len, Lq, L, a.b("causal"), a.i_or("window", 0));
   if (!mask.defined()) mask = keep;
   else if (mask.dtype() == DType::boolean) mask = where(keep, mask, keep);
   else mask = where(keep, mask, full({}, -INFINITY, mask.dtype(), mask.device()));
@@ -66,8 +122,32 @@ void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   copy_convert("sdpa", lse, out[1]);
 }
 
+// sdpa_flash_backward(q, k, v, o, lse, do, dlse[, mask]) -> (dq, dk, dv): dQ summed in f32 by
+// atomic adds, then rounded into dq.
+void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  detail::Geometry g = detail::geometry(metas(in, 3), a, "sdpa_flash_backward");
+  SINTER_CHECK(flash_fast_path(in[0].dtype(), g.D, g.Dv), "[sdpa_flash_backward] the CUDA flash kernels take f32 or bf16 with head dims up to ",
+               kMaxHeadDim, ", got ", in[0].dtype(), " with ", g.D, "/", g.Dv);
+  const Tensor q = rows_of(in[0], g.lq), k = rows_of(in[1], g.lk), v = rows_of(in[2], g.lv), o = rows_of(in[3], g.lo);
+  const Tensor dout = rows_of(in[5], g.ldo), lse = in[4].contiguous(), dlse = in[6].contiguous();
+  FlashExtras x;
+  const Tensor m = in.size() > 7 ? additive_f32(in[7], g) : Tensor();
+  if (m.defined()) x.mask = static_cast<const float*>(m.data_ptr());
+  out_rows(out[1], g.ldk), out_rows(out[2], g.ldv);
+  const Device dev = q.device();
+  const Tensor dq_acc = zeros({g.B, g.Hq, g.Lq, g.D}, DType::f32, dev), delta = Tensor::empty({g.B, g.Hq, g.Lq}, DType::f32, dev);
+  flash_backward(g, q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), static_cast<const float*>(lse.data_ptr()),
+                 dout.data_ptr(), static_cast<const float*>(dlse.data_ptr()), x, static_cast<float*>(delta.data_ptr()),
+                 static_cast<float*>(dq_acc.data_ptr()), out[1].data_ptr(), out[2].data_ptr(), dev.index);
+  copy_convert("sdpa_flash_backward", dq_acc, out[0]);
+}
+
 }  // namespace
 
-void register_attention_kernels() { register_kernel("sdpa", DeviceType::cuda, sdpa_kernel); }
+void register_attention_kernels() {
+  register_kernel("sdpa", DeviceType::cuda, sdpa_kernel);
+  register_kernel("sdpa_flash_backward", DeviceType::cuda, flash_backward_kernel);
+  detail::register_flash_fast_path(DeviceType::cuda, flash_fast_path);
+}
 
 }  // namespace sinter::cuda

@@ -1,0 +1,29 @@
+#pragma once
+// The CUDA FlashAttention-2 kernels (flash.cu): the sdpa geometry of every backend
+// (attention/attention.h), tiles of queries against tiles of keys in shared memory with an online
+// softmax and f32 accumulation, for f32 and bf16 operands and head dims up to kMaxHeadDim. The
+// forward saves O and the rows' log-sum-exp; the backward recomputes the scores tile by tile, one
+// block per key tile accumulating dK and dV over the group's query heads, dQ by atomic adds.
+#include "attention/attention.h"
+
+namespace sinter::cuda {
+
+constexpr int64_t kMaxHeadDim = 256;
+
+// What the kernels read besides the geometry: an additive f32 mask laid out by g.ms (or null), and
+// the KV cache's length on the device (or null: every key exists).
+struct FlashExtras {
+  const float* mask = nullptr;
+  const int64_t* kv_len = nullptr;
+};
+
+// o and lse (f32, contiguous (B, Hq, Lq)); q, k, v, o of `dtype` (f32 or bf16) laid out by g.
+void flash_forward(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, FlashExtras x, void* o,
+                   float* lse, int device);
+// dq_acc: f32 (B, Hq, Lq, D) contiguous, zeroed; delta: f32 (B, Hq, Lq) scratch; dk, dv laid out
+// by g.ldk, g.ldv. lse and dlse f32 contiguous.
+void flash_backward(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, const void* o,
+                    const float* lse, const void* dout, const float* dlse, FlashExtras x, float* delta, float* dq_acc, void* dk,
+                    void* dv, int device);
+
+}  // namespace sinter::cuda

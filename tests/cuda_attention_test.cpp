@@ -1,0 +1,121 @@
+// sdpa on CUDA (the flash kernels, src/cuda/flash.cu) against the CPU's flash kernels and the math
+// reference in f64: the output and the three gradients, over GQA, boolean and additive masks, a
+// sliding window, odd lengths (1, 37, 1000) and head dims 64 to 256. f32 agrees within 1e-5 of the
+// largest value; bf16 within bf16 rounding (2^-7 of the largest value) of the f64 reference on the
+// same bf16 inputs.
+#include <cmath>
+
+#include "cuda_test_util.h"
+
+using namespace sinter;
+
+namespace {
+
+const Device kGpu = Device::cuda();
+
+struct AttnCase {
+  int64_t B, Hq, Hkv, Lq, Lkv, D;
+  bool causal;
+  const char* mask;  // "none", "bool" or "additive"
+  int64_t window = 0;
+};
+
+std::string describe(const AttnCase& c) {
+  return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) + " Lq" + std::to_string(c.Lq) +
+         " Lkv" + std::to_string(c.Lkv) + " D" + std::to_string(c.D) + (c.causal ? " causal" : "") + " mask " + c.mask +
+         (c.window ? " window " + std::to_string(c.window) : "");
+}
+
+struct Inputs {
+  Tensor q, k, v, mask, grad;
+};
+
+Inputs make_inputs(const AttnCase& c) {
+  manual_seed(uint64_t(c.Lq * 131 + c.D));
+  Inputs in{randn({c.B, c.Hq, c.Lq, c.D}), randn({c.B, c.Hkv, c.Lkv, c.D}), randn({c.B, c.Hkv, c.Lkv, c.D}), {},
+            randn({c.B, c.Hq, c.Lq, c.D})};
+  if (std::string(c.mask) == "bool") in.mask = gt(rand({c.B, 1, c.Lq, c.Lkv}), full({}, 0.3));  // some rows see nothing
+  if (std::string(c.mask) == "additive") in.mask = randn({1, c.Hq, c.Lq, c.Lkv});
+  return in;
+}
+
+struct Outputs {
+  Tensor o, dq, dk, dv;
+};
+
+// The call on `dev` in `dt` (inputs rounded to dt first), outputs and gradients back as f64 on the host.
+Outputs run(const Inputs& in, const AttnCase& c, Device dev, DType dt, SDPABackend be) {
+  auto leaf = [&](const Tensor& t) { return t.to(dt).to(dev).detach().requires_grad_(); };
+  const Tensor q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+  const Tensor mask = !in.mask.defined() ? Tensor() : in.mask.dtype() == DType::boolean ? in.mask.to(dev) : in.mask.to(dt).to(dev);
+  const Tensor o = scaled_dot_product_attention(q, k, v, mask, 0.0, c.causal, std::nullopt, c.Hq != c.Hkv, be, c.window);
+  sum(o * in.grad.to(dt).to(dev)).backward();
+  auto host = [](const Tensor& t) { return t.to(Device::cpu()).to(DType::f64); };
+  return {host(o), host(q.grad()), host(k.grad()), host(v.grad())};
+}
+
+// max |a - b| / max |b|: how far a is from b at the scale of b.
+double relative_error(const Tensor& a, const Tensor& b) {
+  const double scale = max(abs(b)).item<double>();
+  return max(abs(a - b)).item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+void expect_close(const Outputs& got, const Outputs& want, double tol, const std::string& what) {
+  const char* names[] = {"o", "dq", "dk", "dv"};
+  const Tensor* g[] = {&got.o, &got.dq, &got.dk, &got.dv};
+  const Tensor* w[] = {&want.o, &want.dq, &want.dk, &want.dv};
+  for (int i = 0; i < 4; ++i) EXPECT_LE(relative_error(*g[i], *w[i]), tol) << names[i] << " " << what;
+}
+
+const std::vector<AttnCase>& cases() {
+  static const std::vector<AttnCase> c{
+      {1, 2, 2, 1, 1, 64, true, "none"},          {2, 4, 2, 37, 37, 80, true, "none"},
+      {1, 2, 2, 37, 1000, 96, false, "bool"},     {1, 2, 1, 1000, 1000, 128, true, "none"},
+      {1, 1, 1, 100, 100, 256, false, "additive"}, {1, 2, 2, 37, 37, 64, true, "none", 8},
+      {1, 8, 2, 1000, 1000, 64, true, "none"},     {1, 2, 2, 1, 37, 128, true, "none"}};
+  return c;
+}
+
+}  // namespace
+
+TEST(CudaAttention, TheDeviceChoosesFlashForF32AndBf16UpToHeadDim256) {
+  NEEDS_GPU();
+  const Tensor q = randn({1, 2, 4, 128}).to(kGpu), k = randn({1, 2, 4, 128}).to(kGpu);
+  EXPECT_EQ(sdpa_choose(q, k, {}, 0.0).backend, SDPABackend::flash) << sdpa_choose(q, k, {}, 0.0).reason;
+  EXPECT_EQ(sdpa_choose(q.to(DType::bf16), k.to(DType::bf16), {}, 0.0).backend, SDPABackend::flash);
+  const Tensor q512 = randn({1, 1, 4, 512}).to(kGpu);
+  EXPECT_EQ(sdpa_choose(q512, q512, {}, 0.0).backend, SDPABackend::math) << "head dim 512 is past the flash kernels' 256";
+}
+
+TEST(CudaAttention, F32ForwardAndGradientsMatchTheCpuFlashKernelAndTheF64Reference) {
+  NEEDS_GPU();
+  for (const AttnCase& c : cases()) {
+    const Inputs in = make_inputs(c);
+    const Outputs gpu = run(in, c, kGpu, DType::f32, SDPABackend::automatic);
+    expect_close(gpu, run(in, c, Device::cpu(), DType::f32, SDPABackend::flash), 1e-5, "against the CPU flash kernel, " + describe(c));
+    expect_close(gpu, run(in, c, Device::cpu(), DType::f64, SDPABackend::math), 1e-5, "against the f64 reference, " + describe(c));
+  }
+}
+
+TEST(CudaAttention, Bf16ForwardAndGradientsAreWithinBf16RoundingOfTheReference) {
+  NEEDS_GPU();
+  for (const AttnCase& c : cases()) {
+    Inputs in = make_inputs(c);
+    for (Tensor* t : {&in.q, &in.k, &in.v, &in.grad}) *t = t->to(DType::bf16).to(DType::f32);  // the reference sees the same inputs
+    if (in.mask.defined() && in.mask.dtype() != DType::boolean) in.mask = in.mask.to(DType::bf16).to(DType::f32);
+    const Outputs gpu = run(in, c, kGpu, DType::bf16, SDPABackend::automatic);
+    expect_close(gpu, run(in, c, Device::cpu(), DType::f64, SDPABackend::math), std::ldexp(1.0, -7), "bf16, " + describe(c));
+  }
+}
+
+// A decode step: one query over a KV cache of 64 positions holding 40, the length a device tensor.
+TEST(CudaAttention, ADecodeStepReadsTheCacheLengthOnTheDevice) {
+  NEEDS_GPU();
+  manual_seed(5);
+  const Tensor q = randn({1, 8, 1, 64}), k = randn({1, 2, 64, 64}), v = randn({1, 2, 64, 64});
+  const Tensor n = scalar_tensor(40, DType::i64);
+  const Tensor want = scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true, SDPABackend::automatic, 0, n);
+  const Tensor got = scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.0, true, std::nullopt, true,
+                                                  SDPABackend::automatic, 0, n.to(kGpu));
+  EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64)), 1e-5);
+}
