@@ -93,7 +93,7 @@ std::vector<TensorMeta> sdpa_infer(std::span<const TensorMeta> in, const Attrs& 
 // The additive mask flash reads: bool masks become 0 / -inf in the compute dtype.
 Tensor additive_mask(const Tensor& mask, DType ct) {
   if (mask.dtype() != DType::boolean) return mask.detach().to(ct);
-  return masked_fill(zeros(mask.shape(), ct), eq(mask, zeros({}, DType::boolean)), -INFINITY);
+  return masked_fill(zeros(mask.shape(), ct, mask.device()), eq(mask, zeros({}, DType::boolean)), -INFINITY);
 }
 
 std::vector<Tensor> sdpa_backward(BackwardCtx& c) {

@@ -180,7 +180,7 @@ struct Run {
     grads.resize(n->output_meta.size());
     for (size_t k = 0; k < grads.size(); ++k) {
       const TensorMeta& m = n->output_meta[k];
-      if (!grads[k].defined() && is_floating(m.dtype)) grads[k] = zeros(m.shape, m.dtype);
+      if (!grads[k].defined() && is_floating(m.dtype)) grads[k] = zeros(m.shape, m.dtype, m.device);
     }
     if (auto it = capture_node.find(n); it != capture_node.end())
       for (auto [k, slot] : it->second) captured[slot] = accumulate(captured[slot], grads[size_t(k)]);

@@ -44,7 +44,7 @@ void define_index_select() {
     Shape ishape(xs.size(), 1);
     ishape[size_t(dim)] = g.size(dim);
     Tensor idx = c.inputs[1].to(DType::i64).reshape(ishape).expand(g.shape());
-    return std::vector<Tensor>{scatter_add(zeros(xs, g.dtype()), dim, idx, g), Tensor()};
+    return std::vector<Tensor>{scatter_add(zeros(xs, g.dtype(), g.device()), dim, idx, g), Tensor()};
   };
   is.save_inputs = 2;
   add_op(std::move(is));
@@ -62,7 +62,7 @@ void define_gather() {
   };
   ga.backward = [](BackwardCtx& c) {
     const int64_t dim = c.attrs.i("dim");
-    return std::vector<Tensor>{scatter_add(zeros(c.input_meta[0].shape, c.grads[0].dtype()), dim, c.inputs[1], c.grads[0]),
+    return std::vector<Tensor>{scatter_add(zeros(c.input_meta[0].shape, c.grads[0].dtype(), c.grads[0].device()), dim, c.inputs[1], c.grads[0]),
                                Tensor()};
   };
   ga.save_inputs = 2;
@@ -140,7 +140,7 @@ void define_topk() {
     const Shape& xs = c.input_meta[0].shape;
     if (xs.empty()) return std::vector<Tensor>{c.grads[0]};
     const int64_t dim = c.attrs.i("dim");
-    return std::vector<Tensor>{scatter_add(zeros(xs, c.grads[0].dtype()), dim, c.outputs[1], c.grads[0])};
+    return std::vector<Tensor>{scatter_add(zeros(xs, c.grads[0].dtype(), c.grads[0].device()), dim, c.outputs[1], c.grads[0])};
   };
   tk.save_inputs = 0;
   tk.save_outputs = 2;

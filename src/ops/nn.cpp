@@ -54,7 +54,7 @@ void define_embedding() {
     const int64_t D = ws[1];
     Tensor idx = c.inputs[1].to(DType::i64).reshape({-1, 1}).expand({-1, D});
     Tensor g = c.grads[0].reshape({-1, D});
-    return std::vector<Tensor>{scatter_add(zeros(ws, g.dtype()), 0, idx, g), Tensor()};
+    return std::vector<Tensor>{scatter_add(zeros(ws, g.dtype(), g.device()), 0, idx, g), Tensor()};
   };
   em.save_inputs = 2;
   add_op(std::move(em));
@@ -275,14 +275,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   static const OpDef& op = get_op("layer_norm");
   const int64_t D = x.dim() ? x.size(-1) : 1;
-  Tensor w = weight.defined() ? weight : ones({D}, x.dtype());
-  Tensor b = bias.defined() ? bias : zeros({D}, x.dtype());
+  Tensor w = weight.defined() ? weight : ones({D}, x.dtype(), x.device());
+  Tensor b = bias.defined() ? bias : zeros({D}, x.dtype(), x.device());
   return call1(op, {x, w, b}, {{"eps", eps}});
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   static const OpDef& op = get_op("rms_norm");
-  Tensor w = weight.defined() ? weight : ones({x.dim() ? x.size(-1) : 1}, x.dtype());
+  Tensor w = weight.defined() ? weight : ones({x.dim() ? x.size(-1) : 1}, x.dtype(), x.device());
   return call1(op, {x, w}, {{"eps", eps}});
 }
 

@@ -67,7 +67,7 @@ void define_arg_reduce(const char* name, bool with_values) {
       const bool keep = c.attrs.b("keepdim");
       Tensor g = keep ? c.grads[0] : c.grads[0].unsqueeze(dim);
       Tensor idx = keep ? c.outputs[1] : c.outputs[1].unsqueeze(dim);
-      return std::vector<Tensor>{scatter_add(zeros(in_shape, g.dtype()), dim, idx, g)};
+      return std::vector<Tensor>{scatter_add(zeros(in_shape, g.dtype(), g.device()), dim, idx, g)};
     };
     d.save_inputs = 0;
     d.save_outputs = 2;

@@ -84,13 +84,13 @@ static Shape resolve_shape(const char* op, const Shape& in, Shape shape) {
 
 static Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim, int64_t start, int64_t step) {
   const int64_t n = g.size(dim), full = in_shape[size_t(dim)];
-  if (n == 0) return zeros(in_shape, g.dtype());
+  if (n == 0) return zeros(in_shape, g.dtype(), g.device());
   Tensor spread = g;
   if (step > 1) {  // interleave zeros: (.., n, ..) -> (.., n, step, ..) -> (.., n*step, ..), trimmed
     std::vector<Tensor> parts{g.unsqueeze(dim + 1)};
     Shape zs = g.shape();
     zs.insert(zs.begin() + dim + 1, step - 1);
-    parts.push_back(zeros(zs, g.dtype()));
+    parts.push_back(zeros(zs, g.dtype(), g.device()));
     Shape merged = g.shape();
     merged[size_t(dim)] = n * step;
     spread = cat(parts, dim + 1).reshape(merged).narrow(dim, 0, (n - 1) * step + 1);
@@ -99,9 +99,9 @@ static Tensor slice_backward(const Tensor& g, const Shape& in_shape, int64_t dim
   Shape before = in_shape, after = in_shape;
   before[size_t(dim)] = start;
   after[size_t(dim)] = full - start - spread.size(dim);
-  if (start > 0) pieces.push_back(zeros(before, g.dtype()));
+  if (start > 0) pieces.push_back(zeros(before, g.dtype(), g.device()));
   pieces.push_back(spread);
-  if (after[size_t(dim)] > 0) pieces.push_back(zeros(after, g.dtype()));
+  if (after[size_t(dim)] > 0) pieces.push_back(zeros(after, g.dtype(), g.device()));
   return pieces.size() == 1 ? pieces[0] : cat(pieces, dim);
 }
 
