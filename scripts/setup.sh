@@ -30,3 +30,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup: all packages present"
+# Where the CUDA toolkit is, the headers it lacks (cudnn-frontend) from NVIDIA's wheels.
+"$(dirname "$0")/fetch_cuda_headers.sh"

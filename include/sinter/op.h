@@ -68,6 +68,7 @@ struct BackwardCtx {
   std::vector<Tensor> grads;            // dL/d(output i); zeros where nothing flowed
   std::vector<TensorMeta> input_meta;
   std::vector<bool> needs_grad;         // which inputs want a gradient
+  std::vector<bool> flowed;             // which outputs a gradient reached (the others' grads are zeros)
 };
 
 using InferFn = std::function<std::vector<TensorMeta>(std::span<const TensorMeta>, const Attrs&)>;

@@ -22,6 +22,21 @@ step probe
 } > "$OUT/probe.txt" 2>&1
 cat "$OUT/probe.txt"
 
+# Sinter loads cuDNN at run time: the device's PyTorch wheels carry it (and the CUDA runtime that
+# cudnn-frontend may open beside it).
+nv_dirs=$(python3 - <<'EOF' 2>/dev/null
+import glob, os, nvidia
+found = {os.path.dirname(p) for r in nvidia.__path__ for pat in ("libcudnn.so.9", "libcudart.so.13")
+         for p in glob.glob(os.path.join(r, "**", pat), recursive=True)}
+print(":".join(sorted(found)))
+EOF
+)
+if [ -n "$nv_dirs" ]; then
+  export SINTER_NV_DIRS=$nv_dirs
+  echo "cuDNN and the CUDA runtime from PyTorch's wheels: $nv_dirs" | tee -a "$OUT/probe.txt"
+fi
+with_nv() { if [ -n "${SINTER_NV_DIRS:-}" ]; then export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$SINTER_NV_DIRS; fi; }
+
 parts=${*:-tests bench sanitizer}
 want() { [[ " $parts " == *" $1 "* ]]; }
 
@@ -29,6 +44,7 @@ want() { [[ " $parts " == *" $1 "* ]]; }
 run_parts() {
   local tests=$1 cli=$2
   export SINTER_CLI_PATH=$cli
+  with_nv
   if want tests; then
     step "CUDA tests (SINTER_REQUIRE_GPU=1)"
     SINTER_REQUIRE_GPU=1 SINTER_CUDA_POISON=1 timeout 240 "$tests" --gtest_filter='Cuda*:AllOps/CudaOps*' \

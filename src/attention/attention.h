@@ -82,6 +82,10 @@ inline int64_t key_first(const Geometry& g, int64_t i) {
 // math is faster there): each backend registers its answer when it registers its kernels.
 using FlashFastPath = bool (*)(DType dtype, int64_t D, int64_t Dv);
 void register_flash_fast_path(DeviceType device, FlashFastPath fn);
+// Which kernel a device's flash choice runs and why (a backend with more than one registers it):
+// appended to the choice's reason.
+using FlashDetail = std::string (*)(std::span<const TensorMeta> in, const Attrs& a);
+void register_flash_detail(DeviceType device, FlashDetail fn);
 
 // The backend an sdpa call takes (the sdpa kernel and sdpa_choose both ask here), and the math
 // reference in public ops (with `lse`, the rows' log-sum-exp too).

@@ -5,7 +5,7 @@
 //     (true = keep) or additive, broadcast to (B, Hq, Lq, Lkv); kv_len (i64 0-d): only the first
 //     kv_len keys exist; lse (B, Hq, Lq). attrs scale, causal, window, gqa, backend (auto, flash,
 //     math), mask, kv_len (which optional inputs are present)[, dropout_p, seed, counter].
-//   sdpa_flash_backward(q, k, v, o, lse, do, dlse[, mask]) -> (dq, dk, dv)   mask additive
+//   sdpa_flash_backward(q, k, v, o, lse, do, dlse[, mask]) -> (dq, dk, dv)  mask additive; lse_grad false: dlse is 0
 #include <cmath>
 
 #include "attention/attention.h"
@@ -106,6 +106,7 @@ std::vector<Tensor> sdpa_backward(BackwardCtx& c) {
     std::vector<Tensor> in{q, k, v, c.outputs[0], c.outputs[1], c.grads[0], c.grads[1]};
     if (opt.mask.defined()) in.push_back(additive_mask(opt.mask, compute_dtype(q.dtype())));
     Attrs a = c.attrs;
+    a.set("lse_grad", c.flowed.size() < 2 || c.flowed[1]);  // false: dlse is zeros, which a kernel may skip reading
     auto g = call(bw, in, a);
     out[0] = g[0], out[1] = g[1], out[2] = g[2];  // no mask gradient (a mask that wants one runs math)
     return out;

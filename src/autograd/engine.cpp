@@ -178,8 +178,10 @@ struct Run {
     std::vector<Tensor> grads = std::move(bit->second);
     buffers.erase(bit);
     grads.resize(n->output_meta.size());
+    std::vector<bool> flowed(grads.size());
     for (size_t k = 0; k < grads.size(); ++k) {
       const TensorMeta& m = n->output_meta[k];
+      flowed[k] = grads[k].defined();
       if (!grads[k].defined() && is_floating(m.dtype)) grads[k] = zeros(m.shape, m.dtype, m.device);
     }
     if (auto it = capture_node.find(n); it != capture_node.end())
@@ -204,7 +206,7 @@ struct Run {
         outs[k].impl().output_nr = int(k);
       }
     }
-    BackwardCtx ctx{*n->op, n->attrs, n->saved_inputs, outs, std::move(grads), n->input_meta, {}};
+    BackwardCtx ctx{*n->op, n->attrs, n->saved_inputs, outs, std::move(grads), n->input_meta, {}, std::move(flowed)};
     ctx.needs_grad.resize(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) ctx.needs_grad[i] = n->next[i].valid();
     std::vector<Tensor> in_grads;

@@ -1,6 +1,7 @@
-// The CUDA kernels of sdpa and sdpa_flash_backward: the FlashAttention-2 kernels (flash.cu) for
-// f32 and bf16 with head dims up to 256, as detail::choose_sdpa decides (sdpa_choose reports it);
-// the math reference (src/attention/sdpa.cpp, in ops that run on the CUDA kernels) otherwise.
+// The CUDA kernels of sdpa and sdpa_flash_backward. Where detail::choose_sdpa picks flash (f32 and
+// bf16, head dims up to 256): cuDNN's fused attention for the bf16 calls it takes (cudnn_sdpa.h),
+// the FlashAttention-2 kernels (flash.cu) for the rest; the math reference (src/attention/sdpa.cpp,
+// in ops that run on the CUDA kernels) otherwise.
 // A KV cache's length (`kv_len`, a tensor on the device) is never read by the host: flash reads it
 // on the device; the reference runs over the whole cache with the positions past it, and the
 // causal rule, as a mask built on the device.
@@ -9,6 +10,7 @@
 
 #include "attention/attention.h"
 #include "cuda/cuda.h"
+#include "cuda/cudnn_sdpa.h"
 #include "cuda/flash.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
@@ -50,6 +52,18 @@ bool flash_fast_path(DType dtype, int64_t D, int64_t Dv) {
   return (dtype == DType::f32 || dtype == DType::bf16) && D <= kMaxHeadDim && Dv <= kMaxHeadDim;
 }
 
+// What sdpa_choose reports for a flash call on CUDA: which kernel runs it, and why.
+std::string flash_detail(std::span<const TensorMeta> in, const Attrs& a) {
+  const Shape &q = in[0].shape, &k = in[1].shape, &v = in[2].shape;
+  detail::Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], 1.0, a.b_or("causal", false), a.i_or("window", 0)};
+  g.dropout = a.has("dropout_p") ? a.f("dropout_p") : 0.0;
+  const bool mask = a.b_or("mask", false);
+  std::string why = cudnn_sdpa_why_not(g, in[0].dtype, mask);
+  if (why.empty() && mask && (in.size() < 4 || in[3].dtype != in[0].dtype)) why = "the mask is not additive in q's dtype";
+  if (why.empty() && a.b_or("kv_len", false)) why = "a KV cache's length";
+  return why.empty() ? "cuDNN's fused attention runs it (where the layouts suit cuDNN)" : "Sinter's flash kernel runs it (not cuDNN: " + why + ")";
+}
+
 std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
   std::vector<TensorMeta> m;
   for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
@@ -85,10 +99,20 @@ Tensor additive_f32(const Tensor& mask, detail::Geometry& g) {
   return m;
 }
 
+// The bias cuDNN reads for a mask: the additive mask itself, in q's dtype, 4-D, over whole
+// (Lq, Lkv) matrices; undefined (no mask) or not taken (`ok` false) otherwise.
+Tensor cudnn_bias(const Tensor& mask, const detail::Geometry& g, DType dtype, bool& ok) {
+  ok = !mask.defined() || (mask.dim() == 4 && mask.dtype() == dtype && mask.size(2) == g.Lq && mask.size(3) == g.Lkv);
+  return ok ? mask : Tensor();
+}
+
 void flash_sdpa(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, const Tensor& mask, const Tensor& kv_len) {
   detail::Geometry g = detail::geometry(metas(in, 3), a, "sdpa");
   const Tensor q = rows_of(in[0], g.lq), k = rows_of(in[1], g.lk), v = rows_of(in[2], g.lv);
   out_rows(out[0], g.lo);
+  bool bias_ok = false;
+  const Tensor bias = cudnn_bias(mask, g, q.dtype(), bias_ok);
+  if (bias_ok && !kv_len.defined() && cudnn_sdpa_forward(g, q, k, v, bias, out[0], out[1])) return;
   FlashExtras x;
   const Tensor m = mask.defined() ? additive_f32(mask, g) : Tensor();  // freed in stream order, after the kernel
   if (m.defined()) x.mask = static_cast<const float*>(m.data_ptr());
@@ -130,6 +154,10 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
                kMaxHeadDim, ", got ", in[0].dtype(), " with ", g.D, "/", g.Dv);
   const Tensor q = rows_of(in[0], g.lq), k = rows_of(in[1], g.lk), v = rows_of(in[2], g.lv), o = rows_of(in[3], g.lo);
   const Tensor dout = rows_of(in[5], g.ldo), lse = in[4].contiguous(), dlse = in[6].contiguous();
+  out_rows(out[0], g.ldq);
+  bool bias_ok = false;
+  const Tensor bias = cudnn_bias(in.size() > 7 ? in[7] : Tensor(), g, q.dtype(), bias_ok);
+  if (bias_ok && !a.b_or("lse_grad", true) && cudnn_sdpa_backward(g, q, k, v, o, lse, dout, bias, out)) return;
   FlashExtras x;
   const Tensor m = in.size() > 7 ? additive_f32(in[7], g) : Tensor();
   if (m.defined()) x.mask = static_cast<const float*>(m.data_ptr());
@@ -148,6 +176,7 @@ void register_attention_kernels() {
   register_kernel("sdpa", DeviceType::cuda, sdpa_kernel);
   register_kernel("sdpa_flash_backward", DeviceType::cuda, flash_backward_kernel);
   detail::register_flash_fast_path(DeviceType::cuda, flash_fast_path);
+  detail::register_flash_detail(DeviceType::cuda, flash_detail);
 }
 
 }  // namespace sinter::cuda
