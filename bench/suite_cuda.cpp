@@ -1,7 +1,8 @@
 // The CUDA backend against PyTorch on the same GPU (bench/torch_peer.py, suite "cuda"): bf16 GEMMs
 // (both sides call cuBLAS: the rows measure overhead), elementwise add and GELU on 1 GiB held to a
-// device-to-device copy of the same traffic, a gpt2-124m bf16 training step (B=16, T=1024) and
-// greedy generation of 256 tokens at batch 1. Every timing ends with the device's queue drained.
+// device-to-device copy of the same traffic, causal bf16 attention and a decode step against
+// PyTorch's SDPA backends, a gpt2-124m bf16 training step (B=16, T=1024) and greedy generation of
+// 256 tokens at batch 1. Every timing ends with the device's queue drained.
 #include <sinter/cuda.h>
 #include <sinter/sinter.h>
 #include <sinter/train.h>
@@ -56,6 +57,46 @@ void elementwise_rows(Report& r) {
   }
 }
 
+// Causal bf16 attention at B=4, H=32, D=128: forward, and forward with backward, in TFLOP/s
+// (causal: half of the forward's 4 B H S^2 D; the backward 2.5 times the forward, as FlashAttention-2
+// counts). PyTorch's SDPA backends are the peers (bench/torch_peer.py).
+void attention_rows(const Options& o, Report& r) {
+  const int64_t B = 4, H = 32, D = 128;
+  for (int64_t S : o.quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096, 16384}) {
+    auto bf16 = [&] { return randn({B, H, S, D}, DType::f32, kGpu).to(DType::bf16); };
+    const Tensor q = bf16(), k = bf16(), v = bf16(), g = bf16();
+    const std::string name = "cuda sdpa causal bf16 B=4 H=32 S=" + std::to_string(S) + " D=128";
+    const double fwd = 2.0 * double(B * H * D) * double(S) * double(S);
+    const int n = S >= 16384 ? 2 : S >= 4096 ? 5 : 20;
+    char note[96];
+    Timing t;
+    {
+      NoGradGuard no_grad;
+      t = gpu_time([&] { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, n, 5);
+    }
+    std::snprintf(note, sizeof note, "%.0f TFLOP/s; %s", fwd / (t.best_ms * 1e-3) / 1e12, sdpa_choose(q, k, {}, 0.0).reason.c_str());
+    r.ours_only(name + " forward", t, note);
+    const Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
+    t = gpu_time([&] { (void)autograd::grad({scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true)}, {qg, kg, vg}, {g}); }, n, 5);
+    std::snprintf(note, sizeof note, "%.0f TFLOP/s", 3.5 * fwd / (t.best_ms * 1e-3) / 1e12);
+    r.ours_only(name + " forward+backward", t, note);
+  }
+  // Decode: one query per head over a full cache of 8192 positions, 32 query heads on 8 KV heads;
+  // held to a copy moving as many bytes as reading the cache.
+  NoGradGuard no_grad;
+  const int64_t L = 8192;
+  const Tensor q = randn({1, 32, 1, D}, DType::f32, kGpu).to(DType::bf16);
+  const Tensor k = randn({1, 8, L, D}, DType::f32, kGpu).to(DType::bf16), v = randn({1, 8, L, D}, DType::f32, kGpu).to(DType::bf16);
+  const int64_t bytes = 2 * k.numel() * 2;
+  const Tensor dst = Tensor::empty({bytes / 2}, DType::u8, kGpu), src = Tensor::empty({bytes / 2}, DType::u8, kGpu);
+  const Timing ours = gpu_time([&] { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, false, {}, true); }, 50);
+  const Timing copy = gpu_time([&] { cuda::copy_device_bytes(dst.data_ptr(), src.data_ptr(), bytes / 2); }, 50);
+  char note[96];
+  std::snprintf(note, sizeof note, "reads the cache at %.0f GB/s; the copy moves %.0f GB/s", double(bytes) / (ours.best_ms * 1e6),
+                double(bytes) / (copy.best_ms * 1e6));
+  r.add("cuda sdpa decode bf16 Lq=1 cache=8192 GQA 32:8 D=128", ours, "device copy of the same traffic", copy, note);
+}
+
 // gpt2-124m, bf16 autocast (f32 master weights, AdamW), B=16 x T=1024, attention on its math path.
 void train_rows(const Options& o, Report& r) {
   const int64_t B = 16, T = 1024;
@@ -104,12 +145,13 @@ void suite_cuda(const Options& o, Report& r) {
   cuda::require_device(0);  // "no CUDA device: <reason>" (the command line exits 1)
   r.line("GPU: " + cuda::device_name(0));
   manual_seed(0);
-  r.expect(o.quick ? 4 + 2 + 1 + 1 : 10 + 2 + 1 + 1);
+  r.expect(o.quick ? 4 + 2 + 2 + 1 + 1 + 1 : 10 + 2 + 6 + 1 + 1 + 1);
   {
     NoGradGuard no_grad;
     gemm_rows(o, r);
     elementwise_rows(r);
   }
+  attention_rows(o, r);
   train_rows(o, r);
   generate_rows(r);
   const cuda::MemoryStats m = cuda::memory_stats();

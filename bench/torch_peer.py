@@ -407,6 +407,40 @@ def gpu_time(f, n, reps=9):
     return best / n, med / n
 
 
+def attention_cuda(a, rows, dev):
+    """Causal bf16 SDPA at B=4, H=32, D=128 through each of PyTorch's fused backends (each its own
+    peer; a backend that refuses the shape gives no row), and a GQA decode step."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    B, H, D = 4, 32, 128
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION),
+                ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    for S in [1024] if a.quick else [1024, 4096, 16384]:
+        q, k, v, g = (torch.randn(B, H, S, D, device=dev).bfloat16() for _ in range(4))
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        n = 2 if S >= 16384 else 5 if S >= 4096 else 20
+        name = f"cuda sdpa causal bf16 B=4 H=32 S={S} D=128"
+        for label, be in backends:
+            peer = f"PyTorch {torch.__version__}, {label} attention"
+            try:
+                with sdpa_kernel(be):
+                    with torch.no_grad():
+                        best, med = gpu_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), n, 5)
+                    rows.append(dict(case=name + " forward", best_ms=best, median_ms=med, peer=peer))
+                    best, med = gpu_time(lambda: torch.autograd.grad(F.scaled_dot_product_attention(qg, kg, vg, is_causal=True),
+                                                                     (qg, kg, vg), g), n, 5)
+                    rows.append(dict(case=name + " forward+backward", best_ms=best, median_ms=med, peer=peer))
+            except RuntimeError:
+                continue
+        del q, k, v, g, qg, kg, vg
+    q = torch.randn(1, 32, 1, D, device=dev).bfloat16()
+    k, v = (torch.randn(1, 8, 8192, D, device=dev).bfloat16() for _ in range(2))
+    with torch.no_grad():
+        best, med = gpu_time(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 50)
+    rows.append(dict(case="cuda sdpa decode bf16 Lq=1 cache=8192 GQA 32:8 D=128", best_ms=best, median_ms=med,
+                     peer=f"PyTorch {torch.__version__}, its best attention"))
+    torch.cuda.empty_cache()
+
+
 def suite_cuda(a, rows):
     """`sinter bench cuda` on the same GPU: bf16 GEMMs, 1 GiB elementwise, the gpt2-124m training step
     (math attention as Sinter's; also PyTorch's best attention and torch.compile as their own peers),
@@ -428,6 +462,7 @@ def suite_cuda(a, rows):
             best, med = gpu_time(f, 3, 7)
             rows.append(dict(case=name, best_ms=best, median_ms=med))
         del x, y
+    attention_cuda(a, rows, dev)
     B, T, V = 16, 1024, GPT2_124M["vocab"]
     model = GPT(GPT2_124M).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)

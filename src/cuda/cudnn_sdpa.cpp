@@ -166,6 +166,7 @@ std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype, bool bias
   if (g.dropout > 0) return "dropout draws Sinter's Philox stream, not cuDNN's";
   if (g.window > 0) return "a sliding window";
   if (g.causal && g.Lq > g.Lkv) return "a causal call with more queries than keys";
+  if (g.Lq == 1) return "one query row: the split-K decode kernel reads the cache on every SM";
   (void)bias;
   if (const char* env = std::getenv("SINTER_CUDNN_ATTENTION"); env && std::string(env) == "0") return "SINTER_CUDNN_ATTENTION=0";
   const Library& lib = library();

@@ -3,56 +3,16 @@
 // by one float against bank conflicts), four threads share each row. Scores use the CPU flash
 // kernels' formulas (scalar_fns.h exp, the dropout op's Philox draws), so both backends agree
 // within f32 summation order.
-#define SINTER_HD __host__ __device__
-#include "cuda/flash.h"
-
-#include "core/philox.h"
-#include "cuda/launch.cuh"
-#include "ops/scalar_fns.h"
+#include "cuda/flash_common.cuh"
 
 namespace sinter::cuda {
 namespace {
 
 using detail::Geometry;
 using detail::RowLayout;
+using namespace flash;
 
 constexpr int kBr = 32, kBc = 32, kThreads = 128, kParts = kThreads / kBr;  // kParts threads per row
-
-__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
-
-// The call as the kernels see it: the geometry with the cache's length applied.
-struct Call {
-  Geometry g;
-  FlashExtras x;
-  __device__ int64_t kv_len() const { return x.kv_len ? clamp64(*x.kv_len, 0, g.Lkv) : g.Lkv; }
-};
-
-// Visible keys [first, limit) of query row i when `n` keys exist (attention.h's rule, bottom-right aligned).
-__device__ __forceinline__ int64_t key_limit(const Geometry& g, int64_t n, int64_t i) {
-  return g.causal ? clamp64(i + n - g.Lq + 1, 0, n) : n;
-}
-__device__ __forceinline__ int64_t key_first(const Geometry& g, int64_t n, int64_t i) {
-  return g.window > 0 ? clamp64(i + n - g.Lq + 1 - g.window, 0, n) : 0;
-}
-
-// The dropout multiplier of element (b, h, i, j) of the attention matrix (attention.h: dropout_multipliers).
-__device__ __forceinline__ float dropout_keep(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (g.dropout <= 0) return 1.0f;
-  const uint64_t e = uint64_t(((b * g.Hq + h) * g.Lq + i) * g.Lkv + j);
-  uint32_t r[4];
-  detail::philox_block(g.seed, g.counter + e / 4, r);
-  return float(r[e % 4] >> 8) * (1.0f / 16777216.0f) >= float(g.dropout) ? float(1.0 / (1.0 - g.dropout)) : 0.0f;
-}
-
-__device__ __forceinline__ float mask_at(const Call& c, int64_t b, int64_t h, int64_t i, int64_t j) {
-  const Geometry& g = c.g;
-  return c.x.mask ? c.x.mask[b * g.ms[0] + h * g.ms[1] + i * g.ms[2] + j * g.ms[3]] : 0.0f;
-}
-
-// Row (b, h, i) of an operand laid out by l.
-template <class S> __device__ __forceinline__ S* row(const RowLayout& l, S* base, int64_t b, int64_t h, int64_t i) {
-  return base + b * l.b + h * l.h + i * l.r;
-}
 
 // rows [r0, r0 + n) of one (b, h) matrix laid out by l, widened into dst[kBr or kBc][width + 1];
 // rows past `valid` are zeros.
@@ -257,6 +217,7 @@ void flash_forward(const Geometry& g, DType dtype, const void* q, const void* k,
                    int device) {
   check_dims(g, "sdpa");
   if (g.B * g.Hq * g.Lq == 0) return;
+  if (g.Lq == 1 && g.dropout == 0) return flash_decode(g, dtype, q, k, v, x, o, lse, device);
   with_storage(dtype, "sdpa", [&]<class S>(S) {
     const size_t smem = forward_smem(g.D, g.Dv);
     allow_smem(flash_forward_k<S>, smem, "sdpa");

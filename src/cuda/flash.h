@@ -20,6 +20,10 @@ struct FlashExtras {
 // o and lse (f32, contiguous (B, Hq, Lq)); q, k, v, o of `dtype` (f32 or bf16) laid out by g.
 void flash_forward(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, FlashExtras x, void* o,
                    float* lse, int device);
+// The forward of one query row (a decode step) split over the keys: blocks of keys in parallel,
+// their partial softmax sums combined by a second kernel (flash_forward calls it for Lq = 1).
+void flash_decode(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, FlashExtras x, void* o,
+                  float* lse, int device);
 // dq_acc: f32 (B, Hq, Lq, D) contiguous, zeroed; delta: f32 (B, Hq, Lq) scratch; dk, dv laid out
 // by g.ldk, g.ldv. lse and dlse f32 contiguous.
 void flash_backward(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, const void* o,
