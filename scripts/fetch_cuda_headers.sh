@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fetches the headers the CUDA backend builds against that the toolkit lacks, from NVIDIA's wheels
 # on PyPI, into third_party/ (ignored by git): cudnn-frontend (cuDNN's graph API for C++, header
-# only). The libraries themselves are loaded at run time. Idempotent; nothing to do without nvcc.
+# only) and cuSPARSELt's header. The libraries themselves are loaded at run time (docs/cuda.md).
+# Idempotent; nothing to do without nvcc.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest=$root/third_party
-frontend_version=1.32.0
 
 nvcc=$(command -v nvcc || true)
 [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
@@ -13,32 +13,42 @@ if [ -z "$nvcc" ]; then
   echo "fetch_cuda_headers: no nvcc, nothing to fetch"
   exit 0
 fi
-stamp=$dest/cudnn-frontend/VERSION
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$frontend_version" ]; then
-  echo "fetch_cuda_headers: cudnn-frontend $frontend_version present"
-  exit 0
-fi
 
-if ! python3 -m pip --version >/dev/null 2>&1; then
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# Any of the wheel's builds carries the same headers: ask for one by platform, not by this Python.
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
-  -d "$tmp" "nvidia-cudnn-frontend==$frontend_version"
-rm -rf "$dest/cudnn-frontend"
-mkdir -p "$dest/cudnn-frontend"
-python3 - "$tmp"/*.whl "$dest/cudnn-frontend" <<'EOF'
-import sys, zipfile
-wheel, out = sys.argv[1], sys.argv[2]
+# fetch NAME WHEEL VERSION PLATFORM PREFIX: the wheel's files under PREFIX, into third_party/NAME.
+# Any build of a wheel carries the same headers: it is asked for by platform, not by this Python.
+fetch() {
+  local name=$1 wheel=$2 version=$3 platform=$4 prefix=$5 out=$dest/$1
+  if [ -f "$out/VERSION" ] && [ "$(cat "$out/VERSION")" = "$version" ]; then
+    echo "fetch_cuda_headers: $name $version present"
+    return
+  fi
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform "$platform" -d "$tmp" "$wheel==$version"
+  rm -rf "$out" && mkdir -p "$out/include"
+  python3 - "$tmp"/*.whl "$prefix" "$out/include" <<'EOF'
+import os, sys, zipfile
+wheel, prefix, out = sys.argv[1:4]
 with zipfile.ZipFile(wheel) as z:
-    members = [m for m in z.namelist() if m.startswith("include/")]
+    members = [m for m in z.namelist() if m.startswith(prefix) and not m.endswith("/")]
     if not members:
-        sys.exit(f"fetch_cuda_headers: {wheel} has no include/ folder")
-    z.extractall(out, members)
+        sys.exit(f"fetch_cuda_headers: {wheel} has nothing under {prefix}")
+    for m in members:
+        target = os.path.join(out, m[len(prefix):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with z.open(m) as src, open(target, "wb") as dst:
+            dst.write(src.read())
 EOF
-echo "$frontend_version" > "$stamp"
-echo "fetch_cuda_headers: cudnn-frontend $frontend_version in $dest/cudnn-frontend/include"
+  rm -rf "$tmp"
+  echo "$version" > "$out/VERSION"
+  echo "fetch_cuda_headers: $name $version in $out/include"
+}
+
+fetch cudnn-frontend nvidia-cudnn-frontend 1.32.0 manylinux_2_28_x86_64 include/
+# 0.8.1: the cuSPARSELt the lent H200's PyTorch carries (its handles' layout must match the library's).
+fetch cusparselt nvidia-cusparselt-cu13 0.8.1 manylinux2014_x86_64 nvidia/cusparselt/include/

@@ -177,6 +177,7 @@ extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach
     cuda::register_shape_kernels();
     cuda::register_position_kernels();
     cuda::register_attention_kernels();
+    cuda::register_sparse24_kernels();
     cuda::attach_hooks(hooks);
     return nullptr;
   } catch (const std::exception& e) {

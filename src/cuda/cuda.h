@@ -65,5 +65,7 @@ void register_index_kernels();           // index.cu
 void register_shape_kernels();           // shape.cpp
 void register_position_kernels();        // positions.cu
 void register_attention_kernels();       // attention.cpp
+void register_sparse24_kernels();        // sparse24.cu
+void register_sparse24_linear_kernel();  // sparse24_linear.cpp
 
 }  // namespace sinter::cuda

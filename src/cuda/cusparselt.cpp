@@ -1,0 +1,188 @@
+// cuSPARSELt behind cusparselt.h: the library opened once by dlopen, its entry points resolved by
+// name (libsinter_cuda links no cuSPARSELt), a handle per device bound to the device's stream.
+// y (M, N) = x (M, K) w^T runs as cuSPARSELt's A B with A = w (N x K, row-major, the structured
+// operand, 2:4 along K), B = x^T (K x M, column-major: x's own memory) and D = y^T (N x M,
+// column-major: y's memory), so no operand is transposed or copied.
+#include "cuda/cusparselt.h"
+
+#include <cusparseLt.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda/cuda.h"
+
+namespace sinter::cuda {
+namespace {
+
+#define SINTER_CUSPARSELT_FUNCTIONS(X)                                                                                             \
+  X(cusparseLtInit) X(cusparseLtGetProperty) X(cusparseLtGetErrorString) X(cusparseLtDenseDescriptorInit)                          \
+  X(cusparseLtStructuredDescriptorInit) X(cusparseLtMatDescriptorDestroy) X(cusparseLtMatmulDescriptorInit)                         \
+  X(cusparseLtMatmulAlgSelectionInit) X(cusparseLtMatmulAlgSelectionDestroy) X(cusparseLtMatmulPlanInit)                            \
+  X(cusparseLtMatmulPlanDestroy) X(cusparseLtMatmulGetWorkspace) X(cusparseLtMatmul) X(cusparseLtMatmulSearch)                      \
+  X(cusparseLtSpMMACompressedSize2) X(cusparseLtSpMMACompress2)
+
+struct Api {
+#define SINTER_DECLARE(f) decltype(&::f) f = nullptr;
+  SINTER_CUSPARSELT_FUNCTIONS(SINTER_DECLARE)
+#undef SINTER_DECLARE
+  std::string error;  // why the library cannot be used ("" when it can)
+};
+
+// Opens the first library that loads; its version must be the header's (the handles' layout).
+Api load() {
+  Api a;
+  std::vector<std::string> names;
+  if (const char* env = std::getenv("SINTER_CUSPARSELT_LIBRARY"); env && *env) names.push_back(env);
+  names.insert(names.end(), {"libcusparseLt.so.0", "/usr/local/cuda/lib64/libcusparseLt.so.0"});
+  std::string tried;
+  for (const std::string& n : names) {
+    void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = dlerror();
+      tried += (tried.empty() ? "" : "; ") + n + ": " + (e ? e : "not found");
+      continue;
+    }
+#define SINTER_RESOLVE(f)                                                                  \
+  if (!(a.f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f)))) {                          \
+    a.error = n + " lacks " #f;                                                            \
+    return a;                                                                              \
+  }
+    SINTER_CUSPARSELT_FUNCTIONS(SINTER_RESOLVE)
+#undef SINTER_RESOLVE
+    int major = -1, minor = -1;
+    a.cusparseLtGetProperty(MAJOR_VERSION, &major), a.cusparseLtGetProperty(MINOR_VERSION, &minor);
+    if (major != CUSPARSELT_VER_MAJOR || minor != CUSPARSELT_VER_MINOR)
+      a.error = n + " is cuSPARSELt " + std::to_string(major) + "." + std::to_string(minor) + "; this build's header is " +
+                std::to_string(CUSPARSELT_VER_MAJOR) + "." + std::to_string(CUSPARSELT_VER_MINOR);
+    return a;
+  }
+  a.error = "cuSPARSELt not found (tried " + tried + "; SINTER_CUSPARSELT_LIBRARY names the file)";
+  return a;
+}
+
+const Api& api() {
+  static const Api a = load();
+  return a;
+}
+
+void check(cusparseStatus_t s, const char* what) {
+  SINTER_CHECK(s == CUSPARSE_STATUS_SUCCESS, "[sparse24_linear] cuSPARSELt ", what, " failed: ", api().cusparseLtGetErrorString(s));
+}
+
+std::mutex g_mutex;  // the handles, and each weight's plans
+
+const cusparseLtHandle_t* handle(int device) {
+  static std::map<int, std::unique_ptr<cusparseLtHandle_t>> handles;
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second.get();
+  (void)stream(device);  // makes the device current
+  auto h = std::make_unique<cusparseLtHandle_t>();
+  check(api().cusparseLtInit(h.get()), "cusparseLtInit");
+  return handles.emplace(device, std::move(h)).first->second.get();
+}
+
+struct Plan {
+  cusparseLtMatDescriptor_t b{}, c{};
+  cusparseLtMatmulDescriptor_t mm{};
+  cusparseLtMatmulAlgSelection_t alg{};
+  cusparseLtMatmulPlan_t plan{};
+  size_t workspace = 0;
+  bool searched = false;
+  ~Plan() {
+    const Api& a = api();
+    a.cusparseLtMatmulPlanDestroy(&plan), a.cusparseLtMatmulAlgSelectionDestroy(&alg);
+    a.cusparseLtMatDescriptorDestroy(&b), a.cusparseLtMatDescriptorDestroy(&c);
+  }
+};
+
+}  // namespace
+
+struct SparseGemm {
+  int device = 0;
+  int64_t N = 0, K = 0;
+  cusparseLtMatDescriptor_t a{};
+  Tensor compressed;
+  std::map<int64_t, std::unique_ptr<Plan>> plans;  // by M
+  ~SparseGemm() { api().cusparseLtMatDescriptorDestroy(&a); }
+};
+
+namespace {
+
+constexpr uint32_t kAlign = 16;
+
+Plan& plan_for(SparseGemm& w, int64_t M) {
+  auto it = w.plans.find(M);
+  if (it != w.plans.end()) return *it->second;
+  const Api& a = api();
+  const cusparseLtHandle_t* h = handle(w.device);
+  auto p = std::make_unique<Plan>();
+  check(a.cusparseLtDenseDescriptorInit(h, &p->b, w.K, M, w.K, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_COL), "dense descriptor (x)");
+  check(a.cusparseLtDenseDescriptorInit(h, &p->c, w.N, M, w.N, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_COL), "dense descriptor (y)");
+  check(a.cusparseLtMatmulDescriptorInit(h, &p->mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &w.a, &p->b,
+                                         &p->c, &p->c, CUSPARSE_COMPUTE_32F),
+        "matmul descriptor");
+  check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
+  check(a.cusparseLtMatmulPlanInit(h, &p->plan, &p->mm, &p->alg), "plan");
+  check(a.cusparseLtMatmulGetWorkspace(h, &p->plan, &p->workspace), "workspace size");
+  return *w.plans.emplace(M, std::move(p)).first->second;
+}
+
+}  // namespace
+
+std::string cusparselt_why_not() { return api().error; }
+
+std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w) {
+  SINTER_CHECK(api().error.empty(), "[sparse24_linear] ", api().error);
+  SINTER_CHECK_DTYPE(w.dtype() == DType::bf16 && w.dim() == 2 && w.is_contiguous(), "[sparse24_linear] cuSPARSELt compresses a ",
+                     "contiguous (N, K) bf16 weight, got ", w.dtype(), w.shape());
+  std::lock_guard lock(g_mutex);
+  const Api& a = api();
+  auto g = std::make_shared<SparseGemm>();
+  g->device = w.device().index, g->N = w.size(0), g->K = w.size(1);
+  const cusparseLtHandle_t* h = handle(g->device);
+  check(a.cusparseLtStructuredDescriptorInit(h, &g->a, g->N, g->K, g->K, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_ROW,
+                                             CUSPARSELT_SPARSITY_50_PERCENT),
+        "structured descriptor (the weight)");
+  size_t bytes = 0, scratch = 0;
+  check(a.cusparseLtSpMMACompressedSize2(h, &g->a, &bytes, &scratch), "compressed size");
+  g->compressed = Tensor::empty({int64_t(bytes)}, DType::u8, w.device());
+  const Tensor buffer = Tensor::empty({int64_t(scratch) + 1}, DType::u8, w.device());  // freed in stream order
+  check(a.cusparseLtSpMMACompress2(h, &g->a, 1, CUSPARSE_OPERATION_NON_TRANSPOSE, w.data_ptr(), g->compressed.data_ptr(),
+                                   buffer.data_ptr(), stream(g->device)),
+        "compress");
+  return g;
+}
+
+void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y) {
+  const int64_t M = x.size(0);
+  SINTER_CHECK_SHAPE(x.dim() == 2 && x.size(1) == w.K && y.dim() == 2 && y.size(0) == M && y.size(1) == w.N && x.is_contiguous() &&
+                         y.is_contiguous() && x.dtype() == DType::bf16 && y.dtype() == DType::bf16,
+                     "[sparse24_linear] cuSPARSELt takes contiguous bf16 x (M, ", w.K, ") and y (M, ", w.N, "), got x", x.shape(), " y",
+                     y.shape());
+  std::lock_guard lock(g_mutex);
+  const Api& a = api();
+  const cusparseLtHandle_t* h = handle(w.device);
+  Plan& p = plan_for(w, M);
+  cudaStream_t s = stream(w.device);
+  const float alpha = 1.0f, beta = 0.0f;
+  Tensor ws = Tensor::empty({int64_t(p.workspace) + 1}, DType::u8, x.device());
+  if (!p.searched) {  // once per M: cuSPARSELt times its algorithms and keeps the fastest in the plan
+    check(a.cusparseLtMatmulSearch(h, &p.plan, &alpha, w.compressed.data_ptr(), x.data_ptr(), &beta, y.data_ptr(), y.data_ptr(),
+                                   ws.data_ptr(), &s, 1),
+          "algorithm search");
+    check(a.cusparseLtMatmulGetWorkspace(h, &p.plan, &p.workspace), "workspace size");
+    p.searched = true;
+    ws = Tensor::empty({int64_t(p.workspace) + 1}, DType::u8, x.device());
+  }
+  check(a.cusparseLtMatmul(h, &p.plan, &alpha, w.compressed.data_ptr(), x.data_ptr(), &beta, y.data_ptr(), y.data_ptr(), ws.data_ptr(),
+                           &s, 1),
+        "matmul");
+}
+
+int64_t cusparselt_bytes(const SparseGemm& w) { return w.compressed.numel(); }
+
+}  // namespace sinter::cuda

@@ -1,0 +1,23 @@
+#pragma once
+// 2:4 sparse GEMMs on Hopper's sparse tensor cores through cuSPARSELt (cusparselt.cpp), loaded at
+// run time: the header from NVIDIA's wheel at build time (scripts/fetch_cuda_headers.sh), the
+// library from $SINTER_CUSPARSELT_LIBRARY or the loader's path when first used. A weight is
+// compressed once; each M gets its plan and algorithm search once, kept with the weight.
+#include <memory>
+#include <string>
+
+#include "sinter/tensor.h"
+
+namespace sinter::cuda {
+
+struct SparseGemm;  // a compressed (N, K) bf16 weight and its plans
+
+// Why cuSPARSELt cannot run here ("" when it can): not built, library missing or of another version.
+std::string cusparselt_why_not();
+// w (N, K) bf16 on the device, 2:4 along K (two nonzeros in each four), compressed on the device.
+std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w);
+// y (M, N) = x (M, K) w^T, all bf16 contiguous on w's device.
+void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y);
+int64_t cusparselt_bytes(const SparseGemm& w);  // the compressed weight's device bytes
+
+}  // namespace sinter::cuda

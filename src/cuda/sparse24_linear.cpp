@@ -1,0 +1,133 @@
+// The sparse24_linear op's CUDA kernel: y = act(x W^T + b) for a 2:4 weight (values, meta,
+// scales). Each weight keeps on the device a dense copy in x's dtype (sparse24_to_dense, made once,
+// remade when values, meta or scales change) and, for bf16 x, its cuSPARSELt compressed form
+// (cusparselt.h): int8 and f32 values become bf16 there, their scales applied. The first call at
+// each M times both GEMMs (cuBLASLt on the dense copy; cuSPARSELt after its algorithm search) and
+// keeps the faster for that M, so a 2:4 layer is never slower than its dense GEMM.
+// SINTER_SPARSE24_CUDA=dense|sparse overrides the choice (tests, benchmarks). f32 x runs the dense
+// copy (cuSPARSELt's f32 is TF32); bias and activation run after the GEMM, as the CPU's do.
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "cuda/cuda.h"
+#include "cuda/cusparselt.h"
+#include "cuda/gemm.h"
+#include "sinter/op.h"
+#include "sinter/ops.h"
+
+namespace sinter::cuda {
+namespace {
+
+struct Source {
+  std::weak_ptr<Storage> storage;
+  const void* data = nullptr;
+  uint64_t version = 0;
+  bool same(const Tensor& t) const {
+    return data == t.data_ptr() && version == t.version() && !storage.owner_before(t.storage()) && !t.storage().owner_before(storage);
+  }
+};
+
+struct Weight {
+  Source from[3];
+  Tensor dense;                         // (N, K) in x's dtype
+  std::shared_ptr<SparseGemm> sparse;   // bf16 only; null where cuSPARSELt cannot run
+  std::map<int64_t, bool> use_sparse;   // by M: the timed choice
+};
+
+std::mutex g_mutex;
+std::map<std::pair<const Storage*, DType>, Weight>& weights() {
+  static auto* w = new std::map<std::pair<const Storage*, DType>, Weight>;  // never destroyed: weights freed at exit find it
+  return *w;
+}
+
+Weight& weight_for(const Tensor& values, const Tensor& meta, const Tensor& scales, DType dtype) {
+  auto& all = weights();
+  for (auto it = all.begin(); it != all.end();)  // copies whose weights are gone
+    it = it->second.from[0].storage.expired() ? all.erase(it) : std::next(it);
+  Weight& w = all[{values.storage().get(), dtype}];
+  const Tensor* parts[3] = {&values, &meta, &scales};
+  bool same = w.dense.defined();
+  for (int i = 0; i < 3 && same; ++i) same = w.from[i].same(*parts[i]);
+  if (same) return w;
+  static const OpDef& to_dense = get_op("sparse24_to_dense");
+  w = Weight{};
+  w.dense = call1(to_dense, {values, meta, scales});
+  if (w.dense.dtype() != dtype) w.dense = cast(w.dense, dtype);
+  if (dtype == DType::bf16 && cusparselt_why_not().empty()) w.sparse = cusparselt_compress(w.dense);
+  for (int i = 0; i < 3; ++i) w.from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
+  return w;
+}
+
+void dense_gemm(const Weight& w, const Tensor& x, const Tensor& y, const Tensor& bias) {
+  gemm("sparse24_linear", x.unsqueeze(0), w.dense.t().unsqueeze(0), y.unsqueeze(0), bias);
+}
+
+// Milliseconds of three runs of f on the device's stream (one host wait).
+template <class F> float time_three(int device, F&& f) {
+  cudaEvent_t start, stop;
+  SINTER_CUDA_CHECK(cudaEventCreate(&start));
+  SINTER_CUDA_CHECK(cudaEventCreate(&stop));
+  SINTER_CUDA_CHECK(cudaEventRecord(start, stream(device)));
+  for (int i = 0; i < 3; ++i) f();
+  SINTER_CUDA_CHECK(cudaEventRecord(stop, stream(device)));
+  wait(device);
+  float ms = 0;
+  SINTER_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  return ms;
+}
+
+bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y) {
+  if (!w.sparse) return false;
+  const char* env = std::getenv("SINTER_SPARSE24_CUDA");
+  const std::string force = env ? env : "";
+  if (force == "dense") return false;
+  if (force == "sparse") return true;
+  const int64_t M = x.size(0);
+  auto it = w.use_sparse.find(M);
+  if (it != w.use_sparse.end()) return it->second;
+  const int device = x.device().index;
+  cusparselt_matmul(*w.sparse, x, y);  // the plan and cuSPARSELt's algorithm search, once per M
+  dense_gemm(w, x, y, {});
+  const float sparse_ms = time_three(device, [&] { cusparselt_matmul(*w.sparse, x, y); });
+  const float dense_ms = time_three(device, [&] { dense_gemm(w, x, y, {}); });
+  return w.use_sparse[M] = sparse_ms < dense_ms;
+}
+
+Tensor activate(const Tensor& y, const std::string& act) {
+  if (act == "relu") return relu(y);
+  if (act == "silu") return silu(y);
+  if (act == "gelu") return gelu(y);
+  return y;
+}
+
+void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  SINTER_CHECK(!a.b_or("packed_only", false), "[sparse24_linear] a weight held only prepacked is in the CPU's layout: unpack() it "
+                                              "before moving it to ", in[0].device());
+  const Tensor bias = a.b("bias") ? in[4] : Tensor();
+  const int64_t N = in[1].size(0), K = in[1].size(1) * 2, M = in[0].numel() / std::max<int64_t>(K, 1);
+  const DType dt = in[0].dtype();
+  const Tensor x = in[0].contiguous().reshape({M, K});
+  const Tensor y = out[0].reshape({M, N});
+  {
+    std::lock_guard lock(g_mutex);
+    Weight& w = weight_for(in[1], in[2], in[3], dt);
+    if (dt == DType::f64) {
+      copy_convert("sparse24_linear", bias.defined() ? matmul(x, w.dense.t()) + bias : matmul(x, w.dense.t()), y);
+    } else if (choose_sparse(w, x, y)) {
+      cusparselt_matmul(*w.sparse, x, y);
+      if (bias.defined()) add_into("sparse24_linear", y, bias);
+    } else {
+      dense_gemm(w, x, y, bias);  // the bias in cuBLASLt's epilogue
+    }
+  }
+  const std::string& act = a.str("activation");
+  if (act != "none") copy_convert("sparse24_linear", activate(y, act), y);
+}
+
+}  // namespace
+
+void register_sparse24_linear_kernel() { register_kernel("sparse24_linear", DeviceType::cuda, sparse24_linear_kernel); }
+
+}  // namespace sinter::cuda
