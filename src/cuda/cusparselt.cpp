@@ -92,10 +92,13 @@ struct Plan {
   cusparseLtMatmulPlan_t plan{};
   size_t workspace = 0;
   bool searched = false;
+  int made = 0;  // how many of b, c, alg, plan were made (a failed plan destroys only those)
   ~Plan() {
     const Api& a = api();
-    a.cusparseLtMatmulPlanDestroy(&plan), a.cusparseLtMatmulAlgSelectionDestroy(&alg);
-    a.cusparseLtMatDescriptorDestroy(&b), a.cusparseLtMatDescriptorDestroy(&c);
+    if (made >= 4) a.cusparseLtMatmulPlanDestroy(&plan);
+    if (made >= 3) a.cusparseLtMatmulAlgSelectionDestroy(&alg);
+    if (made >= 2) a.cusparseLtMatDescriptorDestroy(&c);
+    if (made >= 1) a.cusparseLtMatDescriptorDestroy(&b);
   }
 };
 
@@ -107,7 +110,11 @@ struct SparseGemm {
   cusparseLtMatDescriptor_t a{};
   Tensor compressed;
   std::map<int64_t, std::unique_ptr<Plan>> plans;  // by M
-  ~SparseGemm() { api().cusparseLtMatDescriptorDestroy(&a); }
+  bool made = false;                                 // whether `a` was made
+  ~SparseGemm() {
+    plans.clear();
+    if (made) api().cusparseLtMatDescriptorDestroy(&a);
+  }
 };
 
 namespace {
@@ -121,12 +128,16 @@ Plan& plan_for(SparseGemm& w, int64_t M) {
   const cusparseLtHandle_t* h = handle(w.device);
   auto p = std::make_unique<Plan>();
   check(a.cusparseLtDenseDescriptorInit(h, &p->b, w.K, M, w.K, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_COL), "dense descriptor (x)");
+  p->made = 1;
   check(a.cusparseLtDenseDescriptorInit(h, &p->c, w.N, M, w.N, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_COL), "dense descriptor (y)");
+  p->made = 2;
   check(a.cusparseLtMatmulDescriptorInit(h, &p->mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &w.a, &p->b,
                                          &p->c, &p->c, CUSPARSE_COMPUTE_32F),
         "matmul descriptor");
   check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
+  p->made = 3;
   check(a.cusparseLtMatmulPlanInit(h, &p->plan, &p->mm, &p->alg), "plan");
+  p->made = 4;
   check(a.cusparseLtMatmulGetWorkspace(h, &p->plan, &p->workspace), "workspace size");
   return *w.plans.emplace(M, std::move(p)).first->second;
 }
@@ -147,6 +158,7 @@ std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w) {
   check(a.cusparseLtStructuredDescriptorInit(h, &g->a, g->N, g->K, g->K, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_ROW,
                                              CUSPARSELT_SPARSITY_50_PERCENT),
         "structured descriptor (the weight)");
+  g->made = true;
   size_t bytes = 0, scratch = 0;
   check(a.cusparseLtSpMMACompressedSize2(h, &g->a, &bytes, &scratch), "compressed size");
   g->compressed = Tensor::empty({int64_t(bytes)}, DType::u8, w.device());

@@ -7,6 +7,7 @@
 // SINTER_SPARSE24_CUDA=dense|sparse overrides the choice (tests, benchmarks). f32 x runs the dense
 // copy (cuSPARSELt's f32 is TF32); bias and activation run after the GEMM, as the CPU's do.
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 
@@ -32,7 +33,8 @@ struct Weight {
   Source from[3];
   Tensor dense;                         // (N, K) in x's dtype
   std::shared_ptr<SparseGemm> sparse;   // bf16 only; null where cuSPARSELt cannot run
-  std::map<int64_t, bool> use_sparse;   // by M: the timed choice
+  std::map<int64_t, bool> use_sparse;   // by M: the timed choice (false also where cuSPARSELt refused M)
+  std::set<int64_t> planned;            // the Ms cuSPARSELt has a plan for
 };
 
 std::mutex g_mutex;
@@ -54,7 +56,13 @@ Weight& weight_for(const Tensor& values, const Tensor& meta, const Tensor& scale
   w = Weight{};
   w.dense = call1(to_dense, {values, meta, scales});
   if (w.dense.dtype() != dtype) w.dense = cast(w.dense, dtype);
-  if (dtype == DType::bf16 && cusparselt_why_not().empty()) w.sparse = cusparselt_compress(w.dense);
+  if (dtype == DType::bf16 && cusparselt_why_not().empty()) {
+    try {
+      w.sparse = cusparselt_compress(w.dense);
+    } catch (const Error&) {  // a shape cuSPARSELt does not take (its dims' multiples): the dense copy serves
+      w.sparse.reset();
+    }
+  }
   for (int i = 0; i < 3; ++i) w.from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
   return w;
 }
@@ -83,12 +91,19 @@ bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y) {
   const char* env = std::getenv("SINTER_SPARSE24_CUDA");
   const std::string force = env ? env : "";
   if (force == "dense") return false;
-  if (force == "sparse") return true;
   const int64_t M = x.size(0);
   auto it = w.use_sparse.find(M);
-  if (it != w.use_sparse.end()) return it->second;
+  if (it != w.use_sparse.end() && (!it->second || force.empty())) return it->second;  // false: cuSPARSELt refused this M
+  if (!w.planned.count(M)) {
+    try {
+      cusparselt_matmul(*w.sparse, x, y);  // the plan and cuSPARSELt's algorithm search, once per M
+    } catch (const Error&) {
+      return w.use_sparse[M] = false;
+    }
+    w.planned.insert(M);
+  }
+  if (force == "sparse") return true;
   const int device = x.device().index;
-  cusparselt_matmul(*w.sparse, x, y);  // the plan and cuSPARSELt's algorithm search, once per M
   dense_gemm(w, x, y, {});
   const float sparse_ms = time_three(device, [&] { cusparselt_matmul(*w.sparse, x, y); });
   const float dense_ms = time_three(device, [&] { dense_gemm(w, x, y, {}); });
