@@ -1,10 +1,13 @@
 // The CUDA backend against PyTorch on the same GPU (bench/torch_peer.py, suite "cuda"): bf16 GEMMs
 // (both sides call cuBLAS: the rows measure overhead), elementwise add and GELU on 1 GiB held to a
 // device-to-device copy of the same traffic, causal bf16 attention and a decode step against
-// PyTorch's SDPA backends, a gpt2-124m bf16 training step (B=16, T=1024) and greedy generation of
+// PyTorch's SDPA backends, bf16 2:4 layers against dense ones and PyTorch's 2:4, a gpt2-124m bf16 training step (B=16, T=1024) and greedy generation of
 // 256 tokens at batch 1. Every timing ends with the device's queue drained.
 #include <sinter/cuda.h>
 #include <sinter/sinter.h>
+#include <sinter/sparse.h>
+
+#include <cstdlib>
 #include <sinter/train.h>
 
 #include "harness.h"
@@ -97,6 +100,34 @@ void attention_rows(const Options& o, Report& r) {
   r.add("cuda sdpa decode bf16 Lq=1 cache=8192 GQA 32:8 D=128", ours, "device copy of the same traffic", copy, note);
 }
 
+// bf16 2:4 linear layers against dense cuBLASLt on the same pruned weight (both Sinter's), with
+// PyTorch's to_sparse_semi_structured as the peer of each row (bench/torch_peer.py). Ours is the
+// layer as a user calls it (the timed choice per M); the note has cuSPARSELt alone.
+void sparse_rows(const Options& o, Report& r) {
+  NoGradGuard no_grad;
+  const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{1, 4096} : std::vector<int64_t>{1, 16, 128, 1024, 4096, 16384};
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 11008}, {8192, 28672}}) {
+    manual_seed(1);
+    const SemiStructuredSparse host = to_sparse_semi_structured(prune_2_4(randn({N, K}) * 0.02), DType::bf16);
+    const SemiStructuredSparse w{host.values.to(kGpu), host.meta.to(kGpu), host.scales.to(kGpu)};
+    const Tensor dense = w.to_dense();
+    for (int64_t M : ms) {
+      const Tensor x = randn({M, K}, DType::f32, kGpu).to(DType::bf16);
+      const int n = M >= 4096 ? 3 : 20;
+      (void)linear(x, w);  // the first call at this M makes the choice
+      const Timing ours = gpu_time([&] { (void)linear(x, w); }, n, 5);
+      const Timing dense_t = gpu_time([&] { (void)linear(x, dense); }, n, 5);
+      setenv("SINTER_SPARSE24_CUDA", "sparse", 1);
+      const Timing alone = gpu_time([&] { (void)linear(x, w); }, n, 5);
+      unsetenv("SINTER_SPARSE24_CUDA");
+      char note[128];
+      std::snprintf(note, sizeof note, "cuSPARSELt alone %.3f ms (%.2fx dense)", alone.best_ms, dense_t.best_ms / alone.best_ms);
+      r.add("cuda 2:4 linear bf16 M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N), ours,
+            "dense cuBLASLt, same pruned weight", dense_t, note);
+    }
+  }
+}
+
 // gpt2-124m, bf16 autocast (f32 master weights, AdamW), B=16 x T=1024, attention on its math path.
 void train_rows(const Options& o, Report& r) {
   const int64_t B = 16, T = 1024;
@@ -121,22 +152,40 @@ void train_rows(const Options& o, Report& r) {
   r.ours_only("cuda train bf16 gpt2-124m B=16 T=1024 step", t, note);
 }
 
-void generate_rows(Report& r) {
+// Greedy generation of 256 tokens at batch 1 (per-token time) of a bf16 model on the GPU.
+Timing generate_time(const nn::ModelConfig& cfg, bool sparse) {
   NoGradGuard no_grad;
   manual_seed(0);
-  nn::GPT model(nn::ModelConfig::preset("gpt2-124m"));
+  nn::GPT model(cfg);
   model.init_weights(0);
   model.eval();
+  if (sparse) model.sparsify(DType::bf16);  // as `sinter sparsify --values bf16` leaves it
   model.to(DType::bf16);
   model.to(kGpu);
-  const Tensor prompt = randint(0, 50257, {16});
+  const Tensor prompt = randint(0, cfg.vocab_size, {16});
   const train::Sampling greedy{.temperature = 0};
   const int64_t n_new = 256;
   const Timing t = time_it([&] { (void)train::generate(model, prompt, n_new, greedy, true); }, 1, 3, 0);
-  const Timing per_token{t.best_ms / n_new, t.median_ms / n_new};
+  return {t.best_ms / n_new, t.median_ms / n_new};
+}
+
+// gpt2-124m against PyTorch eager; it and a 24-layer, 1024-wide model (GPT-2 medium's shape)
+// sparsified to 2:4 against their dense selves.
+void generate_rows(Report& r) {
+  const nn::ModelConfig small = nn::ModelConfig::preset("gpt2-124m");
+  nn::ModelConfig medium = small;
+  medium.hidden_size = 1024, medium.num_hidden_layers = 24, medium.num_attention_heads = 16, medium.num_key_value_heads = 16;
+  medium.intermediate_size = 4096;
+  const Timing dense_small = generate_time(small, false);
   char note[64];
-  std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / per_token.best_ms);
-  r.ours_only("cuda generate bf16 gpt2-124m batch=1 256 tokens (per token)", per_token, note);
+  std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / dense_small.best_ms);
+  r.ours_only("cuda generate bf16 gpt2-124m batch=1 256 tokens (per token)", dense_small, note);
+  const Timing sparse_small = generate_time(small, true);
+  std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / sparse_small.best_ms);
+  r.add("cuda generate bf16 gpt2-124m 2:4 (per token)", sparse_small, "the dense model (Sinter)", dense_small, note);
+  const Timing dense_medium = generate_time(medium, false), sparse_medium = generate_time(medium, true);
+  std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / sparse_medium.best_ms);
+  r.add("cuda generate bf16 24x1024 2:4 (per token)", sparse_medium, "the dense model (Sinter)", dense_medium, note);
 }
 
 }  // namespace
@@ -145,13 +194,14 @@ void suite_cuda(const Options& o, Report& r) {
   cuda::require_device(0);  // "no CUDA device: <reason>" (the command line exits 1)
   r.line("GPU: " + cuda::device_name(0));
   manual_seed(0);
-  r.expect(o.quick ? 4 + 2 + 2 + 1 + 1 + 1 : 10 + 2 + 6 + 1 + 1 + 1);
+  r.expect(o.quick ? 4 + 2 + 2 + 1 + 6 + 1 + 3 : 10 + 2 + 6 + 1 + 18 + 1 + 3);
   {
     NoGradGuard no_grad;
     gemm_rows(o, r);
     elementwise_rows(r);
   }
   attention_rows(o, r);
+  sparse_rows(o, r);
   train_rows(o, r);
   generate_rows(r);
   const cuda::MemoryStats m = cuda::memory_stats();

@@ -441,6 +441,33 @@ def attention_cuda(a, rows, dev):
     torch.cuda.empty_cache()
 
 
+def sparse_cuda(a, rows, dev):
+    """bf16 2:4 linear layers through PyTorch's to_sparse_semi_structured (cuSPARSELt; its CUTLASS
+    path refuses sm90), as the peer of Sinter's 2:4 rows."""
+    from torch.sparse import SparseSemiStructuredTensor, to_sparse_semi_structured
+    SparseSemiStructuredTensor._FORCE_CUTLASS = False
+    peer = f"PyTorch {torch.__version__}, to_sparse_semi_structured"
+    ms = [1, 4096] if a.quick else [1, 16, 128, 1024, 4096, 16384]
+    with torch.no_grad():
+        for K, N in [(4096, 4096), (4096, 11008), (8192, 28672)]:
+            w = torch.randn(N, K, device=dev).bfloat16() * 0.02
+            keep = w.abs().view(N, K // 4, 4).topk(2, dim=-1).indices
+            mask = torch.zeros(N, K // 4, 4, device=dev, dtype=torch.bool).scatter_(-1, keep, True).view(N, K)
+            try:
+                ws = to_sparse_semi_structured(w * mask)
+            except (RuntimeError, ValueError):
+                continue
+            for M in ms:
+                x = torch.randn(M, K, device=dev).bfloat16()
+                try:
+                    best, med = gpu_time(lambda: F.linear(x, ws), 3 if M >= 4096 else 20, 5)
+                except (RuntimeError, ValueError):
+                    continue
+                rows.append(dict(case=f"cuda 2:4 linear bf16 M={M} K={K} N={N}", best_ms=best, median_ms=med, peer=peer))
+            del w, ws
+    torch.cuda.empty_cache()
+
+
 def suite_cuda(a, rows):
     """`sinter bench cuda` on the same GPU: bf16 GEMMs, 1 GiB elementwise, the gpt2-124m training step
     (math attention as Sinter's; also PyTorch's best attention and torch.compile as their own peers),
@@ -463,6 +490,7 @@ def suite_cuda(a, rows):
             rows.append(dict(case=name, best_ms=best, median_ms=med))
         del x, y
     attention_cuda(a, rows, dev)
+    sparse_cuda(a, rows, dev)
     B, T, V = 16, 1024, GPT2_124M["vocab"]
     model = GPT(GPT2_124M).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)

@@ -22,18 +22,18 @@ step probe
 } > "$OUT/probe.txt" 2>&1
 cat "$OUT/probe.txt"
 
-# Sinter loads cuDNN at run time: the device's PyTorch wheels carry it (and the CUDA runtime that
-# cudnn-frontend may open beside it).
+# Sinter loads cuDNN and cuSPARSELt at run time: the device's PyTorch wheels carry them (and the
+# CUDA runtime that cudnn-frontend may open beside them).
 nv_dirs=$(python3 - <<'EOF' 2>/dev/null
 import glob, os, nvidia
-found = {os.path.dirname(p) for r in nvidia.__path__ for pat in ("libcudnn.so.9", "libcudart.so.13")
+found = {os.path.dirname(p) for r in nvidia.__path__ for pat in ("libcudnn.so.9", "libcusparseLt.so.0", "libcudart.so.13")
          for p in glob.glob(os.path.join(r, "**", pat), recursive=True)}
 print(":".join(sorted(found)))
 EOF
 )
 if [ -n "$nv_dirs" ]; then
   export SINTER_NV_DIRS=$nv_dirs
-  echo "cuDNN and the CUDA runtime from PyTorch's wheels: $nv_dirs" | tee -a "$OUT/probe.txt"
+  echo "cuDNN, cuSPARSELt and the CUDA runtime from PyTorch's wheels: $nv_dirs" | tee -a "$OUT/probe.txt"
 fi
 with_nv() { if [ -n "${SINTER_NV_DIRS:-}" ]; then export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$SINTER_NV_DIRS; fi; }
 
