@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <sinter/cuda.h>
+
 #include <immintrin.h>
 
 #include <cmath>
@@ -32,7 +34,8 @@ const std::vector<SuiteInfo>& suites() {
       {"attention", "scaled-dot-product attention: flash against math", suite_attention},
       {"sparse", "2:4 sparse linear against oneDNN's dense matmul on the same weights", suite_sparse},
       {"compile", "sinter::compile against eager Sinter: a fused chain, norms, an MLP, decoding, a training step; compile times", suite_compile},
-      {"cuda", "the CUDA backend against PyTorch on the same GPU: bf16 GEMMs, 1 GiB elementwise against a copy, gpt2-124m training and generation", suite_cuda},
+      {"cuda", "the CUDA backend against PyTorch on the same GPU: bf16 GEMMs, 1 GiB elementwise against a copy, attention, 2:4 layers, gpt2-124m training and generation",
+       suite_cuda, [] { cuda::require_device(0); }},
       {"sweep", "shapes nobody tuned for against PyTorch eager and torch.compile: attention, linear, 2:4, row ops, compiled blocks", suite_sweep},
   };
   return s;
@@ -349,6 +352,7 @@ std::string machine_line() {
 int run(const Options& o) {
   auto it = std::find_if(suites().begin(), suites().end(), [&](const SuiteInfo& s) { return s.name == o.suite; });
   SINTER_CHECK(it != suites().end(), "[bench] unknown suite '", o.suite, "'");
+  if (it->ready) it->ready();
   Report report;
   const std::string machine = machine_line();
   std::printf("sinter bench %s: %s\n%s%s\n\n", o.suite.c_str(), it->what.c_str(), machine.c_str(), o.quick ? ", quick" : "");

@@ -107,6 +107,7 @@ class Report {
 struct SuiteInfo {
   std::string name, what;
   std::function<void(const Options&, Report&)> run;
+  std::function<void()> ready = {};  // throws, naming why, where the suite cannot run (before any output)
 };
 const std::vector<SuiteInfo>& suites();
 
