@@ -14,6 +14,7 @@
 #include "cuda/cuda.h"
 #include "cuda/cusparselt.h"
 #include "cuda/gemm.h"
+#include "sinter/autograd.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
 
@@ -118,6 +119,7 @@ Tensor activate(const Tensor& y, const std::string& act) {
 }
 
 void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  NoGradGuard no_grad;  // the ops this kernel calls (the dense copy, the activation) record nothing
   SINTER_CHECK(!a.b_or("packed_only", false), "[sparse24_linear] a weight held only prepacked is in the CPU's layout: unpack() it "
                                               "before moving it to ", in[0].device());
   const Tensor bias = a.b("bias") ? in[4] : Tensor();
