@@ -7,9 +7,9 @@
 // SINTER_SPARSE24_CUDA=dense|sparse overrides the choice (tests, benchmarks). f32 x runs the dense
 // copy (cuSPARSELt's f32 is TF32); bias and activation run after the GEMM, as the CPU's do.
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "cuda/cuda.h"
 #include "cuda/cusparselt.h"
@@ -17,18 +17,12 @@
 #include "sinter/autograd.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
+#include "sinter/sparse.h"
 
 namespace sinter::cuda {
 namespace {
 
-struct Source {
-  std::weak_ptr<Storage> storage;
-  const void* data = nullptr;
-  uint64_t version = 0;
-  bool same(const Tensor& t) const {
-    return data == t.data_ptr() && version == t.version() && !storage.owner_before(t.storage()) && !t.storage().owner_before(storage);
-  }
-};
+using Source = SemiStructuredSparse::Source;  // what a copy was made from (weakly held storage, data, version)
 
 struct Weight {
   Source from[3];
