@@ -158,6 +158,20 @@ void* workspace(const Graph& gr, int device, Tensor& holder) {
   return holder.data_ptr();
 }
 
+// Runs a built graph on the device's stream; a failure (cuDNN's status, or the frontend's
+// exception) is an error naming the op.
+void run(const Graph& gr, int device, std::unordered_map<int64_t, void*>& pack, const char* op) {
+  Tensor ws;
+  std::string why;
+  try {
+    fe::error_t st = gr.graph->execute(handle(device), pack, workspace(gr, device, ws));
+    if (st.is_bad()) why = st.get_message();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  SINTER_CHECK(why.empty(), "[", op, "] cuDNN's attention failed to run: ", why);
+}
+
 }  // namespace
 
 std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype, bool bias) {
@@ -193,9 +207,7 @@ bool cudnn_sdpa_forward(const detail::Geometry& g, const Tensor& q, const Tensor
   std::unordered_map<int64_t, void*> pack{{kQ, q.data_ptr()}, {kK, k.data_ptr()}, {kV, v.data_ptr()}, {kO, o.data_ptr()},
                                           {kStats, lse.data_ptr()}};
   if (bias.defined()) pack[kBias] = bias.data_ptr();
-  Tensor ws;
-  fe::error_t st = gr.graph->execute(handle(device), pack, workspace(gr, device, ws));
-  SINTER_CHECK(st.is_good(), "[sdpa] cuDNN's attention failed to run: ", st.get_message());
+  run(gr, device, pack, "sdpa");
   return true;
 }
 
@@ -222,9 +234,7 @@ bool cudnn_sdpa_backward(const detail::Geometry& g, const Tensor& q, const Tenso
                                           {kO, o.data_ptr()},      {kStats, lse.data_ptr()},  {kDO, dout.data_ptr()},
                                           {kDQ, grads[0].data_ptr()}, {kDK, grads[1].data_ptr()}, {kDV, grads[2].data_ptr()}};
   if (bias.defined()) pack[kBias] = bias.data_ptr();
-  Tensor ws;
-  fe::error_t st = gr.graph->execute(handle(device), pack, workspace(gr, device, ws));
-  SINTER_CHECK(st.is_good(), "[sdpa_flash_backward] cuDNN's attention backward failed to run: ", st.get_message());
+  run(gr, device, pack, "sdpa_flash_backward");
   return true;
 }
 
