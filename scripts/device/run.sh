@@ -35,7 +35,14 @@ if [ -n "$nv_dirs" ]; then
   export SINTER_NV_DIRS=$nv_dirs
   echo "cuDNN, cuSPARSELt and the CUDA runtime from PyTorch's wheels: $nv_dirs" | tee -a "$OUT/probe.txt"
 fi
-with_nv() { if [ -n "${SINTER_NV_DIRS:-}" ]; then export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$SINTER_NV_DIRS; fi; }
+# The toolkit's libraries (cuBLASLt) first, then the wheels' (which carry cuBLASLt too).
+with_nv() {
+  local d
+  for d in /usr/local/cuda/lib64 ${SINTER_NV_DIRS//:/ }; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+  done
+  return 0
+}
 
 parts=${*:-tests bench sanitizer}
 want() { [[ " $parts " == *" $1 "* ]]; }
