@@ -2,7 +2,7 @@
 # Fetches the headers the CUDA backend builds against that the toolkit lacks, from NVIDIA's wheels
 # on PyPI, into third_party/ (ignored by git): cudnn-frontend (cuDNN's graph API for C++, header
 # only) and cuSPARSELt's header. The libraries themselves are loaded at run time (docs/cuda.md).
-# Idempotent; nothing to do without nvcc.
+# Idempotent; nothing to do without nvcc; a wheel it cannot fetch leaves the backend without that part.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest=$root/third_party
@@ -29,7 +29,12 @@ fetch() {
   fi
   local tmp
   tmp=$(mktemp -d)
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform "$platform" -d "$tmp" "$wheel==$version"
+  if ! python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform "$platform" -d "$tmp" \
+       "$wheel==$version"; then
+    echo "fetch_cuda_headers: could not fetch $wheel $version; the CUDA backend builds without $name (docs/cuda.md)"
+    rm -rf "$tmp"
+    return
+  fi
   rm -rf "$out" && mkdir -p "$out/include"
   python3 - "$tmp"/*.whl "$prefix" "$out/include" <<'EOF'
 import os, sys, zipfile
