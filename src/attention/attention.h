@@ -27,6 +27,22 @@ struct RowLayout {
   template <class T> T* at(T* base, int64_t bi, int64_t hi, int64_t i) const { return base + bi * b + hi * h + i * r; }
 };
 inline RowLayout contiguous_rows(int64_t H, int64_t L, int64_t D) { return {H * L * D, L * D, D}; }
+inline RowLayout layout_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// An output a kernel writes in place (its layout to `l`): outputs are allocated by the op, with a
+// contiguous last dim.
+inline Tensor out_rows(const Tensor& t, RowLayout& l) {
+  SINTER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "[sdpa] an output's last dim must be contiguous");
+  l = layout_of(t);
+  return t;
+}
+
+// The metadata of a kernel's first n inputs (the geometry and the choice read it).
+inline std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
+  std::vector<TensorMeta> m;
+  for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
+  return m;
+}
 
 struct Geometry {
   int64_t B, Hq, Hkv, Lq, Lkv, D, Dv;
@@ -83,9 +99,10 @@ inline int64_t key_first(const Geometry& g, int64_t i) {
 using FlashFastPath = bool (*)(DType dtype, int64_t D, int64_t Dv);
 void register_flash_fast_path(DeviceType device, FlashFastPath fn);
 // Which kernel a device's flash choice runs and why (a backend with more than one registers it):
-// appended to the choice's reason.
+// sdpa_choose appends it to the reason it reports ("" where none is registered).
 using FlashDetail = std::string (*)(std::span<const TensorMeta> in, const Attrs& a);
 void register_flash_detail(DeviceType device, FlashDetail fn);
+std::string flash_detail(std::span<const TensorMeta> in, const Attrs& a);
 
 // The backend an sdpa call takes (the sdpa kernel and sdpa_choose both ask here), and the math
 // reference in public ops (with `lse`, the rows' log-sum-exp too).

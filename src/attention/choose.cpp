@@ -41,6 +41,10 @@ FlashDetail g_detail[kNumDeviceTypes] = {};
 
 void register_flash_fast_path(DeviceType device, FlashFastPath fn) { g_fast_path[size_t(device)] = fn; }
 void register_flash_detail(DeviceType device, FlashDetail fn) { g_detail[size_t(device)] = fn; }
+std::string flash_detail(std::span<const TensorMeta> in, const Attrs& a) {
+  const FlashDetail fn = g_detail[size_t(in[0].device.type)];
+  return fn ? fn(in, a) : "";
+}
 
 SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const std::string& requested = a.str("backend");
@@ -48,9 +52,7 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const DType dt = in[0].dtype;
   const int64_t D = in[0].shape[3], Dv = in[2].shape[3];
   const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
-  const FlashDetail more = g_detail[size_t(in[0].device.type)];
-  if (requested == "flash")
-    return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)" + (more ? "; " + more(in, a) : "")};
+  if (requested == "flash") return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
   // Measured (BENCHMARKS.md, `sinter bench attention` and `sweep`, and the masked lengths below):
   // the register-blocked flash kernel (f32 and bf16, any head dims) is faster than math at every
   // length, forward and backward; its generic path (f64) is a slow reference.
@@ -62,7 +64,7 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   // process, Intel Xeon, 2 threads, best of 15): with an additive mask math takes 1.8-2.3x flash's
   // time at L = 16-64 and 1.04-1.19x at L = 128-640 (and more from there); boolean masks: flash at
   // every length (1.2-1.7x).
-  return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + (more ? "; " + more(in, a) : "")};
+  return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims};
 }
 
 namespace {

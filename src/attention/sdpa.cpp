@@ -169,8 +169,11 @@ void register_attention_ops() {
 
 }  // namespace detail
 
-SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p, SDPABackend requested) {
-  (void)dropout_p;  // flash regenerates dropout's mask tile by tile (Philox), as the math backend draws it
+namespace {
+// The choice a call gets; sdpa_choose also names the device's kernel (detail::flash_detail), which
+// a call does not need.
+SDPAChoice choose_for_call(const Tensor& q, const Tensor& k, const Tensor& attn_mask, SDPABackend requested, std::vector<TensorMeta>& meta,
+                           Attrs& a) {
   std::string why_not;
   if (attn_mask.defined() && attn_mask.requires_grad() && grad_enabled())
     why_not = "an attn_mask that requires grad (flash gives no mask gradient)";
@@ -181,11 +184,21 @@ SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask
     SINTER_CHECK(requested != SDPABackend::flash, "[sdpa] the flash backend was requested but cannot run: ", why_not);
     return {SDPABackend::math, "math: " + why_not};
   }
-  const Attrs a{{"backend", std::string(requested == SDPABackend::flash ? "flash" : "auto")}, {"mask", attn_mask.defined()}};
-  std::vector<TensorMeta> meta{{q.shape(), q.dtype(), q.device()}, {k.shape(), k.dtype(), k.device()}, {k.shape(), k.dtype(), k.device()}};
+  a = Attrs{{"backend", std::string(requested == SDPABackend::flash ? "flash" : "auto")}, {"mask", attn_mask.defined()}};
+  meta = {{q.shape(), q.dtype(), q.device()}, {k.shape(), k.dtype(), k.device()}, {k.shape(), k.dtype(), k.device()}};
   if (attn_mask.defined()) meta.push_back({attn_mask.shape(), attn_mask.dtype(), attn_mask.device()});
   (void)get_op("sdpa");  // the backends register their fast paths with the op table
   return detail::choose_sdpa(meta, a);
+}
+}  // namespace
+
+SDPAChoice sdpa_choose(const Tensor& q, const Tensor& k, const Tensor& attn_mask, double dropout_p, SDPABackend requested) {
+  (void)dropout_p;  // flash regenerates dropout's mask tile by tile (Philox), as the math backend draws it
+  std::vector<TensorMeta> meta;
+  Attrs a;
+  SDPAChoice c = choose_for_call(q, k, attn_mask, requested, meta, a);
+  if (const std::string more = c.backend == SDPABackend::flash ? detail::flash_detail(meta, a) : ""; !more.empty()) c.reason += "; " + more;
+  return c;
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask, double dropout_p,
@@ -205,7 +218,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // The math backend asked for (or forced by a mask that wants a gradient, which flash does not
   // give) runs as the reference's own ops, with their autograd; otherwise the sdpa op's kernel
   // chooses (flash, or math where flash's fast kernel cannot run).
-  const SDPAChoice forced = sdpa_choose(q, k, attn_mask, dropout_p, backend);
+  std::vector<TensorMeta> meta;
+  Attrs choice_attrs;
+  const SDPAChoice forced = choose_for_call(q, k, attn_mask, backend, meta, choice_attrs);
   const bool as_ops = forced.backend == SDPABackend::math && (backend == SDPABackend::math || !forced.reason.starts_with("math: flash"));
   const std::string be = backend == SDPABackend::flash ? "flash" : "auto";
   Attrs a{{"scale", scale ? *scale : 1.0 / std::sqrt(double(q.size(3)))}, {"causal", is_causal}, {"gqa", enable_gqa},

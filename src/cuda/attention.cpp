@@ -58,19 +58,15 @@ std::string flash_detail(std::span<const TensorMeta> in, const Attrs& a) {
   detail::Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3], 1.0, a.b_or("causal", false), a.i_or("window", 0)};
   g.dropout = a.has("dropout_p") ? a.f("dropout_p") : 0.0;
   const bool mask = a.b_or("mask", false);
-  std::string why = cudnn_sdpa_why_not(g, in[0].dtype, mask);
+  std::string why = cudnn_sdpa_why_not(g, in[0].dtype);
   if (why.empty() && mask && (in.size() < 4 || in[3].dtype != in[0].dtype)) why = "the mask is not additive in q's dtype";
   if (why.empty() && a.b_or("kv_len", false)) why = "a KV cache's length";
   return why.empty() ? "cuDNN's fused attention runs it (where the layouts suit cuDNN)" : "Sinter's flash kernel runs it (not cuDNN: " + why + ")";
 }
 
-std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
-  std::vector<TensorMeta> m;
-  for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
-  return m;
-}
-
-detail::RowLayout layout_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+using detail::layout_of;
+using detail::metas;
+using detail::out_rows;
 
 // t where it lies when its last dim is contiguous (a transposed projection, a KV cache), else a
 // contiguous copy; its layout goes to `l`.
@@ -78,12 +74,6 @@ Tensor rows_of(const Tensor& t, detail::RowLayout& l) {
   const Tensor r = t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
   l = layout_of(r);
   return r;
-}
-
-Tensor out_rows(const Tensor& t, detail::RowLayout& l) {
-  SINTER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "[sdpa] an output's last dim must be contiguous");
-  l = layout_of(t);
-  return t;
 }
 
 // The mask as the kernels read it: additive f32 (a boolean one as 0 / -inf), its strides broadcast
@@ -154,7 +144,6 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
                kMaxHeadDim, ", got ", in[0].dtype(), " with ", g.D, "/", g.Dv);
   const Tensor q = rows_of(in[0], g.lq), k = rows_of(in[1], g.lk), v = rows_of(in[2], g.lv), o = rows_of(in[3], g.lo);
   const Tensor dout = rows_of(in[5], g.ldo), lse = in[4].contiguous(), dlse = in[6].contiguous();
-  out_rows(out[0], g.ldq);
   bool bias_ok = false;
   const Tensor bias = cudnn_bias(in.size() > 7 ? in[7] : Tensor(), g, q.dtype(), bias_ok);
   if (bias_ok && !a.b_or("lse_grad", true) && cudnn_sdpa_backward(g, q, k, v, o, lse, dout, bias, out)) return;

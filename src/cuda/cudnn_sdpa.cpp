@@ -175,14 +175,13 @@ void run(const Graph& gr, int device, std::unordered_map<int64_t, void*>& pack, 
 
 }  // namespace
 
-std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype, bool bias) {
+std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype) {
   if (dtype != DType::bf16) return std::string("cuDNN's attention here takes bf16 (got ") + dtype_name(dtype) + ")";
   if (g.D > 256 || g.Dv > 256 || g.D % 8 || g.Dv % 8) return "cuDNN takes head dims that are multiples of 8 up to 256";
   if (g.dropout > 0) return "dropout draws Sinter's Philox stream, not cuDNN's";
   if (g.window > 0) return "a sliding window";
   if (g.causal && g.Lq > g.Lkv) return "a causal call with more queries than keys";
   if (g.Lq == 1) return "one query row: the split-K decode kernel reads the cache on every SM";
-  (void)bias;
   if (const char* env = std::getenv("SINTER_CUDNN_ATTENTION"); env && std::string(env) == "0") return "SINTER_CUDNN_ATTENTION=0";
   const Library& lib = library();
   return lib.ok ? "" : lib.error;
@@ -190,7 +189,7 @@ std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype, bool bias
 
 bool cudnn_sdpa_forward(const detail::Geometry& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& o, const Tensor& lse) {
-  if (!cudnn_sdpa_why_not(g, q.dtype(), bias.defined()).empty()) return false;
+  if (!cudnn_sdpa_why_not(g, q.dtype()).empty()) return false;
   for (const Tensor* t : {&q, &k, &v, &bias, &o})
     if (!aligned(*t)) return false;
   const int device = q.device().index;
@@ -214,7 +213,7 @@ bool cudnn_sdpa_forward(const detail::Geometry& g, const Tensor& q, const Tensor
 
 bool cudnn_sdpa_backward(const detail::Geometry& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse, const Tensor& dout, const Tensor& bias, std::span<Tensor> grads) {
-  if (!cudnn_sdpa_why_not(g, q.dtype(), bias.defined()).empty()) return false;
+  if (!cudnn_sdpa_why_not(g, q.dtype()).empty()) return false;
   const Tensor *dq = &grads[0], *dk = &grads[1], *dv = &grads[2];
   for (const Tensor* t : {&q, &k, &v, &o, &dout, &bias, dq, dk, dv})
     if (!aligned(*t)) return false;

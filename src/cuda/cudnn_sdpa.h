@@ -17,8 +17,8 @@ bool cudnn_sdpa_forward(const detail::Geometry& g, const Tensor& q, const Tensor
 // dq, dk, dv from the forward's o and lse (the gradient of lse taken as zero).
 bool cudnn_sdpa_backward(const detail::Geometry& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse, const Tensor& dout, const Tensor& bias, std::span<Tensor> grads);
-// Why cuDNN would not run a call of this geometry, dtype and bias ("" where it would, as far as
-// metadata tells: layouts are checked at the call).
-std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype, bool bias);
+// Why cuDNN would not run a call of this geometry and dtype ("" where it would, as far as metadata
+// tells: the bias and the layouts are checked at the call).
+std::string cudnn_sdpa_why_not(const detail::Geometry& g, DType dtype);
 
 }  // namespace sinter::cuda

@@ -12,7 +12,7 @@ bool cudnn_sdpa_backward(const detail::Geometry&, const Tensor&, const Tensor&, 
                          const Tensor&, const Tensor&, std::span<Tensor>) {
   return false;
 }
-std::string cudnn_sdpa_why_not(const detail::Geometry&, DType, bool) {
+std::string cudnn_sdpa_why_not(const detail::Geometry&, DType) {
   return "this libsinter_cuda was built without cudnn-frontend's headers (scripts/fetch_cuda_headers.sh fetches them)";
 }
 

@@ -195,6 +195,4 @@ void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y) {
         "matmul");
 }
 
-int64_t cusparselt_bytes(const SparseGemm& w) { return w.compressed.numel(); }
-
 }  // namespace sinter::cuda

@@ -18,6 +18,5 @@ std::string cusparselt_why_not();
 std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w);
 // y (M, N) = x (M, K) w^T, all bf16 contiguous on w's device.
 void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y);
-int64_t cusparselt_bytes(const SparseGemm& w);  // the compressed weight's device bytes
 
 }  // namespace sinter::cuda

@@ -11,6 +11,5 @@ std::string cusparselt_why_not() {
 }
 std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor&) { SINTER_THROW(Error, "[sparse24_linear] ", cusparselt_why_not()); }
 void cusparselt_matmul(SparseGemm&, const Tensor&, const Tensor&) { SINTER_THROW(Error, "[sparse24_linear] ", cusparselt_why_not()); }
-int64_t cusparselt_bytes(const SparseGemm&) { return 0; }
 
 }  // namespace sinter::cuda

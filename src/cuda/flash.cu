@@ -194,10 +194,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t d = part; d < Dv; d += kParts) store(dvrow + d, j < n ? sdv[cc * (Dv + 1) + d] : 0.0f);
 }
 
-// Opts a kernel into more than 48 KiB of dynamic shared memory (once per kernel and size).
-template <class K> void allow_smem(K kernel, size_t bytes, const char* op) {
+// Opts a kernel into more than 48 KiB of dynamic shared memory (a host call before each launch that
+// needs it: head dims past about 64).
+template <class K> void allow_smem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024) SINTER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  (void)op;
 }
 
 template <class Fn> void with_storage(DType dt, const char* op, Fn&& fn) {
@@ -220,7 +220,7 @@ void flash_forward(const Geometry& g, DType dtype, const void* q, const void* k,
   if (g.Lq == 1 && g.dropout == 0) return flash_decode(g, dtype, q, k, v, x, o, lse, device);
   with_storage(dtype, "sdpa", [&]<class S>(S) {
     const size_t smem = forward_smem(g.D, g.Dv);
-    allow_smem(flash_forward_k<S>, smem, "sdpa");
+    allow_smem(flash_forward_k<S>, smem);
     const dim3 grid(unsigned(g.B * g.Hq), unsigned((g.Lq + kBr - 1) / kBr));
     flash_forward_k<S><<<grid, kThreads, smem, stream(device)>>>(Call{g, x}, static_cast<const S*>(q), static_cast<const S*>(k),
                                                                   static_cast<const S*>(v), static_cast<S*>(o), lse);
@@ -240,7 +240,7 @@ void flash_backward(const Geometry& g, DType dtype, const void* q, const void* k
       check_launch("sdpa_flash_backward");
     }
     const size_t smem = backward_smem(g.D, g.Dv);
-    allow_smem(flash_backward_k<S>, smem, "sdpa_flash_backward");
+    allow_smem(flash_backward_k<S>, smem);
     const dim3 grid(unsigned(g.B * g.Hkv), unsigned((g.Lkv + kBc - 1) / kBc));
     flash_backward_k<S><<<grid, kThreads, smem, s>>>(Call{g, x}, static_cast<const S*>(q), static_cast<const S*>(k),
                                                      static_cast<const S*>(v), static_cast<const S*>(dout), BackwardPtrs{lse, delta, dq_acc},

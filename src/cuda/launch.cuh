@@ -36,13 +36,17 @@ template <Types T, class Fn> void dispatch(DType dt, const char* op, Fn&& fn) {
 
 template <class S> S* ptr(const Tensor& t) { return static_cast<S*>(t.data_ptr()); }
 
-template <class K, class... Args> void launch(const char* op, const Tensor& out, K kernel, Args... args) {
-  const int64_t n = out.numel();
+// kernel(n, args...) over n items on `device`'s stream, grid-stride.
+template <class K, class... Args> void launch_n(const char* op, int64_t n, int device, K kernel, Args... args) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
-  kernel<<<unsigned(blocks), kThreads, 0, stream(out.device().index)>>>(n, args...);
+  kernel<<<unsigned(blocks), kThreads, 0, stream(device)>>>(n, args...);
   check_launch(op);
+}
+// ... over the output's elements.
+template <class K, class... Args> void launch(const char* op, const Tensor& out, K kernel, Args... args) {
+  launch_n(op, out.numel(), out.device().index, kernel, args...);
 }
 
 // Records what a kernel found wrong as the device's fault unless another kernel already has (the

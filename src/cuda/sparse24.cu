@@ -18,14 +18,6 @@ __device__ __forceinline__ void kept_columns(const uint8_t* meta_row, int64_t g,
   c0 = nib & 3, c1 = nib >> 2;
 }
 
-// One thread per group of four columns of an (N, K) matrix: n = N K / 4.
-template <class Kernel, class... Args> void launch_groups(const char* op, int64_t n, int device, Kernel kernel, Args... args) {
-  if (n == 0) return;
-  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(1) << 16);
-  kernel<<<unsigned(blocks), 256, 0, stream(device)>>>(n, args...);
-  check_launch(op);
-}
-
 template <class V, class O>
 __global__ void to_dense_k(int64_t n, const V* values, const uint8_t* meta, const float* scales, O* out, int64_t K) {
   using C = std::conditional_t<std::is_same_v<O, double>, double, float>;
@@ -58,7 +50,8 @@ void to_dense_kernel(std::span<const Tensor> in, std::span<Tensor> out, const At
     using V = decltype(v);
     dispatch<Types::floating>(out[0].dtype(), "sparse24_to_dense", [&](auto o) {
       using O = decltype(o);
-      launch_groups("sparse24_to_dense", values.size(0) * K / 4, values.device().index, to_dense_k<V, O>, ptr<const V>(values), ptr<const uint8_t>(meta), ptr<const float>(scales),
+      launch_n("sparse24_to_dense", values.size(0) * K / 4, values.device().index, to_dense_k<V, O>, ptr<const V>(values),
+               ptr<const uint8_t>(meta), ptr<const float>(scales),
              ptr<O>(out[0]), K);
     });
   });
@@ -69,7 +62,8 @@ void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   const int64_t K = dense.size(1);
   dispatch<Types::floating>(dense.dtype(), "sparse24_gather", [&](auto t) {
     using T = decltype(t);
-    launch_groups("sparse24_gather", dense.size(0) * K / 4, dense.device().index, gather_k<T>, ptr<const T>(dense), ptr<const uint8_t>(meta), ptr<T>(out[0]), K);
+    launch_n("sparse24_gather", dense.size(0) * K / 4, dense.device().index, gather_k<T>, ptr<const T>(dense), ptr<const uint8_t>(meta),
+             ptr<T>(out[0]), K);
   });
 }
 

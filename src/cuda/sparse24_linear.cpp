@@ -1,11 +1,10 @@
-// The sparse24_linear op's CUDA kernel: y = act(x W^T + b) for a 2:4 weight (values, meta,
-// scales). Each weight keeps on the device a dense copy in x's dtype (sparse24_to_dense, made once,
-// remade when values, meta or scales change) and, for bf16 x, its cuSPARSELt compressed form
-// (cusparselt.h): int8 and f32 values become bf16 there, their scales applied. The first call at
-// each M times both GEMMs (cuBLASLt on the dense copy; cuSPARSELt after its algorithm search) and
-// keeps the faster for that M, so a 2:4 layer is never slower than its dense GEMM.
-// SINTER_SPARSE24_CUDA=dense|sparse overrides the choice (tests, benchmarks). f32 x runs the dense
-// copy (cuSPARSELt's f32 is TF32); bias and activation run after the GEMM, as the CPU's do.
+// The sparse24_linear op's CUDA kernel: y = act(x W^T + b) for a 2:4 weight. Each weight keeps on
+// the device a dense copy in x's dtype (remade when values, meta or scales change) and, for bf16 x,
+// its cuSPARSELt form (cusparselt.h; int8 and f32 values become bf16, scales applied). The first
+// call at each M times cuSPARSELt (after its algorithm search) against cuBLASLt on the dense copy
+// and keeps the faster, so a 2:4 layer is never slower than dense. SINTER_SPARSE24_CUDA=dense|sparse
+// overrides it (sparse: an error where cuSPARSELt cannot run the weight, dense at an M it refuses).
+// f32 x runs the dense copy (cuSPARSELt's f32 is TF32); bias and activation follow the GEMM.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +26,8 @@ using Source = SemiStructuredSparse::Source;  // what a copy was made from (weak
 struct Weight {
   Source from[3];
   Tensor dense;                         // (N, K) in x's dtype
-  std::shared_ptr<SparseGemm> sparse;   // bf16 only; null where cuSPARSELt cannot run
+  std::shared_ptr<SparseGemm> sparse;   // bf16 only; null where cuSPARSELt cannot run it, `why_not` says why
+  std::string why_not;
   std::map<int64_t, bool> use_sparse;   // by M: the timed choice (false also where cuSPARSELt refused M)
   std::set<int64_t> planned;            // the Ms cuSPARSELt has a plan for
 };
@@ -40,22 +40,25 @@ std::map<std::pair<const Storage*, DType>, Weight>& weights() {
 
 Weight& weight_for(const Tensor& values, const Tensor& meta, const Tensor& scales, DType dtype) {
   auto& all = weights();
-  for (auto it = all.begin(); it != all.end();)  // copies whose weights are gone
-    it = it->second.from[0].storage.expired() ? all.erase(it) : std::next(it);
-  Weight& w = all[{values.storage().get(), dtype}];
+  const std::pair<const Storage*, DType> key{values.storage().get(), dtype};
   const Tensor* parts[3] = {&values, &meta, &scales};
-  bool same = w.dense.defined();
-  for (int i = 0; i < 3 && same; ++i) same = w.from[i].same(*parts[i]);
-  if (same) return w;
+  if (auto it = all.find(key); it != all.end()) {
+    bool same = true;
+    for (int i = 0; i < 3 && same; ++i) same = it->second.from[i].same(*parts[i]);
+    if (same) return it->second;
+  }
+  for (auto it = all.begin(); it != all.end();)  // before a new copy: those whose weights are gone (a hit needs no purge)
+    it = it->second.from[0].storage.expired() ? all.erase(it) : std::next(it);
   static const OpDef& to_dense = get_op("sparse24_to_dense");
-  w = Weight{};
+  Weight& w = all[key] = Weight{};
   w.dense = call1(to_dense, {values, meta, scales});
   if (w.dense.dtype() != dtype) w.dense = cast(w.dense, dtype);
-  if (dtype == DType::bf16 && cusparselt_why_not().empty()) {
+  w.why_not = dtype != DType::bf16 ? std::string("x is ") + dtype_name(dtype) + " (cuSPARSELt serves bf16 here)" : cusparselt_why_not();
+  if (w.why_not.empty()) {
     try {
       w.sparse = cusparselt_compress(w.dense);
-    } catch (const Error&) {  // a shape cuSPARSELt does not take (its dims' multiples): the dense copy serves
-      w.sparse.reset();
+    } catch (const Error& e) {  // a shape cuSPARSELt does not take (its dims' multiples): the dense copy serves
+      w.why_not = e.what();
     }
   }
   for (int i = 0; i < 3; ++i) w.from[i] = {parts[i]->storage(), parts[i]->data_ptr(), parts[i]->version()};
@@ -82,10 +85,12 @@ template <class F> float time_three(int device, F&& f) {
 }
 
 bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y) {
-  if (!w.sparse) return false;
   const char* env = std::getenv("SINTER_SPARSE24_CUDA");
   const std::string force = env ? env : "";
   if (force == "dense") return false;
+  SINTER_CHECK(w.sparse || force != "sparse", "[sparse24_linear] SINTER_SPARSE24_CUDA=sparse, but cuSPARSELt cannot run this weight: ",
+               w.why_not);
+  if (!w.sparse) return false;
   const int64_t M = x.size(0);
   auto it = w.use_sparse.find(M);
   if (it != w.use_sparse.end() && (!it->second || force.empty())) return it->second;  // false: cuSPARSELt refused this M

@@ -15,12 +15,6 @@ bool flash_fast_path(DType dtype, int64_t, int64_t) { return dtype == DType::f32
 
 namespace {
 
-std::vector<TensorMeta> metas(std::span<const Tensor> in, size_t n) {
-  std::vector<TensorMeta> m;
-  for (size_t i = 0; i < n; ++i) m.push_back({in[i].shape(), in[i].dtype(), in[i].device()});
-  return m;
-}
-
 // The mask in the compute dtype (bool masks as 0 / -inf), broadcast to (B, Hq, Lq, Lkv); its
 // strides go to g.ms.
 Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
@@ -43,8 +37,6 @@ Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
   return raw_view(m, full, strides, m.offset());
 }
 
-RowLayout layout_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
-
 // t where it lies when it is in the compute dtype with a contiguous last dim (a transposed view of
 // a (B, L, H, D) projection, the first positions of a KV cache), else a contiguous copy (bf16
 // widened); its layout goes to `l`.
@@ -52,14 +44,6 @@ Tensor rows_of(const Tensor& t, DType ct, RowLayout& l) {
   const Tensor r = t.dtype() == ct && (t.size(3) <= 1 || t.stride(3) == 1) ? t : cpu::contiguous_as(t, ct);
   l = layout_of(r);
   return r;
-}
-
-// An output the kernels write in place (its layout to `l`): outputs are allocated by the op, with
-// a contiguous last dim.
-Tensor out_rows(const Tensor& t, RowLayout& l) {
-  SINTER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "[sdpa] an output's last dim must be contiguous");
-  l = layout_of(t);
-  return t;
 }
 
 // Runs `body` with pointers of the compute type T (f64, or f32 also for bf16 tensors, widened).
