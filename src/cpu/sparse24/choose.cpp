@@ -31,6 +31,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::pairs_tiles16: return "16-row tiles, bf16 pairs";
     case Kernel::pairs_prepacked16: return "16-row tiles, bf16 pairs, prepacked";
     case Kernel::rows512: return "AVX-512 rows";
+    case Kernel::amx_bf16: return "AMX bf16 tiles, expanded";
   }
   return "?";
 }
@@ -54,7 +55,7 @@ const std::vector<const KernelDef*>& walk() {
     std::vector<const KernelDef*> v;
     for (std::span<const KernelDef> family :
          {std::span<const KernelDef>(kBuiltIn), streaming_kernels(), tiles8_kernels(), tiles8_portable_kernels(), tiles16_kernels(),
-          tiles16_bf16_kernels(), k_major_kernels(), k_major_prepacked8_kernels(), pairs_kernels(), rows512_kernels()})
+          tiles16_bf16_kernels(), k_major_kernels(), k_major_prepacked8_kernels(), pairs_kernels(), rows512_kernels(), amx_kernels()})
       for (const KernelDef& k : family) v.push_back(&k);
     std::stable_sort(v.begin(), v.end(), [](const KernelDef* a, const KernelDef* b) { return a->order < b->order; });
     return v;

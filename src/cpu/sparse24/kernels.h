@@ -62,6 +62,7 @@ enum class Kernel {
   pairs_tiles16,       // tiles16_bf16.cpp, from values + meta
   pairs_prepacked16,   // the same from the prepacked layout
   rows512,             // rows512.cpp
+  amx_bf16,            // amx_bf16.cpp: bf16 x bf16 through the tile unit
 };
 const char* kernel_name(Kernel k);
 
@@ -95,6 +96,7 @@ enum Order : int {
   kOrderReference = 0,   // f64 x
   kOrderDense = 30,      // a small layer's dense copy
   kOrderRowsF32 = 40,    // AVX-512 rows, f32 values at 2 <= M <= kSmallM: even over a prepacked copy
+  kOrderAmx = 44,        // bf16 x bf16 on the tile unit (AMX), ahead of every vector kernel it beats
   kOrderPairsFirst = 45, // bf16 pairs ahead of the 8-row prepacked tiles at some M
   kOrderPrepacked = 50,  // the readers of a prepacked copy (and of a weight held only prepacked)
   kOrderPairs = 60,      // bf16 x with bf16 values
@@ -123,6 +125,7 @@ std::span<const KernelDef> k_major_kernels();
 std::span<const KernelDef> k_major_prepacked8_kernels();
 std::span<const KernelDef> pairs_kernels();
 std::span<const KernelDef> rows512_kernels();
+std::span<const KernelDef> amx_kernels();
 
 // The kernel for a call: the one place it is decided.
 const KernelDef& choose(const Call& c);
