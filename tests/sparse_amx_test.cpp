@@ -20,7 +20,7 @@ TEST(Sparse24Amx, MatchesTheF64ProductAtEveryShape) {
   NoGradGuard no_grad;
   manual_seed(31);
   // Each layer is past the small-layer size (256 KiB of f32), so the 2:4 kernels run it.
-  for (auto [N, K] : {std::pair<int64_t, int64_t>{300, 264}, {67, 1032}, {129, 1024}}) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{300, 264}, {67, 1032}, {129, 1024}, {40, 4168}}) {  // 4168: three slices of columns
     const SemiStructuredSparse s = to_sparse_semi_structured(prune_2_4(randn({N, K})), DType::bf16);
     const SemiStructuredSparse s64{s.values.to(DType::f64), s.meta, s.scales};
     for (int64_t M : {5, 16, 17, 31, 33, 64, 150, 500}) {

@@ -19,10 +19,7 @@ namespace sinter::sparse {
 namespace {
 
 constexpr int64_t kPanel = 32;          // weight rows a thread expands at a time (two A tiles)
-constexpr int64_t kTile = 512;          // u16 in a 16 x 32 bf16 tile
 constexpr int64_t kAheadRows = 4;      // weight rows a thread asks for ahead of the one it expands
-constexpr int64_t kChunkBytes = 1 << 20; // x^T a group of panels meets per pass (rows of x: a multiple of 32)
-constexpr int64_t kGroupBytes = 512 << 10; // expanded weight rows a thread keeps for the passes of x
 
 // Linux hands the tile registers to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM);
 // SINTER_SPARSE24_AMX=0 keeps bf16 2:4 calls on the vector kernels.
@@ -103,32 +100,51 @@ void plain_row(const Args& g, int64_t n) {
   }
 }
 
-// x^T for rows [m0, m0 + 16 * MB) of x in the B tiles' pair layout: per block of 16 rows and 32
-// columns, u32 r * 16 + m holds columns 2r, 2r + 1 of row m; rows past M and columns past K zero.
-void pack_x(const uint16_t* x, int64_t M, int64_t K, int64_t m0, int64_t MB, int64_t KB, uint32_t* out) {
-  parallel_for(0, MB, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t mb = b0; mb < b1; ++mb) {
-      uint32_t* blk = out + mb * KB * (kTile / 2);
-      std::memset(blk, 0, size_t(KB) * kTile * 2);
-      for (int64_t m = 0; m < 16 && m0 + 16 * mb + m < M; ++m) {
-        const uint16_t* row = x + (m0 + 16 * mb + m) * K;
-        for (int64_t p = 0; p < K / 2; ++p) {
-          uint32_t pair;
-          std::memcpy(&pair, row + 2 * p, 4);
-          blk[(p / 16) * (kTile / 2) + (p % 16) * 16 + m] = pair;
-        }
-      }
+// r[i] element e becomes r[e] element i (16 x 16 of 32 bits: pairs of bf16, or f32).
+SINTER_INLINE void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]), r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]), r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88), t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88), t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88), r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88), r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// x^T in the B tiles' pair layout: tile (mb, kb) (1 KiB at out + (mb * KB + kb) * 256) holds in
+// row r the pairs of columns 32 kb + 2r, + 1 of rows 16 mb .. + 15 of x; rows past M and columns
+// past K zero. One 16 x 16 transpose per tile.
+void pack_x(const uint16_t* x, int64_t M, int64_t K, int64_t MB, int64_t KB, uint32_t* out) {
+  parallel_for(0, MB * KB, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t mb = t / KB, kb = t % KB, cols = std::min<int64_t>(32, K - 32 * kb);
+      const __mmask32 k = cols == 32 ? ~__mmask32(0) : (__mmask32(1) << cols) - 1;
+      __m512i r[16];
+      for (int m = 0; m < 16; ++m)
+        r[m] = 16 * mb + m < M ? _mm512_maskz_loadu_epi16(k, x + (16 * mb + m) * K + 32 * kb) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(out + t * 256 + 16 * i, r[i]);
     }
   });
 }
 
-// y[m][n] = act(scale[n] * c[n][m] + bias[n]) for the nv x mv corner of a 16 x 16 tile of sums.
+// y[m][n] = act(scale[n] * c[n][m] + bias[n]) for the nv x mv corner of a 16 x 16 tile of sums
+// (c: weight row n at c + 16 n).
 void store_tile(const float* c, int64_t nv, int64_t mv, const float* scales, const float* bias, Act act, float* y, int64_t N) {
-  const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
   const __mmask16 k = __mmask16((1u << nv) - 1);
   const __m512 s = _mm512_maskz_loadu_ps(k, scales), b = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + 16 * i);
+  transpose16(r);
   for (int64_t m = 0; m < mv; ++m) {
-    __m512 v = _mm512_fmadd_ps(_mm512_i32gather_ps(column, c + m, 4), s, b);
+    __m512 v = _mm512_fmadd_ps(_mm512_castsi512_ps(r[m]), s, b);
     if (act == Act::relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
     float* out = y + m * N;
     _mm512_mask_storeu_ps(out, k, v);
@@ -137,11 +153,13 @@ void store_tile(const float* c, int64_t nv, int64_t mv, const float* scales, con
   }
 }
 
-// Sums of a 32-row panel (A: rows at `a`, lda u16 apart) against one or two blocks of 16 rows of x
-// (B: b0, b1) over blocks [kb0, kb1) of 32 columns, added to the 16 x 16 tiles at c (or started
-// from zero): c + 512 j + 256 t holds weight rows 16t.. against x block j.
+// Sums of a 32-row panel (A: rows at `a`, lda u16 apart, blocks of 32 columns from 0) against one
+// or two blocks of 16 rows of x (B: tiles at b0, b1) over KB blocks, added to the tiles at c (or
+// started from zero): c + 512 j + 256 t holds weight rows 16t.. against x block j. `pf`: lines to
+// ask L2 for meanwhile (the next rows of x), pf_lines per block.
 template <bool Two>
-void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1, int64_t kb0, int64_t kb1, bool first, float* c) {
+void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1, int64_t KB, bool first, float* c,
+               const char* pf, int pf_lines) {
   if (first) {
     _tile_zero(0);  // the tile intrinsics are statements (asm), one per line
     _tile_zero(1);
@@ -153,14 +171,16 @@ void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_
     if constexpr (Two) _tile_loadd(2, c + 512, 64);
     if constexpr (Two) _tile_loadd(3, c + 768, 64);
   }
-  for (int64_t kb = kb0; kb < kb1; ++kb) {
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    if (pf)
+      for (int l = 0; l < pf_lines; ++l) _mm_prefetch(pf + (kb * pf_lines + l) * 64, _MM_HINT_T1);
     _tile_loadd(4, a + 32 * kb, lda * 2);
     _tile_loadd(5, a + 16 * lda + 32 * kb, lda * 2);
-    _tile_loadd(6, b0 + kb * (kTile / 2), 64);
+    _tile_loadd(6, b0 + kb * 256, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 5, 6);
     if constexpr (Two) {
-      _tile_loadd(7, b1 + kb * (kTile / 2), 64);
+      _tile_loadd(7, b1 + kb * 256, 64);
       _tile_dpbf16ps(2, 4, 7);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -171,66 +191,81 @@ void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_
   if constexpr (Two) _tile_stored(3, c + 768, 64);
 }
 
-// The panel of weight rows [n0, n0 + 32) (expanded at a) against blocks [mb0, mb1) of 16 rows of x
-// (packed at xp), into y. Over many rows of x the columns go in slices of kSliceBlocks, so a
-// slice of the panel (32 KiB) stays in L1 while the rows of x pass over it; the sums wait in c.
-void panel_product(const uint16_t* a, int64_t lda, const uint32_t* xp, int64_t mb0, int64_t mb1, int64_t KB, int64_t n0, const Args& g, float* c) {
-  constexpr int64_t kSliceBlocks = 16;
-  const int64_t slice = mb1 - mb0 > 2 ? kSliceBlocks : KB;
-  for (int64_t kb0 = 0; kb0 < KB; kb0 += slice)
-    for (int64_t mb = mb0; mb < mb1; mb += 2) {
-      const uint32_t* b0 = xp + mb * KB * (kTile / 2);
-      float* cm = c + (mb - mb0) * 512;
-      if (mb + 1 < mb1)
-        tile_sums<true>(a, lda, b0, b0 + KB * (kTile / 2), kb0, std::min(KB, kb0 + slice), kb0 == 0, cm);
-      else
-        tile_sums<false>(a, lda, b0, nullptr, kb0, std::min(KB, kb0 + slice), kb0 == 0, cm);
+// The work of one thread's group of panels: expanded a slice of columns at a time (kSliceBlocks
+// blocks of 32, so the group stays in L2), each slice met by every pair of blocks of rows of x in
+// turn, a pair's rows of x (from L3, the first time) then serving every panel of the group from L2.
+struct Group {
+  const Args& g;
+  const uint32_t* xp;
+  int64_t KB, MB, lda, n0, panels;
+  uint16_t* a;  // panels x 32 rows, lda apart
+  float* c;     // the sums between slices: per pair of blocks of x, per panel, four tiles
+};
+
+constexpr int64_t kSliceBlocks = 64;       // columns per slice: 2048
+constexpr int64_t kGroupBytes = 1 << 20;   // expanded weight slices a thread keeps (L2: 2 MiB a core)
+
+void run_group(const Group& w, std::vector<int64_t>& plain) {
+  const Args& g = w.g;
+  const int64_t K2 = g.K / 2, K8 = g.K / 8;
+  alignas(64) float tile[1024];
+  for (int64_t kb0 = 0; kb0 < w.KB; kb0 += kSliceBlocks) {
+    const int64_t nkb = std::min(kSliceBlocks, w.KB - kb0), k0 = 32 * kb0, kc = std::min<int64_t>(32 * nkb, g.K - k0);
+    const bool first = kb0 == 0, last = kb0 + nkb == w.KB;
+    for (int64_t i = 0; i < w.panels * kPanel; ++i) {
+      const int64_t n = w.n0 + i;
+      if (n >= g.N)
+        std::memset(w.a + i * w.lda, 0, size_t(w.lda) * 2);
+      else if (!expand_row(static_cast<const uint16_t*>(g.values) + n * K2 + k0 / 2, g.meta + n * K8 + k0 / 8, kc, nkb, w.a + i * w.lda, 32) && first)
+        plain.push_back(n);
     }
-  const int64_t nv0 = std::clamp<int64_t>(g.N - n0, 0, 16), nv1 = std::clamp<int64_t>(g.N - n0 - 16, 0, 16);
-  const float* bias = g.bias ? g.bias + n0 : nullptr;
-  for (int64_t mb = mb0; mb < mb1; ++mb) {
-    const int64_t m = 16 * mb, mv = std::min<int64_t>(16, g.M - m);
-    const float* cm = c + (mb - mb0) * 512;  // its two tiles: weight rows 0-15, then 16-31
-    float* y = g.y + m * g.N + n0;
-    if (nv0 > 0) store_tile(cm, nv0, mv, g.scales + n0, bias, g.act, y, g.N);
-    if (nv1 > 0) store_tile(cm + 256, nv1, mv, g.scales + n0 + 16, bias ? bias + 16 : nullptr, g.act, y + 16, g.N);
+    for (int64_t mb = 0; mb < w.MB; mb += 2) {
+      const bool two = mb + 1 < w.MB;
+      const uint32_t* b0 = w.xp + (mb * w.KB + kb0) * 256;
+      const char* pf = mb + 2 < w.MB ? reinterpret_cast<const char*>(w.xp + ((mb + 2) * w.KB + kb0) * 256) : nullptr;
+      const int pf_lines = int(std::max<int64_t>(1, 32 / w.panels));  // the next pair's 2 KiB a block over the group's passes
+      for (int64_t p = 0; p < w.panels; ++p) {
+        float* sums = first && last ? tile : w.c + ((mb / 2) * w.panels + p) * 1024;  // one slice: no sums kept between
+        const char* pfp = pf ? pf + p * pf_lines * nkb * 64 : nullptr;
+        if (two)
+          tile_sums<true>(w.a + p * kPanel * w.lda, w.lda, b0, b0 + w.KB * 256, nkb, first, sums, pfp, pf_lines);
+        else
+          tile_sums<false>(w.a + p * kPanel * w.lda, w.lda, b0, nullptr, nkb, first, sums, pfp, pf_lines);
+        if (!last) continue;
+        const int64_t n = w.n0 + p * kPanel, nv0 = std::clamp<int64_t>(g.N - n, 0, 16), nv1 = std::clamp<int64_t>(g.N - n - 16, 0, 16);
+        const float* bias = g.bias ? g.bias + n : nullptr;
+        for (int j = 0; j < (two ? 2 : 1); ++j) {
+          const int64_t m = 16 * (mb + j), mv = std::min<int64_t>(16, g.M - m);
+          float* y = g.y + m * g.N + n;
+          if (nv0 > 0) store_tile(sums + 512 * j, nv0, mv, g.scales + n, bias, g.act, y, g.N);
+          if (nv1 > 0) store_tile(sums + 512 * j + 256, nv1, mv, g.scales + n + 16, bias ? bias + 16 : nullptr, g.act, y + 16, g.N);
+        }
+      }
+    }
   }
 }
 
-// Threads take groups of panels; a group is expanded once (into L2) and every chunk of rows of x
-// (packed whole, beforehand) passes over it.
+// Threads take groups of panels (rows of W); x is packed whole beforehand.
 void run_amx(const Args& g) {
   if (g.M == 0 || g.N == 0) return;
   const int64_t KB = (g.K + 31) / 32, MB = (g.M + 15) / 16, panels = (g.N + kPanel - 1) / kPanel;
-  const int64_t lda = 32 * KB + 32;  // u16 between expanded rows: one line more, so a tile's 16 rows fall in different sets
-  const int64_t chunk = std::max<int64_t>(2, kChunkBytes / (KB * kTile * 2) / 2 * 2);                 // blocks of 16 rows of x per pass
-  const int64_t group = MB <= chunk ? 1 : std::max<int64_t>(1, kGroupBytes / (kPanel * lda * 2));  // panels per group
-  const int64_t K2 = g.K / 2, K8 = g.K / 8;
-  const auto* values = static_cast<const uint16_t*>(g.values);
-  const Tensor xbuf = Tensor::empty({MB * KB * kTile / 2}, DType::f32);  // the caching allocator's, 64-byte aligned
+  const int64_t slice = std::min(KB, kSliceBlocks), lda = 32 * slice + 32;  // one line more: a tile's 16 rows fall in different sets
+  const int64_t group = std::clamp<int64_t>(kGroupBytes / (kPanel * lda * 2), 1, std::max<int64_t>(1, panels / (2 * num_threads())));
+  const Tensor xbuf = Tensor::empty({MB * KB * 256}, DType::f32);  // the caching allocator's, 64-byte aligned
   auto* xp = reinterpret_cast<uint32_t*>(xbuf.data_ptr());
-  pack_x(g.xh, g.M, g.K, 0, MB, KB, xp);
+  pack_x(g.xh, g.M, g.K, MB, KB, xp);
   parallel_dynamic(0, (panels + group - 1) / group, [&](const auto& next) {
     static const TileConfig config;
     _tile_loadconfig(&config);
-    const Tensor abuf = Tensor::empty({group * kPanel * lda}, DType::bf16), cbuf = Tensor::empty({chunk * 512}, DType::f32);
-    auto* a = reinterpret_cast<uint16_t*>(abuf.data_ptr());
+    const Tensor abuf = Tensor::empty({group * kPanel * lda}, DType::bf16);
+    const Tensor cbuf = Tensor::empty({KB > slice ? (MB + 1) / 2 * group * 1024 : 1}, DType::f32);
+    std::vector<int64_t> plain;
     for (int64_t gi = next(); gi >= 0; gi = next()) {
-      const int64_t p0 = gi * group, p1 = std::min(panels, p0 + group);
-      std::vector<int64_t> plain;
-      for (int64_t i = 0; i < (p1 - p0) * kPanel; ++i) {
-        const int64_t n = p0 * kPanel + i;
-        if (n >= g.N)
-          std::memset(a + i * lda, 0, size_t(lda) * 2);
-        else if (!expand_row(values + n * K2, g.meta + n * K8, g.K, KB, a + i * lda, 32))
-          plain.push_back(n);
-      }
-      for (int64_t mb0 = 0; mb0 < MB; mb0 += chunk)
-        for (int64_t p = p0; p < p1; ++p)
-          panel_product(a + (p - p0) * kPanel * lda, lda, xp, mb0, std::min(MB, mb0 + chunk), KB, p * kPanel, g, cbuf.data<float>());
-      for (int64_t n : plain) plain_row(g, n);
+      const int64_t p0 = gi * group, np = std::min(panels, p0 + group) - p0;
+      run_group({g, xp, KB, MB, lda, p0 * kPanel, np, reinterpret_cast<uint16_t*>(abuf.data_ptr()), cbuf.data<float>()}, plain);
     }
     _tile_release();
+    for (int64_t n : plain) plain_row(g, n);
   });
 }
 
