@@ -19,7 +19,8 @@ namespace sinter::sparse {
 namespace {
 
 constexpr int64_t kPanel = 32;          // weight rows a thread expands at a time (two A tiles)
-constexpr int64_t kAheadRows = 4;      // weight rows a thread asks for ahead of the one it expands
+constexpr int64_t kSliceBlocks = 64;    // blocks of 32 columns a panel is expanded at a time (2048 columns)
+constexpr int64_t kGroupBytes = 1 << 20; // expanded weight slices a thread keeps (L2: 2 MiB a core)
 
 // Linux hands the tile registers to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM);
 // SINTER_SPARSE24_AMX=0 keeps bf16 2:4 calls on the vector kernels.
@@ -59,26 +60,22 @@ bool expand_row(const uint16_t* v, const uint8_t* meta, int64_t K, int64_t KB, u
   const __m512i low = _mm512_set1_epi8(0x0F);
   const int64_t K8 = K / 8;
   bool in_order = true;
-  alignas(64) uint32_t masks[16];
+  alignas(64) uint32_t masks[kSliceBlocks];  // all of them first: a mask read right after its vector store waits for it
   for (int64_t b0 = 0; b0 < K8; b0 += 64) {
     const __mmask64 valid = K8 - b0 >= 64 ? ~__mmask64(0) : (__mmask64(1) << (K8 - b0)) - 1;
     const __m512i m = _mm512_maskz_loadu_epi8(valid, meta + b0);
     const __m512i lo = _mm512_and_si512(m, low), hi = _mm512_and_si512(_mm512_srli_epi16(m, 4), low);
     const __m512i bits = _mm512_or_si512(_mm512_shuffle_epi8(bits_of, lo), _mm512_slli_epi16(_mm512_shuffle_epi8(bits_of, hi), 4));
-    _mm512_store_si512(masks, _mm512_maskz_mov_epi8(valid, bits));
+    _mm512_store_si512(masks + b0 / 4, _mm512_maskz_mov_epi8(valid, bits));
     in_order &= _mm512_test_epi8_mask(_mm512_shuffle_epi8(order_of, lo), _mm512_shuffle_epi8(order_of, hi)) == valid;
-    for (int64_t kb = b0 / 4, end = std::min(KB, kb + 16); kb < end; ++kb) {
-      // A plain load and the register form of the expansion: the memory form stalls the stream
-      // (23 against 40 GB/s at M = 16). The last block of a row loads only its own values.
-      if (kb % 2 == 0) {  // one stream per thread reaches ~12 GB/s: ask for rows ahead
-        _mm_prefetch(reinterpret_cast<const char*>(v + 16 * kb + kAheadRows * K / 2), _MM_HINT_T1);
-        if (kb % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(meta + 4 * kb + kAheadRows * K8), _MM_HINT_T1);
-      }
-      const int64_t nv = std::min<int64_t>(16, K / 2 - 16 * kb);
-      const __m256i vals = nv == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16 * kb))
-                                    : _mm256_maskz_loadu_epi16(__mmask16((1u << nv) - 1), v + 16 * kb);
-      _mm512_storeu_si512(out + kb * stride, _mm512_maskz_expand_epi16(__mmask32(masks[kb - b0 / 4]), _mm512_castsi256_si512(vals)));
-    }
+  }
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    // A plain load and the register form of the expansion (the memory form stalls the stream);
+    // the last block of a row loads only its own values.
+    const int64_t nv = std::min<int64_t>(16, K / 2 - 16 * kb);
+    const __m256i vals = nv == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16 * kb))
+                                  : _mm256_maskz_loadu_epi16(__mmask16((1u << nv) - 1), v + 16 * kb);
+    _mm512_storeu_si512(out + kb * stride, _mm512_maskz_expand_epi16(__mmask32(masks[kb]), _mm512_castsi256_si512(vals)));
   }
   return in_order;
 }
@@ -156,11 +153,13 @@ void store_tile(const float* c, int64_t nv, int64_t mv, const float* scales, con
 // Sums of a 32-row panel (A: rows at `a`, lda u16 apart, blocks of 32 columns from 0) against one
 // or two blocks of 16 rows of x (B: tiles at b0, b1) over KB blocks, added to the tiles at c (or
 // started from zero): c + 512 j + 256 t holds weight rows 16t.. against x block j. `pf`: lines to
-// ask L2 for meanwhile (the next rows of x), pf_lines per block.
+// ask L2 for meanwhile (the next rows of x), pf_lines per block. begin / end false: the sums are
+// in the tiles already / stay there.
 template <bool Two>
 void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1, int64_t KB, bool first, float* c,
-               const char* pf, int pf_lines) {
-  if (first) {
+               const char* pf, int pf_lines, bool begin = true, bool end = true) {
+  if (!begin) {
+  } else if (first) {
     _tile_zero(0);  // the tile intrinsics are statements (asm), one per line
     _tile_zero(1);
     if constexpr (Two) _tile_zero(2);
@@ -185,10 +184,62 @@ void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_
       _tile_dpbf16ps(3, 5, 7);
     }
   }
+  if (!end) return;
   _tile_stored(0, c, 64);
   _tile_stored(1, c + 256, 64);
   if constexpr (Two) _tile_stored(2, c + 512, 64);
   if constexpr (Two) _tile_stored(3, c + 768, 64);
+}
+
+// The sums of a panel (weight rows n ..) against blocks mb (and mb + 1 where `two`) of x, into y.
+void store_pair(const Args& g, const float* sums, int64_t n, int64_t mb, bool two) {
+  const int64_t nv0 = std::clamp<int64_t>(g.N - n, 0, 16), nv1 = std::clamp<int64_t>(g.N - n - 16, 0, 16);
+  const float* bias = g.bias ? g.bias + n : nullptr;
+  for (int j = 0; j < (two ? 2 : 1); ++j) {
+    const int64_t m = 16 * (mb + j), mv = std::min<int64_t>(16, g.M - m);
+    float* y = g.y + m * g.N + n;
+    if (nv0 > 0) store_tile(sums + 512 * j, nv0, mv, g.scales + n, bias, g.act, y, g.N);
+    if (nv1 > 0) store_tile(sums + 512 * j + 256, nv1, mv, g.scales + n + 16, bias ? bias + 16 : nullptr, g.act, y + 16, g.N);
+  }
+}
+
+// Up to kFusedBlocks blocks of rows of x: each panel is expanded 8 blocks of columns at a time into
+// an L1 buffer and multiplied at once (one pair of blocks of x: the sums stay in the tiles; more:
+// they wait in `sums` between). Expanding a whole panel into L2 first, the stores' line fills
+// crowd out the weight stream's (12 against 20 GB/s a thread at M = 16), which only pays where
+// many rows of x share the expansion.
+constexpr int64_t kFusedXBytes = 1 << 20;  // x^T (whole, read by every panel) in L2: else the group path
+constexpr int64_t kFusedBlocks = 8;  // to 128 rows of x; from there the group path (M = 256: 3.9 against 4.6 ms on 4096 x 4096)
+
+void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_t p0, int64_t p1, float* sums, std::vector<int64_t>& plain) {
+  constexpr int64_t kBlocks = 8, lda = 32 * kBlocks + 32;
+  alignas(64) uint16_t a[kPanel * lda];
+  const int64_t K2 = g.K / 2, K8 = g.K / 8, pairs = (MB + 1) / 2;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kPanel;
+    uint32_t out_of_order = 0;  // a bit per row of the panel
+    for (int64_t kb0 = 0; kb0 < KB; kb0 += kBlocks) {
+      const int64_t nkb = std::min(kBlocks, KB - kb0), kc = std::min<int64_t>(32 * nkb, g.K - 32 * kb0);
+      for (int64_t i = 0; i < kPanel; ++i) {
+        const int64_t n = n0 + i;
+        if (n >= g.N)
+          std::memset(a + i * lda, 0, sizeof(uint16_t) * lda);
+        else if (!expand_row(static_cast<const uint16_t*>(g.values) + n * K2 + 16 * kb0, g.meta + n * K8 + 4 * kb0, kc, nkb, a + i * lda, 32))
+          out_of_order |= 1u << i;
+      }
+      for (int64_t q = 0; q < pairs; ++q) {
+        const bool two = 2 * q + 1 < MB, first = kb0 == 0, last = kb0 + nkb >= KB;
+        const uint32_t* b0 = xp + (2 * q * KB + kb0) * 256;
+        if (two)
+          tile_sums<true>(a, lda, b0, b0 + KB * 256, nkb, first, sums + 1024 * q, nullptr, 0, pairs > 1 || first, pairs > 1 || last);
+        else
+          tile_sums<false>(a, lda, b0, nullptr, nkb, first, sums + 1024 * q, nullptr, 0, pairs > 1 || first, pairs > 1 || last);
+        if (last) store_pair(g, sums + 1024 * q, n0, 2 * q, two);
+      }
+    }
+    for (int i = 0; i < kPanel; ++i)
+      if (out_of_order >> i & 1) plain.push_back(n0 + i);
+  }
 }
 
 // The work of one thread's group of panels: expanded a slice of columns at a time (kSliceBlocks
@@ -201,9 +252,6 @@ struct Group {
   uint16_t* a;  // panels x 32 rows, lda apart
   float* c;     // the sums between slices: per pair of blocks of x, per panel, four tiles
 };
-
-constexpr int64_t kSliceBlocks = 64;       // columns per slice: 2048
-constexpr int64_t kGroupBytes = 1 << 20;   // expanded weight slices a thread keeps (L2: 2 MiB a core)
 
 void run_group(const Group& w, std::vector<int64_t>& plain) {
   const Args& g = w.g;
@@ -232,14 +280,7 @@ void run_group(const Group& w, std::vector<int64_t>& plain) {
         else
           tile_sums<false>(w.a + p * kPanel * w.lda, w.lda, b0, nullptr, nkb, first, sums, pfp, pf_lines);
         if (!last) continue;
-        const int64_t n = w.n0 + p * kPanel, nv0 = std::clamp<int64_t>(g.N - n, 0, 16), nv1 = std::clamp<int64_t>(g.N - n - 16, 0, 16);
-        const float* bias = g.bias ? g.bias + n : nullptr;
-        for (int j = 0; j < (two ? 2 : 1); ++j) {
-          const int64_t m = 16 * (mb + j), mv = std::min<int64_t>(16, g.M - m);
-          float* y = g.y + m * g.N + n;
-          if (nv0 > 0) store_tile(sums + 512 * j, nv0, mv, g.scales + n, bias, g.act, y, g.N);
-          if (nv1 > 0) store_tile(sums + 512 * j + 256, nv1, mv, g.scales + n + 16, bias ? bias + 16 : nullptr, g.act, y + 16, g.N);
-        }
+        store_pair(g, sums, w.n0 + p * kPanel, mb, two);
       }
     }
   }
@@ -258,10 +299,14 @@ void run_amx(const Args& g) {
     static const TileConfig config;
     _tile_loadconfig(&config);
     const Tensor abuf = Tensor::empty({group * kPanel * lda}, DType::bf16);
-    const Tensor cbuf = Tensor::empty({KB > slice ? (MB + 1) / 2 * group * 1024 : 1}, DType::f32);
+    const Tensor cbuf = Tensor::empty({std::max((MB + 1) / 2 * 1024, KB > slice ? (MB + 1) / 2 * group * 1024 : 1)}, DType::f32);
     std::vector<int64_t> plain;
     for (int64_t gi = next(); gi >= 0; gi = next()) {
       const int64_t p0 = gi * group, np = std::min(panels, p0 + group) - p0;
+      if (MB <= 2 || (MB <= kFusedBlocks && MB * KB * 1024 <= kFusedXBytes)) {
+        run_fused(g, xp, KB, MB, p0, p0 + np, cbuf.data<float>(), plain);
+        continue;
+      }
       run_group({g, xp, KB, MB, lda, p0 * kPanel, np, reinterpret_cast<uint16_t*>(abuf.data_ptr()), cbuf.data<float>()}, plain);
     }
     _tile_release();
