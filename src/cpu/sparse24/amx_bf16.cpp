@@ -93,7 +93,11 @@ void plain_row(const Args& g, int64_t n) {
       byte_offsets(meta[b], off);
       for (int j = 0; j < 4; ++j) sum += fn::bits_to_float(uint32_t(v[4 * b + j]) << 16) * fn::bits_to_float(uint32_t(x[8 * b + off[j]]) << 16);
     }
-    g.y[m * g.N + n] = activate(sum * g.scales[n] + (g.bias ? g.bias[n] : 0.0f), g.act);
+    const float y = activate(sum * g.scales[n] + (g.bias ? g.bias[n] : 0.0f), g.act);
+    if (g.yh)
+      g.yh[m * g.N + n] = bf16(y).bits;
+    else
+      g.y[m * g.N + n] = y;
   }
 }
 
@@ -132,21 +136,28 @@ void pack_x(const uint16_t* x, int64_t M, int64_t K, int64_t MB, int64_t KB, uin
   });
 }
 
-// y[m][n] = act(scale[n] * c[n][m] + bias[n]) for the nv x mv corner of a 16 x 16 tile of sums
-// (c: weight row n at c + 16 n).
-void store_tile(const float* c, int64_t nv, int64_t mv, const float* scales, const float* bias, Act act, float* y, int64_t N) {
+// y[m0 + m][n0 + n] = act(scale[n] * c[n][m] + bias[n]) for the nv x mv corner of a 16 x 16 tile
+// of sums (c: weight row n at c + 16 n), in f32 or straight to bf16 (Args::yh).
+void store_tile(const float* c, int64_t nv, int64_t mv, const Args& g, int64_t m0, int64_t n0) {
   const __mmask16 k = __mmask16((1u << nv) - 1);
-  const __m512 s = _mm512_maskz_loadu_ps(k, scales), b = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
+  const __m512 s = _mm512_maskz_loadu_ps(k, g.scales + n0), b = g.bias ? _mm512_maskz_loadu_ps(k, g.bias + n0) : _mm512_setzero_ps();
   __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + 16 * i);
   transpose16(r);
   for (int64_t m = 0; m < mv; ++m) {
     __m512 v = _mm512_fmadd_ps(_mm512_castsi512_ps(r[m]), s, b);
-    if (act == Act::relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-    float* out = y + m * N;
-    _mm512_mask_storeu_ps(out, k, v);
-    if (act == Act::silu || act == Act::gelu)
-      for (int64_t i = 0; i < nv; ++i) out[i] = activate(out[i], act);
+    if (g.act == Act::relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    if (g.act == Act::silu || g.act == Act::gelu) {
+      alignas(64) float t[16];
+      _mm512_store_ps(t, v);
+      for (int64_t i = 0; i < nv; ++i) t[i] = activate(t[i], g.act);
+      v = _mm512_load_ps(t);
+    }
+    const int64_t at = (m0 + m) * g.N + n0;
+    if (g.yh)
+      _mm256_mask_storeu_epi16(g.yh + at, k, (__m256i)_mm512_cvtneps_pbh(v));  // rounded to nearest even, as bf16(float)
+    else
+      _mm512_mask_storeu_ps(g.y + at, k, v);
   }
 }
 
@@ -194,12 +205,10 @@ void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_
 // The sums of a panel (weight rows n ..) against blocks mb (and mb + 1 where `two`) of x, into y.
 void store_pair(const Args& g, const float* sums, int64_t n, int64_t mb, bool two) {
   const int64_t nv0 = std::clamp<int64_t>(g.N - n, 0, 16), nv1 = std::clamp<int64_t>(g.N - n - 16, 0, 16);
-  const float* bias = g.bias ? g.bias + n : nullptr;
   for (int j = 0; j < (two ? 2 : 1); ++j) {
     const int64_t m = 16 * (mb + j), mv = std::min<int64_t>(16, g.M - m);
-    float* y = g.y + m * g.N + n;
-    if (nv0 > 0) store_tile(sums + 512 * j, nv0, mv, g.scales + n, bias, g.act, y, g.N);
-    if (nv1 > 0) store_tile(sums + 512 * j + 256, nv1, mv, g.scales + n + 16, bias ? bias + 16 : nullptr, g.act, y + 16, g.N);
+    if (nv0 > 0) store_tile(sums + 512 * j, nv0, mv, g, m, n);
+    if (nv1 > 0) store_tile(sums + 512 * j + 256, nv1, mv, g, m, n + 16);
   }
 }
 
@@ -323,7 +332,7 @@ const KernelDef kAmx[] = {
      [](const Call& c) {
        return c.x == DType::bf16 && c.values == DType::bf16 && c.has_values() && c.M >= kAmxM && amx_ready();
      },
-     run_amx, true},
+     run_amx, true, false, true},
 };
 
 }  // namespace

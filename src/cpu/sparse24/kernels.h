@@ -76,7 +76,7 @@ struct Call {
 };
 
 // What a kernel runs on: x (M, K) row-major as f32 (x) or bf16 (xh); bias (N) or null; y (M, N)
-// f32; values of dtype vt + meta, or `packed` (the prepacked layout, past its header).
+// f32 (or bf16, yh); values of dtype vt + meta, or `packed` (the prepacked layout, past its header).
 struct Args {
   const float* x;
   const uint16_t* xh;
@@ -89,6 +89,7 @@ struct Args {
   const float* bias;
   Act act;
   float* y;
+  uint16_t* yh = nullptr;  // bf16 y instead, for kernels whose record says bf16_y (y then null)
 };
 
 // Where a kernel stands in choose()'s walk (lower first), and what comes before it.
@@ -113,6 +114,7 @@ struct KernelDef {
   void (*run)(const Args&);  // null for dense and reference_f64, which linear_cpu.cpp runs itself
   bool bf16_x = false;       // reads x as bf16 (Args::xh)
   bool reads_packed = false; // reads the prepacked layout (Args::packed), not values + meta
+  bool bf16_y = false;       // writes a bf16 y itself (Args::yh), rounding once
 };
 
 // The families' records, empty where the file's ISA is not built.

@@ -55,14 +55,17 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
     return;
   }
   Tensor b = bias.defined() ? contiguous_as(bias, DType::f32) : Tensor();
-  Tensor y = out[0].dtype() == DType::f32 ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
+  const bool direct = out[0].dtype() == DType::f32 || (k->bf16_y && out[0].dtype() == DType::bf16);
+  Tensor y = direct ? out[0] : Tensor::empty(out[0].shape(), DType::f32);
+  const bool yh = y.dtype() == DType::bf16;
   Tensor x = contiguous_as(in[0], k->bf16_x ? DType::bf16 : DType::f32);
   const uint8_t* pp = packed.defined() && k->reads_packed ? packed_payload(packed.data<uint8_t>(), packed.numel(), values.dtype(), N, K, "sparse24_linear")
                                        : nullptr;
   k->run({.x = k->bf16_x ? nullptr : x.data<float>(), .xh = reinterpret_cast<const uint16_t*>(x.data_ptr()), .M = M, .K = K, .N = N,
           .values = values.data_ptr(), .vt = values.dtype(), .meta = meta.data<uint8_t>(), .packed = pp, .scales = scales.data<float>(),
-          .bias = b.defined() ? b.data<float>() : nullptr, .act = act, .y = y.data<float>()});
-  if (out[0].dtype() != DType::f32) cpu::copy(y, out[0]);
+          .bias = b.defined() ? b.data<float>() : nullptr, .act = act, .y = yh ? nullptr : y.data<float>(),
+          .yh = yh ? reinterpret_cast<uint16_t*>(y.data_ptr()) : nullptr});
+  if (!direct) cpu::copy(y, out[0]);
 }
 
 void sparse24_to_dense_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
