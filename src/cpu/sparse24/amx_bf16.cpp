@@ -323,7 +323,7 @@ void run_amx(const Args& g) {
   if (g.M == 0 || g.N == 0) return;
   const int64_t KB = (g.K + 31) / 32, MB = (g.M + 15) / 16, panels = (g.N + kPanel - 1) / kPanel;
   const int64_t slice = std::min(KB, kSliceBlocks), lda = 32 * slice + 32;  // one line more: a tile's 16 rows fall in different sets
-  const int64_t group = std::clamp<int64_t>(kGroupBytes / (kPanel * lda * 2), 1, std::max<int64_t>(1, panels / (2 * num_threads())));
+  const int64_t group = std::clamp<int64_t>(kGroupBytes / (kPanel * lda * 2), 1, std::max<int64_t>(1, panels / (8 * num_threads())));
   const Tensor xbuf = Tensor::empty({MB * KB * 256}, DType::f32);  // the caching allocator's, 64-byte aligned
   auto* xp = reinterpret_cast<uint32_t*>(xbuf.data_ptr());
   pack_x(g.xh, g.M, g.K, MB, KB, xp);
