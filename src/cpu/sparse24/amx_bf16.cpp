@@ -241,7 +241,7 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
   // 8 blocks at a time (an 18 KiB buffer, in L1), or all of K up to 32 blocks where several pairs
   // would otherwise keep their sums in memory between blocks (each wait drains the tile unit's
   // pipeline): 768 x 3072, M = 64, 0.23 against 0.25 ms; from K = 4096 the L1 buffer wins.
-  const int64_t kBlocks = pairs == 1 || KB > 32 ? 8 : KB, lda = 32 * kBlocks + 32;
+  const int64_t kBlocks = pairs == 1 || KB > 32 ? 8 : KB, lda = 32 * kBlocks + 32, kAhead = 2 * kBlocks;
   alignas(64) uint16_t a[kPanel * (32 * 32 + 32)];
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kPanel;
@@ -250,10 +250,16 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
       const int64_t nkb = std::min(kBlocks, KB - kb0), kc = std::min<int64_t>(32 * nkb, g.K - 32 * kb0);
       for (int64_t i = 0; i < kPanel; ++i) {
         const int64_t n = n0 + i;
-        if (n >= g.N)
+        if (n >= g.N) {
           std::memset(a + i * lda, 0, sizeof(uint16_t) * lda);
-        else if (!expand_row(static_cast<const uint16_t*>(g.values) + n * K2 + 16 * kb0, g.meta + n * K8 + 4 * kb0, kc, nkb, a + i * lda, 32))
-          out_of_order |= 1u << i;
+          continue;
+        }
+        const uint16_t* v = static_cast<const uint16_t*>(g.values) + n * K2 + 16 * kb0;
+        if (kb0 + kAhead < KB) {  // 32 rows side by side are 32 streams: the prefetchers need to be told
+          for (int64_t l = 0; l < nkb * 32; l += 64) _mm_prefetch(reinterpret_cast<const char*>(v + 16 * kAhead) + l, _MM_HINT_T1);
+          _mm_prefetch(reinterpret_cast<const char*>(g.meta + n * K8 + 4 * (kb0 + kAhead)), _MM_HINT_T1);
+        }
+        if (!expand_row(v, g.meta + n * K8 + 4 * kb0, kc, nkb, a + i * lda, 32)) out_of_order |= 1u << i;
       }
       for (int64_t q = 0; q < pairs; ++q) {
         const bool two = 2 * q + 1 < MB, first = kb0 == 0, last = kb0 + nkb >= KB;
