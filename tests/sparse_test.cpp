@@ -5,6 +5,7 @@
 
 #include "sinter/data.h"
 #include "sinter/train.h"
+#include "cpu/cpu.h"  // dnnl_has_bf16: which dense copy a bf16 layer gets
 #include "cpu/sparse24/kernels.h"  // SINTER_TILES16: which tile layout prepack() builds
 #include "test_util.h"
 
@@ -370,16 +371,25 @@ TEST(Sparse24, SmallLayersComputeDenselyAndFollowTheirValues) {
     EXPECT_TRUE(test::all_close(l.forward(x), dense_ref(x, other), 1e-5, 1e-5));
   }
   EXPECT_EQ(sparse_dense_copy_bytes(), before);  // released with their weights
-  for (DType vt : {DType::bf16, DType::i8}) {  // bf16 inputs (a model moved to bf16): the f32 copy, x widened
+  // bf16 inputs (a model moved to bf16): with bf16 values a bf16 copy where oneDNN multiplies bf16
+  // (exact: the values are bf16), else the f32 copy, x widened.
+  const int64_t bf16_copy = cpu::dnnl_has_bf16() ? 96 * 128 * 2 : 96 * 128 * 4;
+  for (DType vt : {DType::bf16, DType::i8}) {
     SCOPED_TRACE(std::string("bf16 inputs, values ") + dtype_name(vt));
     nn::Linear l(128, 96);
     l.sparsify(vt);
     l.to(DType::bf16);
+    for (int64_t M : {1, 3}) {
+      Tensor x = randn({M, 128}).to(DType::bf16);
+      NoGradGuard g;
+      Tensor y = l.forward(x);
+      EXPECT_EQ(y.dtype(), DType::bf16);
+      EXPECT_TRUE(test::all_close(y.to(DType::f32), dense_ref(x, l).to(DType::f32), 1e-2, 1e-2));
+    }
     Tensor x = randn({3, 128}).to(DType::bf16);
     NoGradGuard g;
     Tensor y = l.forward(x);
-    EXPECT_EQ(y.dtype(), DType::bf16);
-    EXPECT_EQ(sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    EXPECT_EQ(sparse_dense_copy_bytes(), before + (vt == DType::bf16 ? bf16_copy : 96 * 128 * 4));
     EXPECT_TRUE(test::all_close(y.to(DType::f32), dense_ref(x, l).to(DType::f32), 1e-2, 1e-2));
     l.sparse.scales.mul_(-2.0);  // in place: the copy is remade
     EXPECT_TRUE(test::all_close(l.forward(x).to(DType::f32), (y.to(DType::f32) * -2.0 + l.bias.to(DType::f32) * 3.0), 3e-2, 3e-2));
@@ -395,7 +405,7 @@ TEST(Sparse24, SmallLayersComputeDenselyAndFollowTheirValues) {
     l.to(DType::bf16);
     Tensor xb = x.to(DType::bf16);
     EXPECT_TRUE(test::all_close(l.forward(xb).to(DType::f32), dense_ref(xb, l).to(DType::f32), 1e-2, 1e-2));
-    EXPECT_EQ(sparse_dense_copy_bytes(), before + 96 * 128 * 4);
+    EXPECT_EQ(sparse_dense_copy_bytes(), before + bf16_copy);
   }
   EXPECT_EQ(sparse_dense_copy_bytes(), before);
   {  // gradients through the dense form: those of the dense product, restricted to the kept entries

@@ -411,7 +411,7 @@ bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& 
   // bf16 decode: ours at every size without a bf16 matmul in oneDNN (the alternative widens the
   // whole weight each call), and at M = 1 with one (oneDNN's bf16 GEMV reads at a third of
   // memory speed; its AMX GEMM wins from M = 2).
-  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && (!dnnl_has_bf16() || M == 1) && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
+  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::bf16 && (!dnnl_has_bf16() || M == 1) && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || (bias.dtype() == DType::bf16 && bias.is_contiguous()))) {
     gemm_few_rows_bf16(a.data<bf16>(), b.data<bf16>(), bias.defined() ? bias.data<bf16>() : nullptr, c.data<bf16>(), M, N, K);
     return false;

@@ -1,6 +1,7 @@
-// Dense copies of small 2:4 weights (kernels.h, kSmallLayerBytes), in f32: made once per weight,
-// remade when its values, meta or scales change (their storage, data pointer or version), all of
-// them together within kDenseCopyBudget bytes. A copy lives until its weight's values are freed.
+// Dense copies of small 2:4 weights (kernels.h, kSmallLayerBytes), in f32 or bf16: made once per
+// weight and dtype, remade when its values, meta or scales change (their storage, data pointer or
+// version), all of them together within kDenseCopyBudget bytes. A copy lives until its weight's
+// values are freed.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,7 +31,7 @@ struct Entry {
 
 struct Cache {
   std::mutex mu;
-  std::map<const Storage*, Entry> entries;  // by the values' storage
+  std::map<std::pair<const Storage*, DType>, Entry> entries;  // by the values' storage and the copy's dtype
   int64_t bytes = 0;
   void purge() {  // copies whose weights are gone
     for (auto it = entries.begin(); it != entries.end();) {
@@ -46,21 +47,22 @@ Cache& cache() {
 
 }  // namespace
 
-Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales) {
+Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales, DType dt) {
   Cache& c = cache();
   std::lock_guard lock(c.mu);
   const Tensor* parts[3] = {&values, &meta, &scales};
-  auto it = c.entries.find(values.storage().get());
+  const std::pair<const Storage*, DType> key{values.storage().get(), dt};
+  auto it = c.entries.find(key);
   if (it != c.entries.end()) {
     bool same = true;
     for (int i = 0; i < 3 && same; ++i) same = it->second.from[i].same(*parts[i]);
     if (same) return it->second.dense;
   }
   c.purge();  // before a new copy counts against the budget (a hit needs no purge)
-  it = c.entries.find(values.storage().get());
-  const int64_t N = values.size(0), K = values.size(1) * 2, bytes = N * K * 4;
+  it = c.entries.find(key);
+  const int64_t N = values.size(0), K = values.size(1) * 2;
   const int64_t held = it != c.entries.end() ? it->second.bytes : 0;
-  if (c.bytes - held + bytes > kDenseCopyBudget) {  // no room: this weight runs the 2:4 kernels
+  if (c.bytes - held + N * K * dtype_size(dt) > kDenseCopyBudget) {  // no room: this weight runs the 2:4 kernels
     if (it != c.entries.end()) c.bytes -= held, c.entries.erase(it);
     return {};
   }
@@ -68,7 +70,16 @@ Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales
          s = cpu::contiguous_as(scales, DType::f32);
   Tensor d = Tensor::empty({N, K}, DType::f32);
   to_dense<float>(v.data_ptr(), v.dtype(), m.data<uint8_t>(), s.data<float>(), N, K, d.data<float>());
-  Entry& e = c.entries[values.storage().get()];
+  if (dt == DType::bf16) {  // only where exact: a column meta names twice holds a sum bf16 may not
+    Tensor h = cpu::contiguous_as(d, DType::bf16);
+    const float* f = d.data<float>();
+    const bf16* b = h.data<bf16>();
+    bool exact = true;
+    for (int64_t i = 0; i < N * K && exact; ++i) exact = float(b[i]) == f[i];
+    if (exact) d = h;
+  }
+  const int64_t bytes = N * K * dtype_size(d.dtype());
+  Entry& e = c.entries[key];
   c.bytes += bytes - e.bytes;
   e.bytes = bytes;
   e.dense = d;

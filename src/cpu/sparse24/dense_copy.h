@@ -4,8 +4,9 @@
 
 namespace sinter::sparse {
 
-// The (N, K) dense weight in f32, cached; undefined when the budget is spent.
-Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales);
+// The (N, K) dense weight in dt (f32, or bf16 where every entry is exact in bf16, else f32), cached;
+// undefined when the budget is spent.
+Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales, DType dt = DType::f32);
 int64_t dense_copy_bytes();  // held by all copies now
 
 }  // namespace sinter::sparse

@@ -12,14 +12,18 @@ namespace {
 using detail::raw_view;
 using cpu::contiguous_as;
 
-// y = act(x dense^T + b) on a cached f32 dense copy, computed in f32 (bf16 x widened) and rounded
-// once to y's dtype, as the 2:4 kernels do.
+// y = act(x dense^T + b) on a cached dense copy, summed in f32 and rounded once to y's dtype, as
+// the 2:4 kernels do: bf16 x against a bf16 copy where oneDNN multiplies bf16 (on AMX, the tile
+// unit), else x widened against an f32 copy.
 void run_dense(const Tensor& x, const Tensor& dense, const Tensor& bias, Act act, const Tensor& out, int64_t M, int64_t N, int64_t K) {
-  Tensor x2 = contiguous_as(x, DType::f32);
-  Tensor y = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape(), DType::f32);
+  Tensor x2 = contiguous_as(x, dense.dtype());
+  // Without an activation a bf16 product goes straight to a bf16 y (oneDNN rounds once).
+  const bool direct = out.dtype() == DType::f32 || (dense.dtype() == DType::bf16 && act == Act::none && out.dtype() == DType::bf16);
+  Tensor y = direct ? out : Tensor::empty(out.shape(), DType::f32);
+  const DType bias_dt = y.dtype() == DType::bf16 && bias.defined() && bias.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
   Tensor a = raw_view(x2, {1, M, K}, {M * K, K, 1}, x2.offset());
   Tensor bt = raw_view(dense, {1, K, N}, {0, 1, K}, dense.offset());  // dense^T as a view
-  cpu::gemm(a, bt, raw_view(y, {1, M, N}, {M * N, N, 1}, y.offset()), bias.defined() ? contiguous_as(bias, DType::f32) : Tensor());
+  cpu::gemm(a, bt, raw_view(y, {1, M, N}, {M * N, N, 1}, y.offset()), bias.defined() ? contiguous_as(bias, bias_dt) : Tensor());
   switch (act) {
     case Act::relu: cpu::unary(cpu::UnaryOp::Relu, y, y); break;
     case Act::silu: cpu::unary(cpu::UnaryOp::Silu, y, y); break;
@@ -41,7 +45,8 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
   Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true), packed_only};
   const KernelDef* k = &choose(call);
   Tensor dense;
-  if (k->kernel == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3])).defined()) {
+  const bool bf16_copy = in[0].dtype() == DType::bf16 && in[1].dtype() == DType::bf16 && cpu::dnnl_has_bf16();
+  if (k->kernel == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3], bf16_copy ? DType::bf16 : DType::f32)).defined()) {
     call.dense_allowed = false;
     k = &choose(call);
   }
