@@ -310,18 +310,21 @@ static Tensor activate(const Tensor& y, const std::string& activation) {
   return y;
 }
 
-// An eager f32 call without gradients on a small CPU layer, where the 2:4 kernel would run the GEMM
-// of the weight's cached dense copy: that copy through the dense linear op, so the 2:4 layer costs
-// what a dense one does (no second op's bookkeeping). The weight gets the op's own checks; for any
-// other malformed call (x, bias) it is undefined, and the op names what is wrong.
-static Tensor small_layer_dense(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, bool grads) {
-  if (grads || x.dtype() != DType::f32 || x.device().type != DeviceType::cpu || x.is_symbolic() || x.dim() == 0) return {};
+// An eager call without gradients on a small CPU layer, where the 2:4 kernel would run the GEMM of
+// the weight's cached dense copy: that copy through the dense linear op, so the 2:4 layer costs what
+// a dense one does (no second op's bookkeeping). f32 x, or bf16 x without an activation (bf16 would
+// round twice) where the copy is bf16. The weight gets the op's own checks; for any other malformed
+// call (x, bias) it is undefined, and the op names what is wrong.
+static Tensor small_layer_dense(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, bool grads, const std::string& act) {
+  const bool bf16 = x.dtype() == DType::bf16 && act == "none" && sparse::dense_copy_dtype(x.dtype(), w.dtype()) == DType::bf16;
+  if (grads || !(x.dtype() == DType::f32 || bf16) || x.device().type != DeviceType::cpu || x.is_symbolic() || x.dim() == 0) return {};
   const auto meta_of = [](const Tensor& t) { return TensorMeta{t.shape(), t.dtype(), t.device()}; };
   const auto [N, K] = detail::check_weight("sparse24_linear", meta_of(w.values), meta_of(w.meta), meta_of(w.scales));
-  if (w.dtype() == DType::f64 || x.size(-1) != K || (b.defined() && (b.dtype() != DType::f32 || b.shape() != Shape{N}))) return {};
+  if (w.dtype() == DType::f64 || x.size(-1) != K || (b.defined() && (b.dtype() != x.dtype() || b.shape() != Shape{N}))) return {};
   const sparse::Call call{x.dtype(), w.dtype(), x.numel() / std::max<int64_t>(K, 1), N, K};
   if (sparse::choose(call).kernel != sparse::Kernel::dense) return {};
-  return sparse::dense_copy(w.values, w.meta, w.scales);
+  const Tensor d = sparse::dense_copy(w.values, w.meta, w.scales, bf16 ? DType::bf16 : DType::f32);
+  return d.defined() && d.dtype() == x.dtype() ? d : Tensor();  // a bf16 copy that had to stay f32: the op
 }
 
 Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, const std::string& activation) {
@@ -345,7 +348,7 @@ Tensor linear(const Tensor& x, const SemiStructuredSparse& w, const Tensor& b, c
   SINTER_CHECK(w.defined() && w.meta.defined() && w.scales.defined(), "[sparse24_linear] the 2:4 weight has no ",
                !w.defined() ? "values" : !w.meta.defined() ? "meta" : "scales");
   const bool grads = grad_enabled() && (x.requires_grad() || w.values.requires_grad() || (b.defined() && b.requires_grad()));
-  if (const Tensor dense = small_layer_dense(x, w, b, grads); dense.defined()) return activate(linear(x, dense, b), activation);
+  if (const Tensor dense = small_layer_dense(x, w, b, grads, activation); dense.defined()) return activate(linear(x, dense, b), activation);
   std::vector<Tensor> in{x, w.values, w.meta, w.scales};
   if (b.defined()) in.push_back(b);
   const bool packed = w.packed_current();  // the kernel decides whether to read it

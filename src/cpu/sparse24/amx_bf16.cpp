@@ -242,7 +242,7 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
   // would otherwise keep their sums in memory between blocks (each wait drains the tile unit's
   // pipeline): 768 x 3072, M = 64, 0.23 against 0.25 ms; from K = 4096 the L1 buffer wins.
   const int64_t kBlocks = pairs == 1 || KB > 32 ? 8 : KB, lda = 32 * kBlocks + 32, kAhead = 2 * kBlocks;
-  alignas(64) uint16_t a[kPanel * (32 * 32 + 32)];
+  alignas(64) uint16_t a[kPanel * (32 * 32 + 32)];  // up to 32 blocks
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kPanel;
     uint32_t out_of_order = 0;  // a bit per row of the panel

@@ -87,6 +87,10 @@ Tensor dense_copy(const Tensor& values, const Tensor& meta, const Tensor& scales
   return e.dense;
 }
 
+DType dense_copy_dtype(DType x, DType values) {
+  return x == DType::bf16 && values == DType::bf16 && cpu::dnnl_has_bf16() ? DType::bf16 : DType::f32;
+}
+
 int64_t dense_copy_bytes() {
   Cache& c = cache();
   std::lock_guard lock(c.mu);

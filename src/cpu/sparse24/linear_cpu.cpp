@@ -45,8 +45,7 @@ void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
   Call call{in[0].dtype(), in[1].dtype(), M, N, K, packed.defined(), a.b_or("dense_copy", true), packed_only};
   const KernelDef* k = &choose(call);
   Tensor dense;
-  const bool bf16_copy = in[0].dtype() == DType::bf16 && in[1].dtype() == DType::bf16 && cpu::dnnl_has_bf16();
-  if (k->kernel == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3], bf16_copy ? DType::bf16 : DType::f32)).defined()) {
+  if (k->kernel == Kernel::dense && !(dense = dense_copy(in[1], in[2], in[3], dense_copy_dtype(in[0].dtype(), in[1].dtype()))).defined()) {
     call.dense_allowed = false;
     k = &choose(call);
   }
