@@ -219,5 +219,36 @@ TEST(FlashSweep, AnAdditiveMaskOverAFewHundredKeysMatchesMath) {
   }
 }
 
+// Decode on bf16 (at most 4 query rows per kv head): K and V are read where they lie, widened as
+// they are loaded, instead of copied to f32 first. The f32 kernel on the widened tensors is the
+// reference, bit for bit: the same f32 arithmetic on the same values. Head dims with a tail of a
+// register, a KV cache filled part way (kv_len), GQA 4:1 and 2:1, causal or an additive mask.
+TEST(FlashSweep, Bf16DecodeReadsTheCacheInPlaceAsTheF32KernelDoes) {
+  manual_seed(8);
+  struct Case {
+    int64_t D, Lq, Hkv, group, n;
+    bool mask;
+  };
+  for (const Case& c : {Case{64, 1, 4, 1, 1500, false}, Case{40, 1, 2, 4, 700, true}, Case{72, 2, 2, 2, 333, false},
+                        Case{16, 1, 1, 3, 1025, true}, Case{128, 4, 1, 1, 90, false}}) {
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " Lq=" + std::to_string(c.Lq) + " group=" + std::to_string(c.group));
+    const int64_t B = 2, Hq = c.Hkv * c.group, cap = c.n + 37;
+    const Tensor q = randn({B, Hq, c.Lq, c.D}).to(DType::bf16);
+    const Tensor kc = randn({B, c.Hkv, cap, c.D}).to(DType::bf16), vc = randn({B, c.Hkv, cap, c.D}).to(DType::bf16);
+    const Tensor mask = c.mask ? randn({1, 1, c.Lq, cap}) : Tensor();
+    const Tensor kv_len = full({}, double(c.n), DType::i64);
+    const Tensor o = scaled_dot_product_attention(q, kc, vc, mask, 0.0, !c.mask, {}, c.group > 1, SDPABackend::flash, 0, kv_len);
+    const Tensor ref = scaled_dot_product_attention(q.to(DType::f32), kc.to(DType::f32), vc.to(DType::f32), mask, 0.0, !c.mask, {},
+                                                   c.group > 1, SDPABackend::flash, 0, kv_len);
+    ASSERT_EQ(o.dtype(), DType::bf16);
+    EXPECT_TRUE(test::bitwise_equal(o, ref.to(DType::bf16)));
+    // and within bf16's rounding of the f64 math on the same values (the cache's first n positions)
+    const Tensor math = scaled_dot_product_attention(q.to(DType::f64), kc.narrow(2, 0, c.n).to(DType::f64), vc.narrow(2, 0, c.n).to(DType::f64),
+                                                    c.mask ? mask.narrow(3, 0, c.n).to(DType::f64) : Tensor(), 0.0, !c.mask, {}, c.group > 1,
+                                                    SDPABackend::math);
+    EXPECT_LE(rel_err(o, math), 8e-3);
+  }
+}
+
 }  // namespace
 }  // namespace sinter

@@ -23,8 +23,10 @@ constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 template <class T>
 void flash_forward(const Geometry& g, const T* q, const T* k, const T* v, const T* mask, T* o, T* lse);
-void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
-                       float* lse);
+// KT f32, or bf16 for K and V read in place where every job has at most 4 rows (group x Lq <= 4:
+// decode), which the bf16 instantiation alone serves.
+template <class KT>
+void flash_forward_f32(const Geometry& g, const float* q, const KT* k, const KT* v, const float* mask, float* o, float* lse);
 template <class T>
 void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
                     const T* dlse, const T* mask, T* dq, T* dk, T* dv);

@@ -14,13 +14,14 @@ namespace {
 // step, so the loads find them in cache (the hardware prefetcher alone left ~1/3 of the read
 // bandwidth unused here).
 constexpr int64_t kPrefetchKeys = 32;
-SINTER_INLINE void prefetch_row(const float* row, int64_t n) {
-  for (int64_t x = 0; x < n; x += 64 / 4) __builtin_prefetch(row + x, 0, 3);
+template <class KT> SINTER_INLINE void prefetch_row(const KT* row, int64_t n) {
+  for (int64_t x = 0; x < n; x += 64 / int64_t(sizeof(KT))) __builtin_prefetch(row + x, 0, 3);
 }
 
 // q's rows are D rounded up to kV floats apart, zero past D; K's rows end at D (a tail is read masked).
-template <int ROWS, int KC>
-SINTER_INLINE void scores_few_block(const float* q, const float* K, float* s, int64_t c, int64_t D, int64_t rs, int64_t k_rs) {
+// KT: K's and V's elements, f32 or bf16 (widened as they are loaded).
+template <int ROWS, int KC, class KT>
+SINTER_INLINE void scores_few_block(const float* q, const KT* K, float* s, int64_t c, int64_t D, int64_t rs, int64_t k_rs) {
   for (int j = 0; j < KC; ++j) prefetch_row(K + (c + j + kPrefetchKeys) * k_rs, D);
   const int64_t Dp = round_up(D, kV), whole = D / kV * kV;
   fvec acc[ROWS][KC];
@@ -34,8 +35,8 @@ SINTER_INLINE void scores_few_block(const float* q, const float* K, float* s, in
       for (int j = 0; j < KC; ++j) acc[r][j] += qv * kv[j];
     }
   };
-  for (int64_t d = 0; d < whole; d += kV) step(d, [](const float* p) { return vload(p); });
-  if (whole < D) step(whole, [&](const float* p) { return vload_n(p, D - whole); });
+  for (int64_t d = 0; d < whole; d += kV) step(d, [](const KT* p) { return vload(p); });
+  if (whole < D) step(whole, [&](const KT* p) { return vload_n(p, D - whole); });
 #if defined(__AVX__) && !defined(__AVX512F__)
   if constexpr (ROWS * KC == 8) {  // eight dot products reduced together: 3 rounds of pairwise adds
     const fvec* a = &acc[0][0];
@@ -57,15 +58,16 @@ SINTER_INLINE void scores_few_block(const float* q, const float* K, float* s, in
       s[r * rs + c + j] = t;
     }
 }
-template <int ROWS>
-void scores_few(const float* q, const float* K, float* s, int64_t cols, int64_t D, int64_t rs, int64_t k_rs) {
+template <int ROWS, class KT>
+void scores_few(const float* q, const KT* K, float* s, int64_t cols, int64_t D, int64_t rs, int64_t k_rs) {
   constexpr int KC = ROWS == 1 ? 8 : ROWS == 2 ? 4 : 2;
   int64_t c = 0;
   for (; c + KC <= cols; c += KC) scores_few_block<ROWS, KC>(q, K, s, c, D, rs, k_rs);
   for (; c < cols; ++c) scores_few_block<ROWS, 1>(q, K, s, c, D, rs, k_rs);
 }
 // Row c of K at K + c * k_rs.
-void scores_few_rows(const float* q, const float* K, float* s, int64_t rows, int64_t cols, int64_t D, int64_t rs, int64_t k_rs) {
+template <class KT>
+void scores_few_rows(const float* q, const KT* K, float* s, int64_t rows, int64_t cols, int64_t D, int64_t rs, int64_t k_rs) {
   switch (rows) {
     case 1: return scores_few<1>(q, K, s, cols, D, rs, k_rs);
     case 2: return scores_few<2>(q, K, s, cols, D, rs, k_rs);
@@ -78,21 +80,21 @@ void scores_few_rows(const float* q, const float* K, float* s, int64_t rows, int
 // in order, four keys per pass over the (L1-resident) accumulator rows; p(r, c) at p[r * rs + c],
 // row c of V at V + c * v_rs. acc's rows are Dv rounded up to kV floats apart; a tail of V's rows
 // is read masked.
-template <int ROWS> void pv_few(const float* ps, int64_t rs, const float* V, float* acc, int64_t cols, int64_t Dv, int64_t v_rs) {
+template <int ROWS, class KT> void pv_few(const float* ps, int64_t rs, const KT* V, float* acc, int64_t cols, int64_t Dv, int64_t v_rs) {
   const int64_t Dp = round_up(Dv, kV), whole = Dv / kV * kV, tail = Dv - whole;
   // acc's rows += four keys' rows of V (at v, v_rs apart) over [d, d + kV), weighted by p
-  auto four = [&](const float* v, const float (*p)[ROWS], int64_t d, auto load) {
+  auto four = [&](const KT* v, const float (*p)[ROWS], int64_t d, auto load) {
     const fvec v0 = load(v + d), v1 = load(v + v_rs + d), v2 = load(v + 2 * v_rs + d), v3 = load(v + 3 * v_rs + d);
     for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dp + d, vload(acc + r * Dp + d) + v0 * p[0][r] + v1 * p[1][r] + v2 * p[2][r] + v3 * p[3][r]);
   };
-  auto whole_load = [](const float* x) { return vload(x); };
-  auto tail_load = [tail](const float* x) { return vload_n(x, tail); };
+  auto whole_load = [](const KT* x) { return vload(x); };
+  auto tail_load = [tail](const KT* x) { return vload_n(x, tail); };
   int64_t c = 0;
   for (; c + 4 <= cols; c += 4) {
     float p[4][ROWS];
     for (int j = 0; j < 4; ++j)
       for (int r = 0; r < ROWS; ++r) p[j][r] = ps[r * rs + c + j];
-    const float* v = V + c * v_rs;
+    const KT* v = V + c * v_rs;
     for (int j = 0; j < 4; ++j) prefetch_row(v + (j + kPrefetchKeys) * v_rs, Dv);
     for (int64_t d = 0; d < whole; d += kV) four(v, p, d, whole_load);
     if (tail) four(v, p, whole, tail_load);
@@ -103,7 +105,8 @@ template <int ROWS> void pv_few(const float* ps, int64_t rs, const float* V, flo
       for (int r = 0; r < ROWS; ++r) vstore(acc + r * Dp + d, vload(acc + r * Dp + d) + v0 * ps[r * rs + c]);
     }
 }
-void pv_few_rows(const float* ps, int64_t rs, const float* V, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t v_rs) {
+template <class KT>
+void pv_few_rows(const float* ps, int64_t rs, const KT* V, float* acc, int64_t rows, int64_t cols, int64_t Dv, int64_t v_rs) {
   switch (rows) {
     case 1: return pv_few<1>(ps, rs, V, acc, cols, Dv, v_rs);
     case 2: return pv_few<2>(ps, rs, V, acc, cols, Dv, v_rs);
@@ -249,8 +252,8 @@ struct ForwardScratch {
 // Scores are computed transposed, S^T = K Q^T, over Q^T transposed once per job (not K once per
 // tile): K's rows are read in place, and the online softmax runs across query rows, a register of
 // rows at a time, with no horizontal reductions. P^T then feeds O += P V read transposed.
-void flash_forward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* mask, float* o,
-                       float* lse) {
+template <class KT>
+void flash_forward_f32(const Geometry& g, const float* q, const KT* k, const KT* v, const float* mask, float* o, float* lse) {
   static_assert(kFBr == kFBc && kFBr % kNr == 0, "S^T tiles are square, padded rows a whole block");
   const int64_t group = g.Hq / g.Hkv, D = g.D, Dv = g.Dv, R = group * g.Lq, tiles = (R + kFBr - 1) / kFBr;
   // Any head dims: q's rows in scratch zero-padded to Dq (the decode kernel reads whole registers),
@@ -259,6 +262,8 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
   // Scores in log2 units (q scaled by scale log2(e)): the softmax takes 2^t (vexp2_nonpos), the
   // mask is scaled to match, and lse goes back to natural units.
   const float scale = float(g.scale * double(kLog2e)), ninf = -std::numeric_limits<float>::infinity();
+  if constexpr (!std::is_same_v<KT, float>)
+    SINTER_CHECK(R <= 4, "[internal] sdpa: bf16 K and V are read in place only by the few-row kernels, not for ", R, " rows a job");
   parallel_dynamic(0, g.B * g.Hkv * tiles, [&](const auto& next) {
     // Each thread's scratch lives across calls: a decode step's attention is a few microseconds,
     // and allocating (and zeroing) ~50 KiB of it per call had cost half of that.
@@ -276,8 +281,8 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
       const int64_t row_base = (b * g.Hq + hk * group) * g.Lq + r0;  // the job's rows are contiguous in lse
       // Row r of the job: query head hk * group + (r0 + r) / Lq, position (r0 + r) % Lq.
       auto q_row = [&](int64_t r) { return g.lq.at(q, b, hk * group + (r0 + r) / g.Lq, (r0 + r) % g.Lq); };
-      const float* K = g.lk.at(k, b, hk, 0);
-      const float* V = g.lv.at(v, b, hk, 0);
+      const KT* K = g.lk.at(k, b, hk, 0);
+      const KT* V = g.lv.at(v, b, hk, 0);
       const int64_t k_rs = g.lk.r, v_rs = g.lv.r;
       const bool few = rows <= 4;
       const int64_t acc_rs = few ? Dd : Da;  // the accumulators' rows, as the P V kernel of the job lays them
@@ -323,7 +328,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           }
         }
         if (few) scores_few_rows(qs.data(), K + j0 * k_rs, sT.data(), rows, cols, D, rs, k_rs);
-        else scores_tile(K + j0 * k_rs, qt.data(), sT.data(), cols, rows_r, D, k_rs, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
+        else if constexpr (std::is_same_v<KT, float>) scores_tile(K + j0 * k_rs, qt.data(), sT.data(), cols, rows_r, D, k_rs, cut ? strip_keys.data() : nullptr);  // S^T = K_j (scale Q)^T
         // Keys outside a row's [first, lim) are -inf; then the explicit mask.
         if (!(j0 + cols <= min_lim && j0 >= max_first))
           for (int64_t r = 0; r < rows; ++r) {
@@ -378,7 +383,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
           }
         }
         if (few) pv_few_rows(sT.data(), rs, V + j0 * v_rs, acc.data(), rows, cols, Dv, v_rs);
-        else pv_tile(sT.data(), V + j0 * v_rs, acc.data(), rows, cols, Da, 1, ld, Da, cut ? row_keys.data() : nullptr, v_rs, nullptr, Dv);  // acc += P V, P from P^T
+        else if constexpr (std::is_same_v<KT, float>) pv_tile(sT.data(), V + j0 * v_rs, acc.data(), rows, cols, Da, 1, ld, Da, cut ? row_keys.data() : nullptr, v_rs, nullptr, Dv);  // acc += P V, P from P^T
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = g.lo.at(o, b, hk * group + (r0 + r) / g.Lq, (r0 + r) % g.Lq);
@@ -390,5 +395,7 @@ void flash_forward_f32(const Geometry& g, const float* q, const float* k, const 
   });
 }
 
+template void flash_forward_f32<float>(const Geometry&, const float*, const float*, const float*, const float*, float*, float*);
+template void flash_forward_f32<bf16>(const Geometry&, const float*, const bf16*, const bf16*, const float*, float*, float*);
 
 }  // namespace sinter::detail

@@ -37,9 +37,9 @@ Tensor mask_view(const Tensor& mask, DType ct, Geometry& g) {
   return raw_view(m, full, strides, m.offset());
 }
 
-// t where it lies when it is in the compute dtype with a contiguous last dim (a transposed view of
-// a (B, L, H, D) projection, the first positions of a KV cache), else a contiguous copy (bf16
-// widened); its layout goes to `l`.
+// t where it lies when it is in dtype ct with a contiguous last dim (a transposed view of a
+// (B, L, H, D) projection, the first positions of a KV cache), else a contiguous copy (bf16
+// widened where ct is f32); its layout goes to `l`.
 Tensor rows_of(const Tensor& t, DType ct, RowLayout& l) {
   const Tensor r = t.dtype() == ct && (t.size(3) <= 1 || t.stride(3) == 1) ? t : cpu::contiguous_as(t, ct);
   l = layout_of(r);
@@ -62,12 +62,18 @@ void flash_forward_into(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
                         const Tensor& o_out, const Tensor& lse) {
   const DType ct = compute_dtype(q_in.dtype());
   Tensor m = mask.defined() ? mask_view(mask, ct, g) : Tensor();
+  // Decode (at most 4 query rows per kv head) on bf16 K and V: read in place, widened as loaded.
+  const bool kv_bf16 = q_in.dtype() == DType::bf16 && k_in.dtype() == DType::bf16 && v_in.dtype() == DType::bf16 &&
+                       (g.Hq / g.Hkv) * g.Lq <= 4;
   with_compute_type(q_in.dtype(), [&]<class T>() {
-    Tensor q = rows_of(q_in, ct, g.lq), k = rows_of(k_in, ct, g.lk), v = rows_of(v_in, ct, g.lv);
+    Tensor q = rows_of(q_in, ct, g.lq), k = rows_of(k_in, kv_bf16 ? DType::bf16 : ct, g.lk), v = rows_of(v_in, kv_bf16 ? DType::bf16 : ct, g.lv);
     Tensor o = out_rows(o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct), g.lo);
     const T* mp = m.defined() ? static_cast<const T*>(m.data_ptr()) : nullptr;
     if constexpr (std::is_same_v<T, float>) {
-      flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
+      if (kv_bf16)
+        flash_forward_f32(g, q.data<T>(), k.data<bf16>(), v.data<bf16>(), mp, o.data<T>(), lse.data<T>());
+      else
+        flash_forward_f32(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
     } else {
       flash_forward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), mp, o.data<T>(), lse.data<T>());
     }
