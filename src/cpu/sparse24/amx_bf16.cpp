@@ -243,8 +243,8 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
   // pipeline): 768 x 3072, M = 64, 0.23 against 0.25 ms; from K = 4096 the L1 buffer wins.
   const int64_t kBlocks = pairs == 1 || KB > 32 ? 8 : KB, lda = 32 * kBlocks + 32, kAhead = 2 * kBlocks;
   // Rows of values more than 8 KiB apart (K > 4096): the prefetchers lose the 32 streams and are
-  // told two chunks ahead (11008 x 4096, M = 16, calls alternating with dense: 3.4 -> 2.4 ms);
-  // nearer, they follow them, and telling them costs (4096 x 4096: 0.62 against 0.92 ms).
+  // told two chunks ahead (11008 x 4096, M = 16, calls alternating with dense: 2.4 ms told, 3.4 not);
+  // nearer, they follow them, and telling them costs (4096 x 4096: 0.62 ms not told, 0.92 told).
   const bool far_rows = K2 * 2 > 8192;
   alignas(64) uint16_t a[kPanel * (32 * 32 + 32)];  // up to 32 blocks
   for (int64_t p = p0; p < p1; ++p) {
