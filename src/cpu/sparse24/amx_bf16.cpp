@@ -1,9 +1,9 @@
 // bf16 x with bf16 values on AMX (Intel Xeon from Sapphire Rapids), where oneDNN's dense bf16 GEMM
 // runs on the tile unit and the vector kernels cannot keep up from M = 16. Dense compute on 2:4
-// bytes: each thread expands 32 weight rows at a time into bf16 tiles (vpexpandw at the meta's
-// kept columns, into a buffer that stays in L2) and runs them through TDPBF16PS against x^T, packed
-// once per call in the tiles' pair layout: y^T = W x^T, 2 x 2 tiles of 16 x 16 outputs at a time.
-// Memory reads the 2:4 bytes (0.56x dense) and the tile unit does dense work; docs/sparse.md.
+// bytes: panels of 32 weight rows expanded to bf16 (vpexpandw at the meta's kept columns) and run
+// through TDPBF16PS against x^T, packed once per call: y^T = W x^T, 2 x 2 tiles of 16 x 16 sums.
+// Up to 128 rows of x a panel is expanded a few blocks at a time into L1 (run_fused); above, a
+// group of panels into L2 for every row block of x to pass over (run_group). docs/sparse.md.
 #include "cpu/sparse24/kernels.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BW__) && defined(__AVX512VBMI2__) && defined(__linux__)
@@ -341,7 +341,7 @@ void run_amx(const Args& g) {
     static const TileConfig config;
     _tile_loadconfig(&config);
     const Tensor abuf = Tensor::empty({group * kPanel * lda}, DType::bf16);
-    const Tensor cbuf = Tensor::empty({std::max(2 * (MB + 1) / 2 * 1024, KB > slice ? (MB + 1) / 2 * group * 1024 : 1)}, DType::f32);
+    const Tensor cbuf = Tensor::empty({std::max(2 * ((MB + 1) / 2) * 1024, KB > slice ? (MB + 1) / 2 * group * 1024 : 1)}, DType::f32);
     std::vector<int64_t> plain;
     Pending pending;
     for (int64_t gi = next(); gi >= 0; gi = next()) {
