@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include "cpu/simd/transpose.h"
 #include "cpu/sparse24/kernel_common.h"
 
 namespace sinter::sparse {
@@ -101,23 +102,7 @@ void plain_row(const Args& g, int64_t n) {
   }
 }
 
-// r[i] element e becomes r[e] element i (16 x 16 of 32 bits: pairs of bf16, or f32).
-SINTER_INLINE void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]), r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]), r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88), t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88), t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88), r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88), r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
-  }
-}
+using cpu::simd::transpose16;
 
 // x^T in the B tiles' pair layout: tile (mb, kb) (1 KiB at out + (mb * KB + kb) * 256) holds in
 // row r the pairs of columns 32 kb + 2r, + 1 of rows 16 mb .. + 15 of x; rows past M and columns
