@@ -181,11 +181,19 @@ SINTER_INLINE void pv_block_t(const float* p, int64_t p_cs, const float* v, floa
 // The block of pv_tile holding v's last floats (read masked), kept out of line: inlined, its six
 // row variants grew the flash kernels' loop enough to slow the aligned head dims' code (5% on the
 // masked forward, Zen 3).
+// A tail of at most one register takes one register's FMAs (a head dim of 16 on AVX-512: the
+// second register's half of them added zeros, 57% of the forward at D = 16).
 [[gnu::noinline]] void pv_tail_block(const float* pt, int64_t p_rs, const float* const* pr, int64_t p_cs, const float* v,
                                      float* const* ar, int64_t rows, int64_t cols, int64_t d0, int64_t v_rs, int64_t v_cols) {
   with_rows<kMr>(rows, [&](auto mr) {
-    if (p_rs == 1) pv_block_t<decltype(mr)::value, 2, true>(pt, p_cs, v, ar, cols, d0, v_rs, v_cols);
-    else pv_block<decltype(mr)::value, 2, true>(pr, p_cs, v, ar, cols, d0, v_rs, v_cols);
+    constexpr int MR = decltype(mr)::value;
+    if (v_cols - d0 <= kV) {
+      if (p_rs == 1) pv_block_t<MR, 1, true>(pt, p_cs, v, ar, cols, d0, v_rs, v_cols);
+      else pv_block<MR, 1, true>(pr, p_cs, v, ar, cols, d0, v_rs, v_cols);
+    } else {
+      if (p_rs == 1) pv_block_t<MR, 2, true>(pt, p_cs, v, ar, cols, d0, v_rs, v_cols);
+      else pv_block<MR, 2, true>(pr, p_cs, v, ar, cols, d0, v_rs, v_cols);
+    }
   });
 }
 
