@@ -222,8 +222,9 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              {{rn({3, 4}).t(), rn({2, 3})}, {}},        {{rn({17, 64}), rn({40, 64}), rn({40})}, {}},
                              {{rn({2, 5}, DType::f64), rn({3, 5}, DType::f64), rn({3}, DType::f64)}, {}},
                              // decode-sized products (the few-rows kernel): vector body + tails in K and N,
-                             // one and two rows at a time, with and without bias
+                             // one, two and three rows at a time, with and without bias
                              {{rn({1, 37}), rn({9, 37}), rn({9})}, {}}, {{rn({5, 1, 70}), rn({13, 70})}, {}},
+                             {{rn({3, 70}), rn({11, 70}), rn({11})}, {}},
                              {{rn({2, 128}), rn({384, 128}), rn({384})}, {}}, {{rn({8, 16}), rn({4, 16})}, {}},
                              // bf16 weights and activations: the same kernel reading bf16 (M <= 8), and
                              // the widening path past it
