@@ -224,7 +224,7 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              // decode-sized products (the few-rows kernel): vector body + tails in K and N,
                              // one, two and three rows at a time, with and without bias
                              {{rn({1, 37}), rn({9, 37}), rn({9})}, {}}, {{rn({5, 1, 70}), rn({13, 70})}, {}},
-                             {{rn({3, 70}), rn({11, 70}), rn({11})}, {}},
+                             {{rn({3, 70}), rn({11, 70}), rn({11})}, {}}, {{rn({4, 70}), rn({9, 70}), rn({9})}, {}},
                              {{rn({2, 128}), rn({384, 128}), rn({384})}, {}}, {{rn({8, 16}), rn({4, 16})}, {}},
                              // bf16 weights and activations: the same kernel reading bf16 (M <= 8), and
                              // the widening path past it
@@ -233,6 +233,7 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              {{rn({8, 264}).to(DType::bf16), rn({40, 264}).to(DType::bf16), rn({40}).to(DType::bf16)}, {}},
                              {{rn({12, 24}).to(DType::bf16), rn({6, 24}).to(DType::bf16), rn({6}).to(DType::bf16)}, {}},
                              {{rn({3, 264}).to(DType::bf16), rn({300, 264}).to(DType::bf16)}, {}},  // three weight blocks
+                             {{rn({4, 264}).to(DType::bf16), rn({300, 264}).to(DType::bf16), rn({300}).to(DType::bf16)}, {}},
                              // M <= 8 takes the few-rows kernel however large the weight (here 4.5 MB; scaled:
                              // 1024-term sums at f32 tolerance); one row of bf16 too (oneDNN's bf16 GEMV otherwise)
                              {{rn({3, 1024}), rn({1100, 1024}) * 0.03, rn({1100})}, {}},
