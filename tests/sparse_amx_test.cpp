@@ -39,15 +39,19 @@ TEST(Sparse24Amx, MatchesTheF64ProductAtEveryShape) {
 TEST(Sparse24Amx, AddsUpMetaOutOfOrderOrNamingAColumnTwice) {
   NoGradGuard no_grad;
   manual_seed(32);
-  const int64_t N = 96, K = 1024;
+  // K = 4168: three slices of 2048 columns where a thread keeps its expansion (150 rows of x), and
+  // chunks of 256 where it multiplies as it expands (8 and 40 rows): each wrong group lies in one.
+  const int64_t N = 96, K = 4168, K8 = K / 8;
   SemiStructuredSparse s = to_sparse_semi_structured(prune_2_4(randn({N, K})), DType::bf16);
   uint8_t* mt = s.meta.data<uint8_t>();
   mt[0] = uint8_t((mt[0] & 0xF0) | ((mt[0] & 3) << 2) | ((mt[0] >> 2) & 3));  // row 0, group 0: the two columns swapped
   std::swap(s.values.data<bf16>()[0].bits, s.values.data<bf16>()[1].bits);
-  mt[K / 8 + 1] = uint8_t((mt[K / 8 + 1] & 0x0F) | 0x50);  // row 1, group 3: column 1 twice
-  mt[40 * K / 8 + 127] = 0xFF;                           // row 40, its last two groups: column 3 twice each
+  mt[K8 + 1] = uint8_t((mt[K8 + 1] & 0x0F) | 0x50);  // row 1, group 3: column 1 twice
+  mt[40 * K8 + 3] = 0xFF;                           // row 40, groups 6 and 7 and
+  mt[40 * K8 + K8 - 1] = 0xFF;                      // its last two (the third slice): column 3 twice each
+  mt[70 * K8 + 300] = 0x55;                         // row 70, two groups in the second slice: column 1 twice
   const SemiStructuredSparse s64{s.values.to(DType::f64), s.meta, s.scales};
-  for (int64_t M : {8, 40}) {
+  for (int64_t M : {8, 40, 150}) {
     SCOPED_TRACE("M=" + std::to_string(M) + " kernel: " + sparse_kernel_for(s, DType::bf16, M));
     const Tensor x = randn({M, K}).to(DType::bf16);
     check(linear(x, s), linear(x.to(DType::f64), s64));

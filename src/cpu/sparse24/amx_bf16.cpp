@@ -146,21 +146,23 @@ void store_tile(const float* c, int64_t nv, int64_t mv, const Args& g, int64_t m
   }
 }
 
+// Where a call's sums start: from zero, from c, or in the tiles already (a previous call's).
+enum class Start { zero, load, held };
+
 // Sums of a 32-row panel (A: rows at `a`, lda u16 apart, blocks of 32 columns from 0) against one
-// or two blocks of 16 rows of x (B: tiles at b0, b1) over KB blocks, added to the tiles at c (or
-// started from zero): c + 512 j + 256 t holds weight rows 16t.. against x block j. `pf`: lines to
-// ask L2 for meanwhile (the next rows of x), pf_lines per block. begin / end false: the sums are
-// in the tiles already / stay there. `between` runs after the products are issued.
+// or two blocks of 16 rows of x (B: tiles at b0, b1) over KB blocks: c + 512 j + 256 t holds weight
+// rows 16t.. against x block j, stored there unless `store` is false (they stay in the tiles).
+// `pf`: lines to ask L2 for meanwhile (the next rows of x), pf_lines per block. `between` runs
+// after the products are issued, before the tile stores.
 template <bool Two, class Between>
-void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1, int64_t KB, bool first, float* c,
-               const char* pf, int pf_lines, bool begin, bool end, const Between& between) {
-  if (!begin) {
-  } else if (first) {
+void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1, int64_t KB, Start start, bool store,
+               float* c, const char* pf, int pf_lines, const Between& between) {
+  if (start == Start::zero) {
     _tile_zero(0);  // the tile intrinsics are statements (asm), one per line
     _tile_zero(1);
     if constexpr (Two) _tile_zero(2);
     if constexpr (Two) _tile_zero(3);
-  } else {
+  } else if (start == Start::load) {
     _tile_loadd(0, c, 64);
     _tile_loadd(1, c + 256, 64);
     if constexpr (Two) _tile_loadd(2, c + 512, 64);
@@ -181,7 +183,7 @@ void tile_sums(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_
     }
   }
   between();  // vector work for the core while the tile unit finishes the products issued above
-  if (!end) return;
+  if (!store) return;
   _tile_stored(0, c, 64);
   _tile_stored(1, c + 256, 64);
   if constexpr (Two) _tile_stored(2, c + 512, 64);
@@ -200,7 +202,8 @@ void store_pair(const Args& g, const float* sums, int64_t n, int64_t mb, bool tw
 
 // The sums of a panel and pair of blocks of x waiting for store_pair: it runs while the tile unit
 // works on the next ones (the tile stores wait for the unit's pipeline to drain, and the vector
-// work would otherwise wait for the stores).
+// work would otherwise wait for the stores). The next call's `between` runs it before that call
+// stores its own sums, so both may use one buffer.
 struct Pending {
   const Args* g = nullptr;
   const float* sums = nullptr;
@@ -214,7 +217,7 @@ struct Pending {
 
 // Up to kFusedBlocks blocks of rows of x: each panel is expanded 8 blocks of columns at a time into
 // an L1 buffer and multiplied at once (one pair of blocks of x: the sums stay in the tiles; more:
-// they wait in `sums` between). Expanding a whole panel into L2 first, the stores' line fills
+// they wait in `sums`, 1024 floats a pair, between). Expanding a whole panel into L2 first, the stores' line fills
 // crowd out the weight stream's (12 against 20 GB/s a thread at M = 16), which only pays where
 // many rows of x share the expansion.
 constexpr int64_t kFusedXBytes = 1 << 20;  // x^T (whole, read by every panel) in L2: else the group path
@@ -253,12 +256,13 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
       for (int64_t q = 0; q < pairs; ++q) {
         const bool two = 2 * q + 1 < MB, first = kb0 == 0, last = kb0 + nkb >= KB;
         const uint32_t* b0 = xp + (2 * q * KB + kb0) * 256;
-        float* c = sums + 1024 * ((p % 2) * pairs + q);  // by panel parity: the previous panel's may still be pending
+        float* c = sums + 1024 * q;
+        const Start start = first ? Start::zero : pairs > 1 ? Start::load : Start::held;
         const auto between = [&] { pending.flush(); };
         if (two)
-          tile_sums<true>(a, lda, b0, b0 + KB * 256, nkb, first, c, nullptr, 0, pairs > 1 || first, pairs > 1 || last, between);
+          tile_sums<true>(a, lda, b0, b0 + KB * 256, nkb, start, pairs > 1 || last, c, nullptr, 0, between);
         else
-          tile_sums<false>(a, lda, b0, nullptr, nkb, first, c, nullptr, 0, pairs > 1 || first, pairs > 1 || last, between);
+          tile_sums<false>(a, lda, b0, nullptr, nkb, start, pairs > 1 || last, c, nullptr, 0, between);
         if (last) pending = {&g, c, n0, 2 * q, two};
       }
     }
@@ -281,8 +285,7 @@ struct Group {
 void run_group(const Group& w, Pending& pending, std::vector<int64_t>& plain) {
   const Args& g = w.g;
   const int64_t K2 = g.K / 2, K8 = g.K / 8;
-  alignas(64) float tile[2][1024];  // one slice: the sums of this panel and of the pending one
-  int flip = 0;
+  alignas(64) float tile[1024];  // one slice: the sums, which no later slice needs
   for (int64_t kb0 = 0; kb0 < w.KB; kb0 += kSliceBlocks) {
     const int64_t nkb = std::min(kSliceBlocks, w.KB - kb0), k0 = 32 * kb0, kc = std::min<int64_t>(32 * nkb, g.K - k0);
     const bool first = kb0 == 0, last = kb0 + nkb == w.KB;
@@ -290,8 +293,8 @@ void run_group(const Group& w, Pending& pending, std::vector<int64_t>& plain) {
       const int64_t n = w.n0 + i;
       if (n >= g.N)
         std::memset(w.a + i * w.lda, 0, size_t(w.lda) * 2);
-      else if (!expand_row(static_cast<const uint16_t*>(g.values) + n * K2 + k0 / 2, g.meta + n * K8 + k0 / 8, kc, nkb, w.a + i * w.lda, 32) && first)
-        plain.push_back(n);
+      else if (!expand_row(static_cast<const uint16_t*>(g.values) + n * K2 + k0 / 2, g.meta + n * K8 + k0 / 8, kc, nkb, w.a + i * w.lda, 32))
+        plain.push_back(n);  // in any slice (a row may come twice: run_amx keeps one)
     }
     for (int64_t mb = 0; mb < w.MB; mb += 2) {
       const bool two = mb + 1 < w.MB;
@@ -299,13 +302,14 @@ void run_group(const Group& w, Pending& pending, std::vector<int64_t>& plain) {
       const char* pf = mb + 2 < w.MB ? reinterpret_cast<const char*>(w.xp + ((mb + 2) * w.KB + kb0) * 256) : nullptr;
       const int pf_lines = int(std::max<int64_t>(1, 32 / w.panels));  // the next pair's 2 KiB a block over the group's passes
       for (int64_t p = 0; p < w.panels; ++p) {
-        float* sums = first && last ? tile[flip ^= 1] : w.c + ((mb / 2) * w.panels + p) * 1024;
+        float* sums = first && last ? tile : w.c + ((mb / 2) * w.panels + p) * 1024;
         const char* pfp = pf ? pf + p * pf_lines * nkb * 64 : nullptr;
+        const Start start = first ? Start::zero : Start::load;
         const auto between = [&] { pending.flush(); };
         if (two)
-          tile_sums<true>(w.a + p * kPanel * w.lda, w.lda, b0, b0 + w.KB * 256, nkb, first, sums, pfp, pf_lines, true, true, between);
+          tile_sums<true>(w.a + p * kPanel * w.lda, w.lda, b0, b0 + w.KB * 256, nkb, start, true, sums, pfp, pf_lines, between);
         else
-          tile_sums<false>(w.a + p * kPanel * w.lda, w.lda, b0, nullptr, nkb, first, sums, pfp, pf_lines, true, true, between);
+          tile_sums<false>(w.a + p * kPanel * w.lda, w.lda, b0, nullptr, nkb, start, true, sums, pfp, pf_lines, between);
         if (last) pending = {&g, sums, w.n0 + p * kPanel, mb, two};
       }
     }
@@ -322,23 +326,28 @@ void run_amx(const Args& g) {
   const Tensor xbuf = Tensor::empty({MB * KB * 256}, DType::f32);  // the caching allocator's, 64-byte aligned
   auto* xp = reinterpret_cast<uint32_t*>(xbuf.data_ptr());
   pack_x(g.xh, g.M, g.K, MB, KB, xp);
+  const bool fused = MB <= 2 || (MB <= kFusedBlocks && MB * KB * 1024 <= kFusedXBytes);
+  const int64_t pairs = (MB + 1) / 2;
   parallel_dynamic(0, (panels + group - 1) / group, [&](const auto& next) {
     static const TileConfig config;
     _tile_loadconfig(&config);
-    const Tensor abuf = Tensor::empty({group * kPanel * lda}, DType::bf16);
-    const Tensor cbuf = Tensor::empty({std::max(2 * ((MB + 1) / 2) * 1024, KB > slice ? (MB + 1) / 2 * group * 1024 : 1)}, DType::f32);
+    // The sums between blocks (fused: a pair's; grouped: a pair's per panel, where K takes several
+    // slices) and the group's expanded rows.
+    const Tensor cbuf = Tensor::empty({fused ? pairs * 1024 : KB > slice ? pairs * group * 1024 : 1}, DType::f32);
+    const Tensor abuf = Tensor::empty({fused ? 1 : group * kPanel * lda}, DType::bf16);
     std::vector<int64_t> plain;
     Pending pending;
     for (int64_t gi = next(); gi >= 0; gi = next()) {
       const int64_t p0 = gi * group, np = std::min(panels, p0 + group) - p0;
-      if (MB <= 2 || (MB <= kFusedBlocks && MB * KB * 1024 <= kFusedXBytes)) {
+      if (fused)
         run_fused(g, xp, KB, MB, p0, p0 + np, cbuf.data<float>(), pending, plain);
-        continue;
-      }
-      run_group({g, xp, KB, MB, lda, p0 * kPanel, np, reinterpret_cast<uint16_t*>(abuf.data_ptr()), cbuf.data<float>()}, pending, plain);
+      else
+        run_group({g, xp, KB, MB, lda, p0 * kPanel, np, reinterpret_cast<uint16_t*>(abuf.data_ptr()), cbuf.data<float>()}, pending, plain);
     }
     pending.flush();
     _tile_release();
+    std::sort(plain.begin(), plain.end());
+    plain.erase(std::unique(plain.begin(), plain.end()), plain.end());
     for (int64_t n : plain) plain_row(g, n);
   });
 }
