@@ -195,15 +195,9 @@ SINTER_INLINE void hsum4(fvec a, fvec b, fvec c, fvec d, float* out) {
 #endif
 }
 
-// kV weights widened to f32: bf16 is the high half of an f32, so a shift widens it exactly.
+// kV weights as f32.
 SINTER_INLINE fvec load_w(const float* p) { return load_v(p); }
-SINTER_INLINE fvec load_w(const bf16* p) {
-  typedef uint16_t hvec __attribute__((vector_size(kV * 2)));
-  typedef uint32_t uvec __attribute__((vector_size(kV * 4)));
-  hvec h;
-  std::memcpy(&h, p, sizeof h);
-  return (fvec)(__builtin_convertvector(h, uvec) << 16);
-}
+SINTER_INLINE fvec load_w(const bf16* p) { return simd::widen_bf16(p); }
 
 // R (1-4) rows of x against weight rows [lo, hi), four weight rows at a time: 4R vector
 // accumulators, each x load used four times and each w load R times; one joint horizontal sum.
@@ -260,19 +254,20 @@ void few_rows_cols(const float* x, const W* w, const float* bias, float* y, int6
   const int64_t block = std::max<int64_t>(4, (int64_t(1) << 16) / std::max<int64_t>(K * int64_t(sizeof(W)), 1) / 4 * 4);
   for (int64_t n0 = lo; n0 < hi; n0 += block) {
     const int64_t n1 = std::min(hi, n0 + block);
-    for (int64_t m0 = 0; m0 < M; m0 += 2) {
-      const float* xr[3] = {x + m0 * K, x + std::min(m0 + 1, M - 1) * K, x + std::min(m0 + 2, M - 1) * K};
-      if (M - m0 == 3) {  // three rows in one pass: 7 loads a 12 multiply-adds, where 2 + 1 rows took 11
-        few_rows_block<3>(xr, w, bias, y + m0 * N, N, n0, n1, K);
-        break;
+    // Passes of two rows of x; the last three in one (7 loads a 12 multiply-adds, where 2 + 1 rows
+    // took 11), and the last four with AVX-512's 32 registers (the weights read once).
+    for (int64_t m0 = 0; m0 < M;) {
+      const int64_t left = M - m0, r = left == 3 || (kV == 16 && left == 4) ? left : std::min<int64_t>(2, left);
+      const float* xr[4];
+      for (int64_t i = 0; i < 4; ++i) xr[i] = x + std::min(m0 + i, M - 1) * K;
+      float* yr = y + m0 * N;
+      switch (r) {
+        case 1: few_rows_block<1>(xr, w, bias, yr, N, n0, n1, K); break;
+        case 2: few_rows_block<2>(xr, w, bias, yr, N, n0, n1, K); break;
+        case 3: few_rows_block<3>(xr, w, bias, yr, N, n0, n1, K); break;
+        default: few_rows_block<4>(xr, w, bias, yr, N, n0, n1, K); break;
       }
-      if (kV == 16 && M - m0 == 4) {  // AVX-512 (32 registers): four rows in one pass, the weights read once
-        const float* x4[4] = {xr[0], xr[1], xr[2], x + (m0 + 3) * K};
-        few_rows_block<4>(x4, w, bias, y + m0 * N, N, n0, n1, K);
-        break;
-      }
-      if (M - m0 >= 2) few_rows_block<2>(xr, w, bias, y + m0 * N, N, n0, n1, K);
-      else few_rows_block<1>(xr, w, bias, y + m0 * N, N, n0, n1, K);
+      m0 += r;
     }
   }
 }
@@ -419,7 +414,7 @@ bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& 
   }
   // bf16 decode: ours at every size without a bf16 matmul in oneDNN (the alternative widens the
   // whole weight each call), and at M <= 4 with one: oneDNN 2.6's bf16 GEMV reads at a third of
-  // memory speed, and its AMX GEMM at M = 2-4 took 1.8-2.3x our time (5120 x 13824, Xeon).
+  // memory speed, and its AMX GEMM at M = 2-4 takes 1.8-2.3x our time (5120 x 13824, Xeon).
   if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::bf16 && (!dnnl_has_bf16() || M <= 4) && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
       a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || (bias.dtype() == DType::bf16 && bias.is_contiguous()))) {
     gemm_few_rows_bf16(a.data<bf16>(), b.data<bf16>(), bias.defined() ? bias.data<bf16>() : nullptr, c.data<bf16>(), M, N, K);

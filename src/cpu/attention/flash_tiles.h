@@ -32,19 +32,7 @@ SINTER_INLINE fvec vload_n(const float* p, int64_t n) {
 }
 // kV bf16 values at p widened to f32 (the first n, the other lanes 0): K and V read in place at
 // decode, where widening the whole cache to f32 first tripled the bytes each step moves.
-SINTER_INLINE fvec vload(const bf16* p) {
-#if defined(__AVX512F__)
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return (fvec)_mm512_slli_epi32(w, 16);
-#elif defined(__AVX2__)
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return (fvec)_mm256_slli_epi32(w, 16);
-#else
-  fvec v;
-  for (int64_t i = 0; i < kV; ++i) v[i] = float(p[i]);
-  return v;
-#endif
-}
+SINTER_INLINE fvec vload(const bf16* p) { return cpu::simd::widen_bf16(p); }
 SINTER_INLINE fvec vload_n(const bf16* p, int64_t n) {
 #if defined(__AVX512F__)
   const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1u), p));
