@@ -32,6 +32,10 @@ void flash_backward(const Geometry& g, const T* q, const T* k, const T* v, const
                     const T* dlse, const T* mask, T* dq, T* dk, T* dv);
 void flash_backward_f32(const Geometry& g, const float* q, const float* k, const float* v, const float* o, const float* lse,
                         const float* dout, const float* dlse, const float* mask, float* dq, float* dk, float* dv);
+// bf16 q, k and v on AMX tiles (flash_amx.cpp): whether this machine runs the call there (no
+// dropout, a positive scale, more than 4 query rows per kv head), and the kernel (o bf16, lse f32).
+bool flash_amx_takes(const Geometry& g);
+void flash_forward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf16* v, const float* mask, bf16* o, float* lse);
 // Whether the register-blocked kernels run this call: f32 and bf16, any head dims (f64 runs the
 // generic kernels, a slow reference).
 bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);

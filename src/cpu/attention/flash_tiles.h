@@ -2,6 +2,7 @@
 // The f32 flash kernels' register-blocked micro-kernels (GCC vector types, one register wide),
 // shared by the forward (flash_forward.cpp) and the backward (flash_backward.cpp).
 #include "cpu/attention/flash.h"
+#include "cpu/attention/flash_exp2.h"
 
 namespace sinter::detail {
 namespace {
@@ -9,13 +10,11 @@ namespace {
 // The f32 kernels' tile GEMMs (GCC vector types, one register wide): S = Q K^T over a transposed
 // tile and O += P V over the head dimension, in blocks of 6 rows x 2 registers (x 4 registers on
 // AVX-512 where the tile or head dim allows).
-typedef float fvec __attribute__((vector_size(cpu::simd::kVectorBytes)));
 constexpr int64_t kFBr = 64, kFBc = 64;
 constexpr int64_t kFewBc = 1024;  // keys per tile for a few rows (decode): longer runs of each of K and V
 
 SINTER_INLINE fvec vload(const float* p) { fvec v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE void vstore(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
-typedef int32_t ivec __attribute__((vector_size(cpu::simd::kVectorBytes)));
 // The first n floats at p (0 <= n <= kV) in a register, the other lanes 0: a head dim's tail,
 // read without touching what lies past it (the next row, or the end of the buffer).
 SINTER_INLINE fvec vload_n(const float* p, int64_t n) {
@@ -234,40 +233,6 @@ void pv_tile(const float* p, const float* v, float* acc, int64_t rows, int64_t c
     if (full < Dv) pv_tail_block(p + r0 + c0 * p_cs, p_rs, pr, p_cs, vc, ar, rows - r0, n - c0, full, v_rs, v_cols);
   }
 }
-
-SINTER_INLINE fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
-
-// The f32 kernels keep scores in log2 units (q scaled by scale * log2(e) as it is laid out), so
-// the softmax's exponentials are 2^t: n = round(t), f = t - n in [-1/2, 1/2], 2^f = 1 + f q(f)
-// with q of degree 5 (fitted to 2^f's relative error: 2e-9, plus f32 rounding: ~1.5 ulp), and
-// 2^n put in the exponent. That is 3 ops of range reduction where e^x takes 4 (n ln2 in two
-// parts) and 6 of polynomial where e^r takes 8: the exponentials are a third of the forward's
-// work. t < -126 (and -inf) gives 0.
-constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
-SINTER_INLINE fvec exp2_reduced(fvec f) {
-  fvec q = f * 1.5353724302e-4f + 1.3398868032e-3f;
-  q = q * f + 9.6184359863e-3f;
-  q = q * f + 5.5503323674e-2f;
-  q = q * f + 2.4022647738e-1f;
-  q = q * f + 6.9314718246e-1f;
-  return q * f + 1.0f;
-}
-#if defined(__AVX512F__)
-SINTER_INLINE fvec vexp2_nonpos(fvec t) {
-  const __mmask16 keep = _mm512_cmp_ps_mask((__m512)t, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // NaN stays NaN
-  const fvec n = (t + 12582912.0f) - 12582912.0f;  // round to nearest (|t| < 2^22)
-  return (fvec)_mm512_maskz_scalef_ps(keep, (__m512)exp2_reduced(t - n), (__m512)n);
-}
-#else
-SINTER_INLINE fvec vexp2_nonpos(fvec t) {
-  const ivec underflow = t < -126.0f;
-  t = underflow ? fvec{} - 126.0f : t;  // (t * 0 would be NaN at -inf)
-  const fvec shifted = t + 12582912.0f, n = shifted - 12582912.0f;
-  const ivec pb = (ivec)exp2_reduced(t - n) + (((ivec)shifted - 0x4B400000) << 23);  // p 2^n, n in [-126, 0]
-  return underflow ? fvec{} : (fvec)pb;
-}
-#endif
-
 
 }  // namespace
 }  // namespace sinter::detail

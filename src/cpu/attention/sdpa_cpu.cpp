@@ -62,9 +62,16 @@ void flash_forward_into(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
                         const Tensor& o_out, const Tensor& lse) {
   const DType ct = compute_dtype(q_in.dtype());
   Tensor m = mask.defined() ? mask_view(mask, ct, g) : Tensor();
+  const bool all_bf16 = q_in.dtype() == DType::bf16 && k_in.dtype() == DType::bf16 && v_in.dtype() == DType::bf16;
+  if (all_bf16 && o_out.dtype() == DType::bf16 && flash_amx_takes(g)) {  // prefill on the tile unit, K and V read where they lie
+    const Tensor q = rows_of(q_in, DType::bf16, g.lq), k = rows_of(k_in, DType::bf16, g.lk), v = rows_of(v_in, DType::bf16, g.lv);
+    const Tensor o = out_rows(o_out, g.lo);
+    flash_forward_amx(g, q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), m.defined() ? static_cast<const float*>(m.data_ptr()) : nullptr,
+                      o.data<bf16>(), lse.data<float>());
+    return;
+  }
   // Decode (at most 4 query rows per kv head) on bf16 K and V: read in place, widened as loaded.
-  const bool kv_bf16 = q_in.dtype() == DType::bf16 && k_in.dtype() == DType::bf16 && v_in.dtype() == DType::bf16 &&
-                       (g.Hq / g.Hkv) * g.Lq <= 4;
+  const bool kv_bf16 = all_bf16 && (g.Hq / g.Hkv) * g.Lq <= 4;
   with_compute_type(q_in.dtype(), [&]<class T>() {
     Tensor q = rows_of(q_in, ct, g.lq), k = rows_of(k_in, kv_bf16 ? DType::bf16 : ct, g.lk), v = rows_of(v_in, kv_bf16 ? DType::bf16 : ct, g.lv);
     Tensor o = out_rows(o_out.dtype() == ct ? o_out : Tensor::empty(o_out.shape(), ct), g.lo);
@@ -164,12 +171,20 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
   });
 }
 
+// What sdpa_choose adds for the CPU's flash choice: where the forward runs on the tile unit.
+std::string cpu_flash_detail(std::span<const TensorMeta> in, const Attrs&) {
+  const Shape &q = in[0].shape, &k = in[1].shape;
+  const Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], in[2].shape[3], 1.0, false};
+  return in[0].dtype == DType::bf16 && flash_amx_takes(g) ? "the forward multiplies on AMX tiles (bf16, without dropout)" : "";
+}
+
 }  // namespace
 
 void register_attention_kernels() {
   add_kernel("sdpa", DeviceType::cpu, sdpa_kernel);
   add_kernel("sdpa_flash_backward", DeviceType::cpu, flash_backward_kernel);
   register_flash_fast_path(DeviceType::cpu, flash_fast_path);
+  register_flash_detail(DeviceType::cpu, cpu_flash_detail);
 }
 
 }  // namespace sinter::detail

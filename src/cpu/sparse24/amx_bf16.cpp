@@ -7,12 +7,10 @@
 #include "cpu/sparse24/kernels.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BW__) && defined(__AVX512VBMI2__) && defined(__linux__)
-#include <sys/syscall.h>
-
 #include <array>
 #include <cstdlib>
-#include <unistd.h>
 
+#include "cpu/simd/amx.h"
 #include "cpu/simd/transpose.h"
 #include "cpu/sparse24/kernel_common.h"
 
@@ -23,24 +21,18 @@ constexpr int64_t kPanel = 32;          // weight rows a thread expands at a tim
 constexpr int64_t kSliceBlocks = 64;    // blocks of 32 columns a panel is expanded at a time (2048 columns)
 constexpr int64_t kGroupBytes = 1 << 20; // expanded weight slices a thread keeps (L2: 2 MiB a core)
 
-// Linux hands the tile registers to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM);
-// SINTER_SPARSE24_AMX=0 keeps bf16 2:4 calls on the vector kernels.
+// SINTER_SPARSE24_AMX=0 keeps bf16 2:4 calls on the vector kernels (SINTER_AMX=0 every kernel).
 bool amx_ready() {
   static const bool ok = [] {
     if (const char* e = std::getenv("SINTER_SPARSE24_AMX"); e && std::string(e) == "0") return false;
-    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+    return cpu::simd::amx_ready();
   }();
   return ok;
 }
 
-// Eight tiles of 16 rows x 64 bytes: 0-3 the sums (weight rows 0-15 / 16-31 x rows of x 0-15 /
-// 16-31), 4-5 the expanded weights, 6-7 x^T.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
+// Tiles 0-3 the sums (weight rows 0-15 / 16-31 x rows of x 0-15 / 16-31), 4-5 the expanded
+// weights, 6-7 x^T.
+using cpu::simd::TileConfig;
 
 // Per nibble of meta (one group of four columns, offsets a = bits 0-1, b = bits 2-3): the bits of
 // its kept columns, and 0xFF where a < b, which is what an expanding load reproduces.
