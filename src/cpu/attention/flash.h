@@ -36,6 +36,11 @@ void flash_backward_f32(const Geometry& g, const float* q, const float* k, const
 // dropout, a positive scale, more than 4 query rows per kv head), and the kernel (o bf16, lse f32).
 bool flash_amx_takes(const Geometry& g);
 void flash_forward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf16* v, const float* mask, bf16* o, float* lse);
+// The backward on AMX tiles (flash_amx_backward.cpp) for bf16 q, k, v, o, dO and gradients (lse
+// and dlse f32): whether it runs the call (no dropout, a positive scale), and the kernel.
+bool flash_amx_backward_takes(const Geometry& g);
+void flash_backward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                        const bf16* dout, const float* dlse, const float* mask, bf16* dq, bf16* dk, bf16* dv);
 // Whether the register-blocked kernels run this call: f32 and bf16, any head dims (f64 runs the
 // generic kernels, a slow reference).
 bool flash_fast_path(DType dtype, int64_t D, int64_t Dv);

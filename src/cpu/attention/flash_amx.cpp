@@ -7,20 +7,16 @@
 #include "cpu/attention/flash.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__linux__)
-#include <cstdlib>
-#include <memory>
-
 #include "core/parallel.h"
 #include "cpu/attention/flash_exp2.h"
+#include "cpu/attention/amx_tiles.h"
 #include "cpu/simd/amx.h"
-#include "cpu/simd/transpose.h"
 
 namespace sinter::detail {
 namespace {
 
 constexpr int64_t kRows = 32;  // query rows a job: two A tiles
 constexpr int64_t kKeys = 128; // keys a softmax step: four passes of 32 through the tiles
-constexpr int64_t kTile = 512; // u16 in a 1 KiB tile
 
 // K and V of every (batch, kv head) in the tiles' pair layout. K^T tile (key block of 16, head
 // dims 32 kd..): row i holds, per key, head dims 2i and 2i + 1. V tile (key block of 32, head dims
@@ -33,49 +29,20 @@ struct PackedKV {
   const uint16_t* v_tile(int64_t bh, int64_t kc, int64_t dt) const { return v + ((bh * KC + kc) * DT + dt) * kTile; }
 };
 
-SINTER_INLINE __mmask32 first_bits32(int64_t n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? 0 : (__mmask32(1) << n) - 1; }
-SINTER_INLINE __mmask16 bits16(int64_t lo, int64_t hi) {  // lanes [lo, hi) of 16
-  lo = std::clamp<int64_t>(lo, 0, 16), hi = std::clamp<int64_t>(hi, lo, 16);
-  return __mmask16(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-
 PackedKV pack_kv(const Geometry& g, const bf16* k, const bf16* v) {
   PackedKV p{(g.D + 31) / 32, (g.Dv + 31) / 32 * 2, (g.Lkv + 31) / 32 * 2, (g.Lkv + 31) / 32, {}, {}, nullptr, nullptr};
   const int64_t BH = g.B * g.Hkv;
   p.kbuf = Tensor::empty({BH * p.KT * p.DC * kTile}, DType::bf16), p.vbuf = Tensor::empty({BH * p.KC * p.DT * kTile}, DType::bf16);
   p.k = reinterpret_cast<uint16_t*>(p.kbuf.data_ptr()), p.v = reinterpret_cast<uint16_t*>(p.vbuf.data_ptr());
-  // interleaving two rows of 32 bf16: lanes 0-15 of each, then 16-31
-  alignas(64) uint16_t lo_idx[32], hi_idx[32];
-  for (int i = 0; i < 16; ++i) lo_idx[2 * i] = uint16_t(i), lo_idx[2 * i + 1] = uint16_t(32 + i), hi_idx[2 * i] = uint16_t(16 + i), hi_idx[2 * i + 1] = uint16_t(48 + i);
-  const __m512i ilo = _mm512_load_si512(lo_idx), ihi = _mm512_load_si512(hi_idx);
   parallel_for(0, BH * p.KC, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / p.KC, kc = t % p.KC, b = bh / g.Hkv, hk = bh % g.Hkv;
       const auto* K = reinterpret_cast<const uint16_t*>(g.lk.at(k, b, hk, 0));
       const auto* V = reinterpret_cast<const uint16_t*>(g.lv.at(v, b, hk, 0));
-      for (int64_t kt = 2 * kc; kt < 2 * kc + 2; ++kt)  // K^T: one 16 x 16 transpose of pairs per tile
-        for (int64_t kd = 0; kd < p.DC; ++kd) {
-          const __mmask32 cols = first_bits32(g.D - 32 * kd);
-          __m512i r[16];
-          for (int64_t n = 0; n < 16; ++n) {
-            const int64_t key = 16 * kt + n;
-            r[n] = key < g.Lkv ? _mm512_maskz_loadu_epi16(cols, K + key * g.lk.r + 32 * kd) : _mm512_setzero_si512();
-          }
-          cpu::simd::transpose16(r);
-          uint16_t* out = p.k + ((bh * p.KT + kt) * p.DC + kd) * kTile;
-          for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + 32 * i, r[i]);
-        }
-      for (int64_t i = 0; i < 16; ++i) {  // V: keys 2i and 2i + 1 interleaved, 32 head dims at a time
-        const int64_t k0 = 32 * kc + 2 * i;
-        for (int64_t dd = 0; dd < p.DT / 2; ++dd) {
-          const __mmask32 cols = first_bits32(g.Dv - 32 * dd);
-          const __m512i a = k0 < g.Lkv ? _mm512_maskz_loadu_epi16(cols, V + k0 * g.lv.r + 32 * dd) : _mm512_setzero_si512();
-          const __m512i c = k0 + 1 < g.Lkv ? _mm512_maskz_loadu_epi16(cols, V + (k0 + 1) * g.lv.r + 32 * dd) : _mm512_setzero_si512();
-          uint16_t* out = p.v + ((bh * p.KC + kc) * p.DT + 2 * dd) * kTile + 32 * i;
-          _mm512_storeu_si512(out, _mm512_permutex2var_epi16(a, ilo, c));
-          _mm512_storeu_si512(out + kTile, _mm512_permutex2var_epi16(a, ihi, c));
-        }
-      }
+      auto k_row = [&](int64_t n) { return n < g.Lkv ? K + n * g.lk.r : nullptr; };
+      auto v_row = [&](int64_t n) { return n < g.Lkv ? V + n * g.lv.r : nullptr; };
+      for (int64_t kt = 2 * kc; kt < 2 * kc + 2; ++kt) pack_column_pairs(k_row, 16 * kt, g.D, p.k + (bh * p.KT + kt) * p.DC * kTile);
+      pack_row_pairs(v_row, 32 * kc, g.Dv, p.v + (bh * p.KC + kc) * p.DT * kTile);
     }
   });
   return p;
@@ -84,18 +51,7 @@ PackedKV pack_kv(const Geometry& g, const bf16* k, const bf16* v) {
 // A thread's buffers, grown to the call's head dims: Q (rows x Dp bf16), the scores S (rows x
 // kKeys), P in bf16 (the A tiles of P V) and the output sums (rows x Dvp).
 struct Scratch {
-  struct Buffer {  // 64-byte aligned (a tile row split across two lines loads 3x slower), grown on demand
-    struct Free {
-      void operator()(float* f) const { std::free(f); }
-    };
-    std::unique_ptr<float, Free> data;
-    int64_t size = 0;
-    float* at_least(int64_t n) {
-      if (size < n) data.reset(static_cast<float*>(std::aligned_alloc(64, size_t((n + 15) / 16 * 64)))), size = n;
-      return data.get();
-    }
-  };
-  Buffer q, p, s, acc;
+  AlignedBuffer q, p, s, acc;
 };
 
 // S (kRows x kKeys, f32) for keys j0.. in `passes` passes of 32: tiles 0-3 the sums, 4-5 Q, 6-7 K^T.

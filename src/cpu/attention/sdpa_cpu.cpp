@@ -149,6 +149,19 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
   Geometry g = geometry(metas(in, 3), a, "sdpa_flash_backward");
   const DType ct = compute_dtype(in[0].dtype());
   Tensor mask = in.size() > 7 ? mask_view(in[7], ct, g) : Tensor();
+  bool bf16_all = true;
+  for (size_t i : {0, 1, 2, 3, 5}) bf16_all = bf16_all && in[i].dtype() == DType::bf16;
+  for (size_t i = 0; i < 3; ++i) bf16_all = bf16_all && out[i].dtype() == DType::bf16;
+  if (bf16_all && flash_amx_backward_takes(g)) {  // on the tile unit, every operand read where it lies
+    RowLayout* const layouts[] = {&g.lq, &g.lk, &g.lv, &g.lo, nullptr, &g.ldo, nullptr};
+    std::vector<Tensor> c;
+    for (size_t i = 0; i < 7; ++i) c.push_back(layouts[i] ? rows_of(in[i], DType::bf16, *layouts[i]) : cpu::contiguous_as(in[i], DType::f32));
+    out_rows(out[0], g.ldq), out_rows(out[1], g.ldk), out_rows(out[2], g.ldv);
+    flash_backward_amx(g, c[0].data<bf16>(), c[1].data<bf16>(), c[2].data<bf16>(), c[3].data<bf16>(), c[4].data<float>(), c[5].data<bf16>(),
+                       c[6].data<float>(), mask.defined() ? static_cast<const float*>(mask.data_ptr()) : nullptr, out[0].data<bf16>(),
+                       out[1].data<bf16>(), out[2].data<bf16>());
+    return;
+  }
   if (ct == DType::f32 && (g.D % kNr != 0 || g.Dv % kNr != 0)) return flash_backward_padded(g, in, mask, out);
   with_compute_type(in[0].dtype(), [&]<class T>() {
     // q, k, v, o, dO where they lie; lse and dlse contiguous; the gradients' layouts as allocated.
