@@ -184,11 +184,13 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
   });
 }
 
-// What sdpa_choose adds for the CPU's flash choice: where the forward runs on the tile unit.
+// What sdpa_choose adds for the CPU's flash choice: where the products run on the tile unit.
 std::string cpu_flash_detail(std::span<const TensorMeta> in, const Attrs&) {
   const Shape &q = in[0].shape, &k = in[1].shape;
   const Geometry g{q[0], q[1], k[1], q[2], k[2], q[3], in[2].shape[3], 1.0, false};
-  return in[0].dtype == DType::bf16 && flash_amx_takes(g) ? "the forward multiplies on AMX tiles (bf16, without dropout)" : "";
+  if (in[0].dtype != DType::bf16 || !flash_amx_backward_takes(g)) return "";
+  return flash_amx_takes(g) ? "forward and backward on AMX tiles (without dropout)"
+                            : "backward on AMX tiles (without dropout); the forward reads K and V in place";
 }
 
 }  // namespace
