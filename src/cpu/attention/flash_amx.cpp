@@ -17,6 +17,7 @@ namespace {
 
 constexpr int64_t kRows = 32;  // query rows a job: two A tiles
 constexpr int64_t kKeys = 128; // keys a softmax step: four passes of 32 through the tiles
+static_assert(kKeys / 32 == kRows / 8, "a step issues one pass of the next step's scores per 8 rows of exponentials");
 
 // K and V of every (batch, kv head) in the tiles' pair layout. K^T tile (key block of 16, head
 // dims 32 kd..): row i holds, per key, head dims 2i and 2i + 1. V tile (key block of 32, head dims
@@ -54,30 +55,29 @@ struct Scratch {
   AlignedBuffer q, p, s, acc;
 };
 
-// S (kRows x kKeys, f32) for keys j0.. in `passes` passes of 32: tiles 0-3 the sums, 4-5 Q, 6-7 K^T.
-void scores(const PackedKV& p, int64_t bh, const uint16_t* q, int64_t Dp, int64_t j0, int64_t passes, float* s) {
-  for (int64_t h = 0; h < passes; ++h) {
-    const int64_t kt = (j0 + 32 * h) / 16;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t kd = 0; kd < p.DC; ++kd) {
-      _tile_loadd(4, q + 32 * kd, Dp * 2);
-      _tile_loadd(5, q + 16 * Dp + 32 * kd, Dp * 2);
-      _tile_loadd(6, p.k_tile(bh, kt, kd), 64);
-      _tile_loadd(7, p.k_tile(bh, kt + 1, kd), 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    float* sh = s + 32 * h;
-    _tile_stored(0, sh, kKeys * 4);
-    _tile_stored(1, sh + 16, kKeys * 4);
-    _tile_stored(2, sh + 16 * kKeys, kKeys * 4);
-    _tile_stored(3, sh + 16 * kKeys + 16, kKeys * 4);
+// Pass h of S (kRows x kKeys, f32) for keys j0..: keys j0 + 32 h .. + 31. Tiles 0-3 the sums,
+// 4-5 Q, 6-7 K^T.
+void scores_pass(const PackedKV& p, int64_t bh, const uint16_t* q, int64_t Dp, int64_t j0, int64_t h, float* s) {
+  const int64_t kt = (j0 + 32 * h) / 16;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t kd = 0; kd < p.DC; ++kd) {
+    _tile_loadd(4, q + 32 * kd, Dp * 2);
+    _tile_loadd(5, q + 16 * Dp + 32 * kd, Dp * 2);
+    _tile_loadd(6, p.k_tile(bh, kt, kd), 64);
+    _tile_loadd(7, p.k_tile(bh, kt + 1, kd), 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
   }
+  float* sh = s + 32 * h;
+  _tile_stored(0, sh, kKeys * 4);
+  _tile_stored(1, sh + 16, kKeys * 4);
+  _tile_stored(2, sh + 16 * kKeys, kKeys * 4);
+  _tile_stored(3, sh + 16 * kKeys + 16, kKeys * 4);
 }
 
 // acc (kRows x Dvp) += P (kRows x 32 passes keys, bf16) V: tiles 0-3 the sums, 4-5 P, 6-7 V.
@@ -117,17 +117,48 @@ struct Step {
   int64_t rows, Dvp;
   float c;
 };
-void softmax_step(const Step& t) {
+constexpr int kRegs = kKeys / 16;
+
+// Row r's max over its visible keys (kRegs registers of S, lanes k), 4 chains.
+SINTER_INLINE float row_max(const float* sr, const __mmask16* k) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  constexpr int kRegs = kKeys / 16;
-  auto lanes = [&](int64_t r, int j) { return bits16(t.lo[r] - 16 * j, t.hi[r] - 16 * j); };
-  for (int64_t r = 0; r < t.rows; ++r) {  // each row's max, 4 chains
-    const float* sr = t.s + r * kKeys;
-    __m512 mx[4];
-    for (int j = 0; j < 4; ++j) mx[j] = _mm512_mask_max_ps(_mm512_set1_ps(ninf), lanes(r, j), _mm512_loadu_ps(sr + 16 * j), _mm512_loadu_ps(sr + 16 * j));
-    for (int j = 4; j < kRegs; ++j) mx[j % 4] = _mm512_mask_max_ps(mx[j % 4], lanes(r, j), mx[j % 4], _mm512_loadu_ps(sr + 16 * j));
-    t.row_max[r] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3]))) * t.c;
+  __m512 mx[4];
+  for (int j = 0; j < 4; ++j) mx[j] = _mm512_mask_mov_ps(_mm512_set1_ps(ninf), k[j], _mm512_loadu_ps(sr + 16 * j));
+  for (int j = 4; j < kRegs; ++j) mx[j % 4] = _mm512_mask_max_ps(mx[j % 4], k[j], mx[j % 4], _mm512_loadu_ps(sr + 16 * j));
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
+}
+
+// Row r's P = 2^(s c - m) in bf16 (0 outside lanes k) and the lanes of its sum.
+SINTER_INLINE __m512 row_exp(const float* sr, const __mmask16* k, __m512 cs, __m512 mn, uint16_t* pr) {
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < kRegs; j += 2) {
+    __m512 pv[2];
+    for (int i = 0; i < 2; ++i) {
+      pv[i] = _mm512_maskz_mov_ps(k[j + i], (__m512)vexp2_nonpos((fvec)_mm512_fmsub_ps(_mm512_loadu_ps(sr + 16 * (j + i)), cs, mn)));
+      sum = _mm512_add_ps(sum, pv[i]);
+    }
+    _mm512_storeu_si512(pr + 16 * j, (__m512i)_mm512_cvtne2ps_pbh(pv[1], pv[0]));
   }
+  return sum;
+}
+
+// `between(i)` runs after rows 8i .. 8i + 7 of the exponentials (i = 0 .. 3): the tile unit's
+// work for the next step goes in there a piece at a time.
+template <class Between> void softmax_step(const Step& t, Between between) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  // Each row's visible lanes: every lane for a row that sees the whole step (the compiler drops
+  // the masking there), else per register.
+  auto with_lanes = [&](int64_t r, auto body) {
+    __mmask16 k[kRegs];
+    if (t.lo[r] == 0 && t.hi[r] == kKeys) {
+      for (int j = 0; j < kRegs; ++j) k[j] = 0xFFFF;
+      return body(k);
+    }
+    for (int j = 0; j < kRegs; ++j) k[j] = bits16(t.lo[r] - 16 * j, t.hi[r] - 16 * j);
+    return body(k);
+  };
+  for (int64_t r = 0; r < t.rows; ++r)
+    t.row_max[r] = with_lanes(r, [&](const __mmask16* k) { return row_max(t.s + r * kKeys, k); }) * t.c;
   alignas(64) float alpha[kRows];
   for (int64_t r0 = 0; r0 < t.rows; r0 += 16) {  // the new maxima and rescales, 16 rows at a time
     const __m512 m = _mm512_loadu_ps(t.m + r0), mn = _mm512_max_ps(m, _mm512_loadu_ps(t.row_max + r0));
@@ -136,30 +167,23 @@ void softmax_step(const Step& t) {
     _mm512_store_ps(alpha + r0, _mm512_mask_mov_ps(a, none, _mm512_set1_ps(1.0f)));
     _mm512_storeu_ps(t.m + r0, mn);
   }
+  const __m512 cs = _mm512_set1_ps(t.c);
   for (int64_t r = 0; r < t.rows; ++r) {
-    const float* sr = t.s + r * kKeys;
     uint16_t* pr = t.p + r * kKeys;
     if (t.m[r] == ninf) {
       std::memset(pr, 0, kKeys * 2);
-      continue;
-    }
-    const __m512 cs = _mm512_set1_ps(t.c), mn = _mm512_set1_ps(t.m[r]);
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < kRegs; j += 2) {
-      __m512 pv[2];
-      for (int i = 0; i < 2; ++i) {
-        pv[i] = _mm512_maskz_mov_ps(lanes(r, j + i), (__m512)vexp2_nonpos((fvec)_mm512_fmsub_ps(_mm512_loadu_ps(sr + 16 * (j + i)), cs, mn)));
-        sum = _mm512_add_ps(sum, pv[i]);
+    } else {
+      const __m512 mn = _mm512_set1_ps(t.m[r]), av = _mm512_set1_ps(alpha[r]);
+      const __m512 sum = with_lanes(r, [&](const __mmask16* k) { return row_exp(t.s + r * kKeys, k, cs, mn, pr); });
+      _mm512_storeu_ps(t.l + 16 * r, _mm512_fmadd_ps(_mm512_loadu_ps(t.l + 16 * r), av, sum));
+      if (alpha[r] != 1.0f) {
+        float* ar = t.acc + r * t.Dvp;
+        for (int64_t d = 0; d < t.Dvp; d += 16) _mm512_storeu_ps(ar + d, _mm512_mul_ps(_mm512_loadu_ps(ar + d), av));
       }
-      _mm512_storeu_si512(pr + 16 * j, (__m512i)_mm512_cvtne2ps_pbh(pv[1], pv[0]));
     }
-    const __m512 av = _mm512_set1_ps(alpha[r]);
-    _mm512_storeu_ps(t.l + 16 * r, _mm512_fmadd_ps(_mm512_loadu_ps(t.l + 16 * r), av, sum));
-    if (alpha[r] != 1.0f) {
-      float* ar = t.acc + r * t.Dvp;
-      for (int64_t d = 0; d < t.Dvp; d += 16) _mm512_storeu_ps(ar + d, _mm512_mul_ps(_mm512_loadu_ps(ar + d), av));
-    }
+    if (r % 8 == 7) between(r / 8);
   }
+  for (int64_t i = t.rows / 8; i < kRows / 8; ++i) between(i);  // the passes rows past the last would have issued
 }
 
 }  // namespace
@@ -183,7 +207,8 @@ void flash_forward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf
     int64_t first[kRows], lim[kRows], lo[kRows], hi[kRows];
     const float* mask_of[kRows];
     alignas(64) float m[kRows], row_max[kRows], l[kRows * 16];
-    Step st{sc.s.at_least(kRows * kKeys), m, l, sc.acc.at_least(kRows * Dvp), row_max,
+    float* const s_buf[2] = {sc.s.at_least(2 * kRows * kKeys), sc.s.at_least(2 * kRows * kKeys) + kRows * kKeys};
+    Step st{s_buf[0], m, l, sc.acc.at_least(kRows * Dvp), row_max,
             reinterpret_cast<uint16_t*>(sc.p.at_least(kRows * kKeys / 2)), lo, hi, 0, Dvp, g.has_mask ? 1.0f : c};
     for (int64_t job; (job = next()) >= 0;) {
       const int64_t t = tiles - 1 - job % tiles, bh = job / tiles, b = bh / g.Hkv, hk = bh % g.Hkv;  // late tiles first
@@ -204,9 +229,16 @@ void flash_forward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf
       std::fill(l, l + kRows * 16, 0.0f);
       std::fill(st.p + rows * kKeys, st.p + kRows * kKeys, uint16_t(0));  // rows past the last: P = 0
       st.rows = rows;
-      for (int64_t j0 = kbegin / kKeys * kKeys; j0 < kend; j0 += kKeys) {
-        const int64_t cols = std::min(kKeys, kend - j0), passes = (cols + 31) / 32;
-        scores(p, bh, q_pack, Dp, j0, passes, st.s);
+      // The next step's scores go to the tile unit a pass at a time while this step's exponentials
+      // run on the vector unit (each alone left the other idle); S alternates between two buffers.
+      // (P V interleaved with the next step's row maxima measured no faster.)
+      auto passes_of = [&](int64_t j0) { return j0 < kend ? (std::min(kKeys, kend - j0) + 31) / 32 : 0; };
+      const int64_t j_first = kbegin / kKeys * kKeys;
+      for (int64_t h = 0; h < passes_of(j_first); ++h) scores_pass(p, bh, q_pack, Dp, j_first, h, s_buf[0]);
+      for (int64_t j0 = j_first, step = 0; j0 < kend; j0 += kKeys, ++step) {
+        const int64_t cols = std::min(kKeys, kend - j0), next = passes_of(j0 + kKeys);
+        st.s = s_buf[step % 2];
+        float* const s_next = s_buf[(step + 1) % 2];
         for (int64_t r = 0; r < rows; ++r) {
           lo[r] = std::clamp<int64_t>(first[r] - j0, 0, cols), hi[r] = std::clamp<int64_t>(lim[r] - j0, lo[r], cols);
           if (g.has_mask) {  // s c + mask log2(e), in place
@@ -215,8 +247,10 @@ void flash_forward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf
             for (int64_t j = lo[r]; j < hi[r]; ++j) sr[j] = sr[j] * c + mr[j * g.ms[3]] * kLog2e;
           }
         }
-        softmax_step(st);
-        accumulate(p, bh, st.p, j0, passes, st.acc, Dvp);
+        softmax_step(st, [&](int64_t h) {
+          if (h < next) scores_pass(p, bh, q_pack, Dp, j0 + kKeys, h, s_next);
+        });
+        accumulate(p, bh, st.p, j0, passes_of(j0), st.acc, Dvp);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const float sum = _mm512_reduce_add_ps(_mm512_load_ps(l + 16 * r)), inv = sum > 0 ? 1.0f / sum : 0.0f;
