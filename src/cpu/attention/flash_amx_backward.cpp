@@ -17,13 +17,15 @@ namespace {
 
 // A job's packed operands and sums (row counts rounded up to 32, head dims to 32: Rp, Lp, Dp, Dvp).
 struct Job {
-  uint16_t *kr, *vr, *kt;      // K and V rows (A of S^T, dP^T); K^T rows (Dp x Lp, A of dQ^T)
+  uint16_t *kr, *vr, *kt;      // K and V rows (A of S^T, dP^T); K^T rows (A of dQ^T), per block of 32 keys Dp x 32
   uint16_t *qt, *dot, *qp, *dop;  // Q and dO as B tiles: column pairs (S^T, dP^T), row pairs (dK, dV)
-  float* dqt;                  // dQ^T (Dp x Rp)
+  float* dqt;                  // dQ^T, per tile of 32 query rows Dp x 32 (rows a tile apart, not a whole row of
+                               // Rp: 16 rows 4 KiB or more apart share an L1 set and evict each other)
   int64_t Rp, Lp, Dp, Dvp;
 };
-// One block's buffers: S^T and dP^T (32 x 32 f32), P^T and dS^T (bf16 rows: A tiles), dS^T as
-// row pairs (B tiles of dQ^T), dK and dV of the key block (32 x Dp / Dvp f32).
+// One key block's buffers: S^T and dP^T (32 x 32 f32), P^T and dS^T of every query tile that sees
+// the block (bf16 rows, the A tiles of dV and dK: Rp / 32 x 32 x 32), dS^T of a tile as row pairs
+// (B tiles of dQ^T), dK and dV of the block (32 x Dp / Dvp f32).
 struct Block {
   float *st, *dpt, *dk, *dv;
   uint16_t *pt, *dst, *dsp;
@@ -86,42 +88,54 @@ void transposed_scores(const uint16_t* rows, const uint16_t* pairs, int64_t j0, 
   store_c(out, out + 16, out + 16 * 32, out + 16 * 32 + 16, 128);
 }
 
-// acc (32 keys x width f32) += X^T Y_qt: A = X^T's rows (32 keys x 32 queries bf16), B = Y's row pairs.
-void key_sums(const uint16_t* xt, const uint16_t* pairs, int64_t qt, int64_t width, float* acc) {
+// acc (32 keys x width f32) = X^T Y over the visible query tiles tiles[0 .. n): A = X^T's rows (per
+// tile 32 keys x 32 queries bf16, 1 KiB apart), B = Y's row pairs. One long product per head dim
+// chunk, its sums in the tiles throughout (a sum stored and loaded back waits for the store).
+void key_sums(const uint16_t* xt, const uint16_t* pairs, const int64_t* tiles, int64_t n, int64_t width, float* acc) {
   const int64_t DT = width / 16;
   for (int64_t dc = 0; dc < width / 32; ++dc) {
-    float* a = acc + 32 * dc;
-    load_c(a, a + 16, a + 16 * width, a + 16 * width + 16, width * 4);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
     products(
-        1,
-        [&](int64_t) {
-          _tile_loadd(4, xt, 64);
-          _tile_loadd(5, xt + 16 * 32, 64);
+        n,
+        [&](int64_t i) {
+          _tile_loadd(4, xt + i * 1024, 64);
+          _tile_loadd(5, xt + i * 1024 + 16 * 32, 64);
         },
-        [&](int64_t) {
-          _tile_loadd(6, pairs + (qt * DT + 2 * dc) * kTile, 64);
-          _tile_loadd(7, pairs + (qt * DT + 2 * dc + 1) * kTile, 64);
+        [&](int64_t i) {
+          _tile_loadd(6, pairs + (tiles[i] * DT + 2 * dc) * kTile, 64);
+          _tile_loadd(7, pairs + (tiles[i] * DT + 2 * dc + 1) * kTile, 64);
         });
+    float* a = acc + 32 * dc;
     store_c(a, a + 16, a + 16 * width, a + 16 * width + 16, width * 4);
   }
 }
 
-// dQ^T (Dp x Rp) columns of query tile qt += K^T (rows of key block j0) dS^T (its row pairs).
+// dQ^T of query tile qt += K^T (key block j0) dS^T (its row pairs, loaded once), 32 head dims at a
+// time: tiles 0-1 and 2-3 the sums of 16 each, 4 and 5 their rows of K^T.
 void query_sums(const Job& j, const uint16_t* dsp, int64_t j0, int64_t qt) {
-  for (int64_t dc = 0; dc < j.Dp / 32; ++dc) {
-    float* c = j.dqt + 32 * dc * j.Rp + 32 * qt;
-    load_c(c, c + 16, c + 16 * j.Rp, c + 16 * j.Rp + 16, j.Rp * 4);
-    products(
-        1,
-        [&](int64_t) {
-          _tile_loadd(4, j.kt + 32 * dc * j.Lp + j0, j.Lp * 2);
-          _tile_loadd(5, j.kt + (32 * dc + 16) * j.Lp + j0, j.Lp * 2);
-        },
-        [&](int64_t) {
-          _tile_loadd(6, dsp, 64);
-          _tile_loadd(7, dsp + kTile, 64);
-        });
-    store_c(c, c + 16, c + 16 * j.Rp, c + 16 * j.Rp + 16, j.Rp * 4);
+  const uint16_t* kt = j.kt + j0 * j.Dp;  // the key block's Dp x 32
+  float* const c = j.dqt + qt * j.Dp * 32;
+  _tile_loadd(6, dsp, 64);
+  _tile_loadd(7, dsp + kTile, 64);
+  for (int64_t d = 0; d < j.Dp; d += 32) {
+    float *c0 = c + d * 32, *c1 = c0 + 16 * 32;
+    _tile_loadd(0, c0, 128);
+    _tile_loadd(1, c0 + 16, 128);
+    _tile_loadd(4, kt + d * 32, 64);
+    _tile_loadd(2, c1, 128);
+    _tile_loadd(3, c1 + 16, 128);
+    _tile_loadd(5, kt + (d + 16) * 32, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_stored(0, c0, 128);
+    _tile_stored(1, c0 + 16, 128);
+    _tile_stored(2, c1, 128);
+    _tile_stored(3, c1 + 16, 128);
   }
 }
 
@@ -134,8 +148,9 @@ void store_bf16(const float* src, int64_t n, bf16* dst) {
 // P^T and dS^T of one block from S^T and dP^T, for key j0 + kk and query row r0 + lane, visible
 // where first <= key < lim: P = 2^(S c - lse) (S c + mask log2(e) where there is a mask), dS =
 // P (dP - delta) scale. As bf16 rows (A tiles of dV and dK) and dS^T as row pairs (B of dQ^T).
-void block_gradients(const Geometry& g, const Block& blk, int64_t j0, int64_t r0, const int32_t* first, const int32_t* lim,
-                     const float* lse2, const float* delta, const float* const* mask_of, float c, float scale) {
+void block_gradients(const Geometry& g, const Block& blk, int64_t at_tile, int64_t j0, int64_t r0, const int32_t* first,
+                     const int32_t* lim, const float* lse2, const float* delta, const float* const* mask_of, float c, float scale) {
+  uint16_t *const pt = blk.pt + at_tile * 1024, *const dst = blk.dst + at_tile * 1024;
   if (g.has_mask) {
     for (int64_t kk = 0; kk < 32; ++kk)
       for (int64_t n = 0; n < 32; ++n) {
@@ -156,18 +171,18 @@ void block_gradients(const Geometry& g, const Block& blk, int64_t j0, int64_t r0
       p[h] = _mm512_maskz_mov_ps(vis, (__m512)vexp2_nonpos((fvec)t));
       ds[h] = _mm512_mul_ps(_mm512_mul_ps(p[h], _mm512_sub_ps(_mm512_load_ps(blk.dpt + at), _mm512_loadu_ps(delta + r))), sv);
     }
-    _mm512_store_si512(blk.pt + kk * 32, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]));
-    _mm512_store_si512(blk.dst + kk * 32, (__m512i)_mm512_cvtne2ps_pbh(ds[1], ds[0]));
+    _mm512_store_si512(pt + kk * 32, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]));
+    _mm512_store_si512(dst + kk * 32, (__m512i)_mm512_cvtne2ps_pbh(ds[1], ds[0]));
   }
   static const Interleave il;
   for (int64_t i = 0; i < 16; ++i) {
-    const __m512i a = _mm512_load_si512(blk.dst + 2 * i * 32), b = _mm512_load_si512(blk.dst + (2 * i + 1) * 32);
+    const __m512i a = _mm512_load_si512(dst + 2 * i * 32), b = _mm512_load_si512(dst + (2 * i + 1) * 32);
     _mm512_store_si512(blk.dsp + 32 * i, _mm512_permutex2var_epi16(a, il.lo, b));
     _mm512_store_si512(blk.dsp + kTile + 32 * i, _mm512_permutex2var_epi16(a, il.hi, b));
   }
 }
 
-// K^T rows (Dp x Lp) from K's rows: 32 x 32 blocks, two transposes of column pairs and an unzip.
+// K^T rows from K's rows, per block of 32 keys Dp x 32: two transposes of column pairs and an unzip.
 template <class Row> void pack_transposed(Row row, int64_t Lp, int64_t D, int64_t Dp, uint16_t* out) {
   alignas(64) uint16_t even[32], odd[32];
   for (int i = 0; i < 16; ++i) even[i] = uint16_t(2 * i), even[16 + i] = uint16_t(32 + 2 * i), odd[i] = uint16_t(2 * i + 1), odd[16 + i] = uint16_t(33 + 2 * i);
@@ -178,8 +193,8 @@ template <class Row> void pack_transposed(Row row, int64_t Lp, int64_t D, int64_
       for (int n = 0; n < 16; ++n) a[n] = load_row32(row, n0 + n, d0, D), b[n] = load_row32(row, n0 + 16 + n, d0, D);
       cpu::simd::transpose16(a), cpu::simd::transpose16(b);  // a[i]: per row, columns d0 + 2i and + 1
       for (int i = 0; i < 16; ++i) {
-        _mm512_storeu_si512(out + (d0 + 2 * i) * Lp + n0, _mm512_permutex2var_epi16(a[i], ev, b[i]));
-        _mm512_storeu_si512(out + (d0 + 2 * i + 1) * Lp + n0, _mm512_permutex2var_epi16(a[i], od, b[i]));
+        _mm512_storeu_si512(out + (n0 * Dp + (d0 + 2 * i) * 32), _mm512_permutex2var_epi16(a[i], ev, b[i]));
+        _mm512_storeu_si512(out + (n0 * Dp + (d0 + 2 * i + 1) * 32), _mm512_permutex2var_epi16(a[i], od, b[i]));
       }
     }
 }
@@ -200,7 +215,8 @@ void flash_backward_amx(const Geometry& g, const bf16* q, const bf16* k, const b
     std::vector<Tensor> keep;  // allocated at the thread's first job
     Job j{};
     const Block blk{sc.st.at_least(32 * 32), sc.dpt.at_least(32 * 32), sc.dk.at_least(32 * Dp), sc.dv.at_least(32 * Dvp),
-                    sc.pt.u16(32 * 32), sc.dst.u16(32 * 32), sc.dsp.u16(2 * kTile)};
+                    sc.pt.u16(Rp * 32), sc.dst.u16(Rp * 32), sc.dsp.u16(2 * kTile)};
+    std::vector<int64_t> seen(size_t(Rp / 32));  // the query tiles that see a key block
     sc.lse2.resize(size_t(Rp)), sc.delta.resize(size_t(Rp)), sc.first.resize(size_t(Rp)), sc.lim.resize(size_t(Rp)), sc.mask.resize(size_t(Rp));
     float *lse2 = sc.lse2.data(), *delta = sc.delta.data();
     int32_t *first = sc.first.data(), *lim = sc.lim.data();
@@ -252,8 +268,7 @@ void flash_backward_amx(const Geometry& g, const bf16* q, const bf16* k, const b
       }
       std::fill(j.dqt, j.dqt + Dp * Rp, 0.0f);
       for (int64_t j0 = 0; j0 < Lp; j0 += 32) {
-        std::fill(blk.dk, blk.dk + 32 * Dp, 0.0f);
-        std::fill(blk.dv, blk.dv + 32 * Dvp, 0.0f);
+        int64_t n_seen = 0;
         for (int64_t qt = 0; qt < Rp / 32; ++qt) {
           int32_t lo = int32_t(g.Lkv), hi = 0;
           for (int64_t r = 32 * qt; r < 32 * qt + 32; ++r)
@@ -261,11 +276,12 @@ void flash_backward_amx(const Geometry& g, const bf16* q, const bf16* k, const b
           if (hi <= j0 || lo >= j0 + 32) continue;  // no row of the tile sees a key of the block
           transposed_scores(j.kr, j.qt, j0, qt, Dp, blk.st);
           transposed_scores(j.vr, j.dot, j0, qt, Dvp, blk.dpt);
-          block_gradients(g, blk, j0, 32 * qt, first, lim, lse2, delta, mask_of, c, scale);
-          key_sums(blk.pt, j.dop, qt, Dvp, blk.dv);
-          key_sums(blk.dst, j.qp, qt, Dp, blk.dk);
+          block_gradients(g, blk, n_seen, j0, 32 * qt, first, lim, lse2, delta, mask_of, c, scale);
           query_sums(j, blk.dsp, j0, qt);
+          seen[size_t(n_seen++)] = qt;
         }
+        key_sums(blk.pt, j.dop, seen.data(), n_seen, Dvp, blk.dv);  // dV = P^T dO
+        key_sums(blk.dst, j.qp, seen.data(), n_seen, Dp, blk.dk);   // dK = dS^T Q
         for (int64_t n = j0; n < std::min(j0 + 32, g.Lkv); ++n) {
           store_bf16(blk.dk + (n - j0) * Dp, g.D, g.ldk.at(dk, b, hk, n));
           store_bf16(blk.dv + (n - j0) * Dvp, g.Dv, g.ldv.at(dv, b, hk, n));
@@ -274,7 +290,7 @@ void flash_backward_amx(const Geometry& g, const bf16* q, const bf16* k, const b
       for (int64_t r0 = 0; r0 < R; r0 += 16)  // dQ: dQ^T transposed, 16 x 16 at a time
         for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
           __m512i t[16];
-          for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_si512(j.dqt + (d0 + i) * Rp + r0);
+          for (int i = 0; i < 16; ++i) t[i] = _mm512_loadu_si512(j.dqt + (r0 / 32 * Dp + d0 + i) * 32 + r0 % 32);
           cpu::simd::transpose16(t);
           for (int64_t i = 0; i < std::min<int64_t>(16, R - r0) && d0 < g.D; ++i) {
             const int64_t r = r0 + i;
