@@ -5,29 +5,13 @@
 // `build/sparse_amx [K N]`, then the same with SINTER_SPARSE24_AMX=0 for the vector kernels.
 #include <sinter/sinter.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
-using namespace sinter;
+#include "best_of.h"
 
-namespace {
-template <class F> double ms_per_call(F f) {
-  f();
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  const double once = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const int n = std::max(1, int(20.0 / std::max(once, 1e-3)));  // about 20 ms a round
-  double best = 1e9;
-  for (int r = 0; r < 7; ++r) {
-    const auto t1 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() / n);
-  }
-  return best;
-}
-}  // namespace
+using namespace sinter;
+using micro::ms_per_call;
 
 int main(int argc, char** argv) {
   NoGradGuard no_grad;
