@@ -34,6 +34,8 @@ bool amx_ready() {
 // weights, 6-7 x^T.
 using cpu::simd::TileConfig;
 
+SINTER_INLINE __mmask32 first_bits(int64_t n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? 0 : (__mmask32(1) << n) - 1; }
+
 // Per nibble of meta (one group of four columns, offsets a = bits 0-1, b = bits 2-3): the bits of
 // its kept columns, and 0xFF where a < b, which is what an expanding load reproduces.
 constexpr std::array<uint8_t, 16> kNibbleTable(bool order) {
@@ -71,6 +73,17 @@ bool expand_row(const uint16_t* v, const uint8_t* meta, int64_t K, int64_t KB, u
     _mm512_storeu_si512(out + kb * stride, _mm512_maskz_expand_epi16(__mmask32(masks[kb]), _mm512_castsi256_si512(vals)));
   }
   return in_order;
+}
+
+// Weight row n's columns k0 .. k0 + kc (nkb blocks of 32, zero past kc) at out as bf16: expanded
+// from 2:4 values and meta, or copied from a dense bf16 weight (Args::meta null: the dense
+// linear's kernel, run_amx_dense). False where an expansion cannot reproduce the meta.
+bool row_into(const Args& g, int64_t n, int64_t k0, int64_t kc, int64_t nkb, uint16_t* out) {
+  const auto* v = static_cast<const uint16_t*>(g.values);
+  if (g.meta) return expand_row(v + n * (g.K / 2) + k0 / 2, g.meta + n * (g.K / 8) + k0 / 8, kc, nkb, out, 32);
+  for (int64_t kb = 0; kb < nkb; ++kb)
+    _mm512_storeu_si512(out + 32 * kb, _mm512_maskz_loadu_epi16(first_bits(kc - 32 * kb), v + n * g.K + k0 + 32 * kb));
+  return true;
 }
 
 // y[m][n] for every row of x, one weight row plainly (each kept value times its column of x, in
@@ -117,7 +130,8 @@ void pack_x(const uint16_t* x, int64_t M, int64_t K, int64_t MB, int64_t KB, uin
 // of sums (c: weight row n at c + 16 n), in f32 or straight to bf16 (Args::yh).
 void store_tile(const float* c, int64_t nv, int64_t mv, const Args& g, int64_t m0, int64_t n0) {
   const __mmask16 k = __mmask16((1u << nv) - 1);
-  const __m512 s = _mm512_maskz_loadu_ps(k, g.scales + n0), b = g.bias ? _mm512_maskz_loadu_ps(k, g.bias + n0) : _mm512_setzero_ps();
+  const __m512 s = g.scales ? _mm512_maskz_loadu_ps(k, g.scales + n0) : _mm512_set1_ps(1.0f);
+  const __m512 b = g.bias ? _mm512_maskz_loadu_ps(k, g.bias + n0) : _mm512_setzero_ps();
   __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + 16 * i);
   transpose16(r);
@@ -225,7 +239,8 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
   // Rows of values more than 8 KiB apart (K > 4096): the prefetchers lose the 32 streams and are
   // told two chunks ahead (11008 x 4096, M = 16, calls alternating with dense: 2.4 ms told, 3.4 not);
   // nearer, they follow them, and telling them costs (4096 x 4096: 0.62 ms not told, 0.92 told).
-  const bool far_rows = K2 * 2 > 8192;
+  const int64_t row_bytes = g.meta ? K2 * 2 : g.K * 2, block_bytes = g.meta ? 32 : 64;  // a row of values, a block's share of it
+  const bool far_rows = row_bytes > 8192;
   alignas(64) uint16_t a[kPanel * (32 * 32 + 32)];  // up to 32 blocks
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kPanel;
@@ -238,12 +253,12 @@ void run_fused(const Args& g, const uint32_t* xp, int64_t KB, int64_t MB, int64_
           std::memset(a + i * lda, 0, sizeof(uint16_t) * lda);
           continue;
         }
-        const uint16_t* v = static_cast<const uint16_t*>(g.values) + n * K2 + 16 * kb0;
         if (far_rows && kb0 + kAhead < KB) {  // 32 rows far apart: the prefetchers need to be told
-          for (int64_t l = 0; l < nkb * 32; l += 64) _mm_prefetch(reinterpret_cast<const char*>(v + 16 * kAhead) + l, _MM_HINT_T1);
-          _mm_prefetch(reinterpret_cast<const char*>(g.meta + n * K8 + 4 * (kb0 + kAhead)), _MM_HINT_T1);
+          const auto* v = static_cast<const char*>(g.values) + (n * row_bytes + (kb0 + kAhead) * block_bytes);
+          for (int64_t l = 0; l < nkb * block_bytes; l += 64) _mm_prefetch(v + l, _MM_HINT_T1);
+          if (g.meta) _mm_prefetch(reinterpret_cast<const char*>(g.meta + n * K8 + 4 * (kb0 + kAhead)), _MM_HINT_T1);
         }
-        if (!expand_row(v, g.meta + n * K8 + 4 * kb0, kc, nkb, a + i * lda, 32)) out_of_order |= 1u << i;
+        if (!row_into(g, n, 32 * kb0, kc, nkb, a + i * lda)) out_of_order |= 1u << i;
       }
       for (int64_t q = 0; q < pairs; ++q) {
         const bool two = 2 * q + 1 < MB, first = kb0 == 0, last = kb0 + nkb >= KB;
@@ -276,7 +291,6 @@ struct Group {
 
 void run_group(const Group& w, Pending& pending, std::vector<int64_t>& plain) {
   const Args& g = w.g;
-  const int64_t K2 = g.K / 2, K8 = g.K / 8;
   alignas(64) float tile[1024];  // one slice: the sums, which no later slice needs
   for (int64_t kb0 = 0; kb0 < w.KB; kb0 += kSliceBlocks) {
     const int64_t nkb = std::min(kSliceBlocks, w.KB - kb0), k0 = 32 * kb0, kc = std::min<int64_t>(32 * nkb, g.K - k0);
@@ -285,7 +299,7 @@ void run_group(const Group& w, Pending& pending, std::vector<int64_t>& plain) {
       const int64_t n = w.n0 + i;
       if (n >= g.N)
         std::memset(w.a + i * w.lda, 0, size_t(w.lda) * 2);
-      else if (!expand_row(static_cast<const uint16_t*>(g.values) + n * K2 + k0 / 2, g.meta + n * K8 + k0 / 8, kc, nkb, w.a + i * w.lda, 32))
+      else if (!row_into(g, n, k0, kc, nkb, w.a + i * w.lda))
         plain.push_back(n);  // in any slice (a row may come twice: run_amx keeps one)
     }
     for (int64_t mb = 0; mb < w.MB; mb += 2) {
@@ -360,10 +374,17 @@ const KernelDef kAmx[] = {
 
 std::span<const KernelDef> amx_kernels() { return kAmx; }
 
+bool amx_dense_bf16(const uint16_t* x, const uint16_t* w, const float* bias, uint16_t* y, int64_t M, int64_t N, int64_t K) {
+  if (!cpu::simd::amx_ready()) return false;
+  run_amx(Args{nullptr, x, M, K, N, w, DType::bf16, nullptr, nullptr, nullptr, bias, Act::none, nullptr, y});
+  return true;
+}
+
 }  // namespace sinter::sparse
 
 #else
 namespace sinter::sparse {
 std::span<const KernelDef> amx_kernels() { return {}; }
+bool amx_dense_bf16(const uint16_t*, const uint16_t*, const float*, uint16_t*, int64_t, int64_t, int64_t) { return false; }
 }  // namespace sinter::sparse
 #endif

@@ -128,6 +128,10 @@ std::span<const KernelDef> k_major_prepacked8_kernels();
 std::span<const KernelDef> pairs_kernels();
 std::span<const KernelDef> rows512_kernels();
 std::span<const KernelDef> amx_kernels();
+// The dense bf16 linear on the same tile code (amx_bf16.cpp; gemm.cpp calls it): y (M x N) =
+// x (M x K) w^T (w: N x K rows) + bias (f32, or null), every pointer bf16 but the bias. False where
+// this build or machine has no tile unit (or SINTER_AMX=0).
+bool amx_dense_bf16(const uint16_t* x, const uint16_t* w, const float* bias, uint16_t* y, int64_t M, int64_t N, int64_t K);
 
 // The kernel for a call: the one place it is decided.
 const KernelDef& choose(const Call& c);
