@@ -405,37 +405,34 @@ bool gemm_core(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& 
     return false;
   }
   const int64_t M = a.size(1), K = a.size(2), N = b.size(2);
+  // A linear's layout, which Sinter's own kernels take: x's rows, and the weight's rows as b's columns.
+  const bool rows = a.size(0) == 1 && a.stride(2) == 1 && a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K &&
+                    (!bias.defined() || bias.is_contiguous());
+  const bool all_bf16 = a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::bf16;
   // Decode-sized products (M <= 8) are ours: in cache oneDNN's per-call cost dominates, past it
   // ours streams the weights at memory speed at M = 1 (one_row_ours), and at 2 <= M <= 8 oneDNN
   // runs a GEMM that costs 2-3x ours (4096 x 11008 at M = 2: ~16 ms against ~5; `sinter bench linear`).
-  if (a.dtype() == DType::f32 && a.size(0) == 1 && M <= 8 && (M >= 2 || one_row_ours(N, K)) && a.stride(2) == 1 &&
-      a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
+  if (a.dtype() == DType::f32 && rows && M <= 8 && (M >= 2 || one_row_ours(N, K))) {
     gemm_few_rows<float>(a.data<float>(), b.data<float>(), bias.defined() ? bias.data<float>() : nullptr, c.data<float>(), M, N, K);
     return false;
   }
   // bf16 decode: ours at every size without a bf16 matmul in oneDNN (the alternative widens the
   // whole weight each call), and at M <= 4 with one: oneDNN 2.6's bf16 GEMV reads at a third of
   // memory speed, and its AMX GEMM at M = 2-4 takes 1.8-2.3x our time (5120 x 13824, Xeon).
-  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::bf16 && (!dnnl_has_bf16() || M <= 4) && a.size(0) == 1 && M <= 8 && a.stride(2) == 1 &&
-      a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || (bias.dtype() == DType::bf16 && bias.is_contiguous()))) {
+  if (all_bf16 && rows && (!dnnl_has_bf16() || M <= 4) && M <= 8 && (!bias.defined() || bias.dtype() == DType::bf16)) {
     gemm_few_rows_bf16(a.data<bf16>(), b.data<bf16>(), bias.defined() ? bias.data<bf16>() : nullptr, c.data<bf16>(), M, N, K);
     return false;
   }
-  // bf16 from 5 rows on a weight of 4M values or more, a linear's layout (x's rows, the weight's
-  // rows as b's columns): the tile unit (AMX) through the 2:4 kernel's tile code on plain rows.
-  // Measured against oneDNN 2.6's AMX GEMM (Xeon, 2 threads): 4096 x 4096 1.12-1.47x, 13824 x 5120
-  // 0.98-1.28x at M = 5-2048; 3072 x 768 and 1000 x 1000 0.91-1.08x, and 288 x 96 0.33-0.50x (the
-  // packing and the threads' start cost more than the product), so smaller weights stay with oneDNN.
-  if (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::bf16 && a.size(0) == 1 && N * K >= (int64_t(1) << 22) &&
-      a.stride(2) == 1 &&
-      a.stride(1) == K && b.stride(1) == 1 && b.stride(2) == K && (!bias.defined() || bias.is_contiguous())) {
-    std::vector<float> bf;
-    if (bias.defined()) {
-      const Tensor b32 = bias.dtype() == DType::f32 ? bias : contiguous_as(bias, DType::f32);
-      bf.assign(b32.data<float>(), b32.data<float>() + N);
-    }
-    auto u16 = [](const Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr()); };
-    if (sparse::amx_dense_bf16(u16(a), u16(b), bias.defined() ? bf.data() : nullptr, reinterpret_cast<uint16_t*>(c.data_ptr()), M, N, K))
+  // bf16 from 5 rows on a weight of 4M values or more: the tile unit (AMX) through the 2:4
+  // kernel's tile code on plain rows. Measured against oneDNN 2.6's AMX GEMM (Xeon, 2 threads):
+  // 4096 x 4096 1.12-1.47x, 13824 x 5120 0.98-1.28x at M = 5-2048; 3072 x 768 and 1000 x 1000
+  // 0.91-1.08x, and 288 x 96 0.33-0.50x (the packing and the threads' start cost more than the
+  // product), so smaller weights stay with oneDNN.
+  if (all_bf16 && rows && N * K >= (int64_t(1) << 22)) {
+    const Tensor b32 = bias.defined() ? contiguous_as(bias, DType::f32) : Tensor();  // the kernel's epilogue adds an f32 bias
+    auto u16 = [](const Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data<bf16>()); };
+    if (sparse::amx_dense_bf16(u16(a), u16(b), bias.defined() ? b32.data<float>() : nullptr, reinterpret_cast<uint16_t*>(c.data<bf16>()), M,
+                               N, K))
       return false;
   }
   if (a.dtype() == DType::f32 || (a.dtype() == DType::bf16 && dnnl_has_bf16())) {

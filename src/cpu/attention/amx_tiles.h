@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "cpu/simd/amx.h"
 #include "cpu/simd/transpose.h"
 
 namespace sinter::detail {
@@ -31,7 +32,7 @@ struct AlignedBuffer {
   uint16_t* u16(int64_t n) { return reinterpret_cast<uint16_t*>(at_least((n + 1) / 2)); }
 };
 
-SINTER_INLINE __mmask32 first_bits32(int64_t n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? 0 : (__mmask32(1) << n) - 1; }
+using cpu::simd::first_bits32;
 SINTER_INLINE __mmask16 bits16(int64_t lo, int64_t hi) {  // lanes [lo, hi) of 16
   lo = std::clamp<int64_t>(lo, 0, 16), hi = std::clamp<int64_t>(hi, lo, 16);
   return __mmask16(((1u << hi) - 1u) & ~((1u << lo) - 1u));

@@ -231,7 +231,6 @@ void flash_forward_amx(const Geometry& g, const bf16* q, const bf16* k, const bf
       st.rows = rows;
       // The next step's scores go to the tile unit a pass at a time while this step's exponentials
       // run on the vector unit (each alone left the other idle); S alternates between two buffers.
-      // (P V interleaved with the next step's row maxima measured no faster.)
       auto passes_of = [&](int64_t j0) { return j0 < kend ? (std::min(kKeys, kend - j0) + 31) / 32 : 0; };
       const int64_t j_first = kbegin / kKeys * kKeys;
       for (int64_t h = 0; h < passes_of(j_first); ++h) scores_pass(p, bh, q_pack, Dp, j_first, h, s_buf[0]);

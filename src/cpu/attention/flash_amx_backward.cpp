@@ -43,8 +43,8 @@ uint16_t* bf16_buffer(std::vector<Tensor>& keep, int64_t n) {
   return reinterpret_cast<uint16_t*>(keep.back().data_ptr());
 }
 
-// C (tiles 0-3: rows 0-15 / 16-31 of A x columns 0-15 / 16-31 of B) = sum over chunks of A B; A's
-// two tiles at a, a + a_half (stride a_rs bytes), chunk n's B tiles at b + 2n kTile... as given.
+// Tiles 0-3 (rows 0-15 / 16-31 of A x columns 0-15 / 16-31 of B) += the products of chunks
+// n = 0 .. chunks - 1: a_tiles(n) loads chunk n's A into tiles 4-5, b_tiles(n) its B into 6-7.
 template <class A, class B> SINTER_INLINE void products(int64_t chunks, A a_tiles, B b_tiles) {
   for (int64_t n = 0; n < chunks; ++n) {
     a_tiles(n);
@@ -54,12 +54,6 @@ template <class A, class B> SINTER_INLINE void products(int64_t chunks, A a_tile
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-}
-SINTER_INLINE void load_c(float* c0, float* c1, float* c2, float* c3, int64_t rs) {
-  _tile_loadd(0, c0, rs);
-  _tile_loadd(1, c1, rs);
-  _tile_loadd(2, c2, rs);
-  _tile_loadd(3, c3, rs);
 }
 SINTER_INLINE void store_c(float* c0, float* c1, float* c2, float* c3, int64_t rs) {
   _tile_stored(0, c0, rs);

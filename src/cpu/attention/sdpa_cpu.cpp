@@ -149,10 +149,10 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
   Geometry g = geometry(metas(in, 3), a, "sdpa_flash_backward");
   const DType ct = compute_dtype(in[0].dtype());
   Tensor mask = in.size() > 7 ? mask_view(in[7], ct, g) : Tensor();
-  bool bf16_all = true;
-  for (size_t i : {0, 1, 2, 3, 5}) bf16_all = bf16_all && in[i].dtype() == DType::bf16;
-  for (size_t i = 0; i < 3; ++i) bf16_all = bf16_all && out[i].dtype() == DType::bf16;
-  if (bf16_all && flash_amx_backward_takes(g)) {  // on the tile unit, every operand read where it lies
+  bool all_bf16 = true;
+  for (size_t i : {0, 1, 2, 3, 5}) all_bf16 = all_bf16 && in[i].dtype() == DType::bf16;
+  for (size_t i = 0; i < 3; ++i) all_bf16 = all_bf16 && out[i].dtype() == DType::bf16;
+  if (all_bf16 && flash_amx_backward_takes(g)) {  // on the tile unit, every operand read where it lies
     RowLayout* const layouts[] = {&g.lq, &g.lk, &g.lv, &g.lo, nullptr, &g.ldo, nullptr};
     std::vector<Tensor> c;
     for (size_t i = 0; i < 7; ++i) c.push_back(layouts[i] ? rows_of(in[i], DType::bf16, *layouts[i]) : cpu::contiguous_as(in[i], DType::f32));

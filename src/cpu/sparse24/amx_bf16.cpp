@@ -34,8 +34,6 @@ bool amx_ready() {
 // weights, 6-7 x^T.
 using cpu::simd::TileConfig;
 
-SINTER_INLINE __mmask32 first_bits(int64_t n) { return n >= 32 ? ~__mmask32(0) : n <= 0 ? 0 : (__mmask32(1) << n) - 1; }
-
 // Per nibble of meta (one group of four columns, offsets a = bits 0-1, b = bits 2-3): the bits of
 // its kept columns, and 0xFF where a < b, which is what an expanding load reproduces.
 constexpr std::array<uint8_t, 16> kNibbleTable(bool order) {
@@ -77,12 +75,12 @@ bool expand_row(const uint16_t* v, const uint8_t* meta, int64_t K, int64_t KB, u
 
 // Weight row n's columns k0 .. k0 + kc (nkb blocks of 32, zero past kc) at out as bf16: expanded
 // from 2:4 values and meta, or copied from a dense bf16 weight (Args::meta null: the dense
-// linear's kernel, run_amx_dense). False where an expansion cannot reproduce the meta.
+// linear's kernel, amx_dense_bf16). False where an expansion cannot reproduce the meta.
 bool row_into(const Args& g, int64_t n, int64_t k0, int64_t kc, int64_t nkb, uint16_t* out) {
   const auto* v = static_cast<const uint16_t*>(g.values);
   if (g.meta) return expand_row(v + n * (g.K / 2) + k0 / 2, g.meta + n * (g.K / 8) + k0 / 8, kc, nkb, out, 32);
   for (int64_t kb = 0; kb < nkb; ++kb)
-    _mm512_storeu_si512(out + 32 * kb, _mm512_maskz_loadu_epi16(first_bits(kc - 32 * kb), v + n * g.K + k0 + 32 * kb));
+    _mm512_storeu_si512(out + 32 * kb, _mm512_maskz_loadu_epi16(cpu::simd::first_bits32(kc - 32 * kb), v + n * g.K + k0 + 32 * kb));
   return true;
 }
 
