@@ -247,3 +247,20 @@ TEST(Tensor, SymbolicTensorsHaveNoData) {
   EXPECT_TRUE(y.is_symbolic());
   EXPECT_EQ(y.shape(), Shape({4, 2}));
 }
+
+// The norms sum four rows at once (cpu/nn.cpp, simd::lane_sums), each in its own lane order: a
+// row's result does not depend on its neighbours.
+TEST(Kernels, ANormRowHasTheSameBitsAloneAndAmongOtherRows) {
+  manual_seed(11);
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t D : {5, 37, 1000}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(D));
+      const Tensor x = (randn({9, D}) * 3.0 + 1.0).to(dt), w = randn({D}).to(dt), b = randn({D}).to(dt);
+      const Tensor ln = layer_norm(x, w, b), rms = rms_norm(x, w);
+      for (int64_t r = 0; r < 9; ++r) {
+        const Tensor row = x.slice(0, r, r + 1, 1);
+        EXPECT_TRUE(test::bitwise_equal(ln.slice(0, r, r + 1, 1), layer_norm(row, w, b))) << "row " << r;
+        EXPECT_TRUE(test::bitwise_equal(rms.slice(0, r, r + 1, 1), rms_norm(row, w))) << "row " << r;
+      }
+    }
+}

@@ -13,6 +13,56 @@ template <class T> constexpr bool floating_v = std::is_floating_point_v<compute_
 int64_t grain_rows(int64_t d) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)); }
 }  // namespace
 
+namespace {
+// Mean (0 for rms_norm) and 1 / sqrt(var + eps) of rows [r, r + K), each summed in lane_sum's
+// order (generated code's norms sum in it too); for f32 and bf16 the K rows at once
+// (simd::lane_sums), f16 and f64 row by row.
+template <int K, class T, class C>
+SINTER_INLINE void norm_stats(bool layer, const T* px, int64_t r, int64_t D, C eps, C (&m)[4], C (&rstd)[4]) {
+  const T* row[K];
+  for (int k = 0; k < K; ++k) row[k] = px + (r + k) * D;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+    using simd::f32x16, simd::load16;
+    float s[K];
+    if (layer) {
+      simd::lane_sums<K>(D, [&](int k, int64_t i) { return load16(row[k] + i); }, [&](int k, int64_t i) { return float(row[k][i]); }, s);
+      for (int k = 0; k < K; ++k) m[k] = s[k] / float(D);
+      simd::lane_sums<K>(
+          D, [&](int k, int64_t i) { const f32x16 d = load16(row[k] + i) - m[k]; return d * d; },
+          [&](int k, int64_t i) { const float d = float(row[k][i]) - m[k]; return d * d; }, s);
+    } else {
+      simd::lane_sums<K>(
+          D, [&](int k, int64_t i) { const f32x16 v = load16(row[k] + i); return v * v; },
+          [&](int k, int64_t i) { return float(row[k][i]) * float(row[k][i]); }, s);
+    }
+    for (int k = 0; k < K; ++k) {
+      if (!layer) m[k] = 0.0f;
+      rstd[k] = 1.0f / std::sqrt(s[k] / float(D) + eps);
+    }
+  } else {
+    for (int k = 0; k < K; ++k) {
+      const T* x = row[k];
+      m[k] = layer ? simd::lane_sum<C>(D, [&](int64_t i) { return C(x[i]); }) / C(D) : C(0);
+      const C var = layer ? simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(x[i]) - m[k]; return d * d; })
+                          : simd::lane_sum<C>(D, [&](int64_t i) { return C(x[i]) * C(x[i]); });
+      rstd[k] = C(1) / std::sqrt(var / C(D) + eps);
+    }
+  }
+}
+
+// f(r, m, rstd) for each row in [lo, hi), their statistics four rows at a time.
+template <class T, class C, class F>
+SINTER_INLINE void for_rows_with_stats(bool layer, const T* px, int64_t lo, int64_t hi, int64_t D, C eps, F&& f) {
+  C m[4], rstd[4];
+  for (int64_t r = lo; r < hi;) {
+    const int k = hi - r >= 4 ? 4 : 1;
+    if (k == 4) norm_stats<4>(layer, px, r, D, eps, m, rstd);
+    else norm_stats<1>(layer, px, r, D, eps, m, rstd);
+    for (int j = 0; j < k; ++j, ++r) f(r, m[j], rstd[j]);
+  }
+}
+}  // namespace
+
 void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& out) {
   SINTER_KERNEL_ENTRY();
   const int64_t rows = x.size(0), D = x.size(1);
@@ -22,17 +72,14 @@ void layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double e
       const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.defined() ? b.data<T>() : nullptr;
       T* po = out.data<T>();
       parallel_for(0, rows, grain_rows(D), [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
+        for_rows_with_stats(true, px, lo, hi, D, C(eps), [&](int64_t r, C m, C rstd) {
           const T* row = px + r * D;
-          const C m = simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]); }) / C(D);
-          const C var = simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(row[i]) - m; return d * d; }) / C(D);
-          const C rstd = C(1) / std::sqrt(var + C(eps));
           T* orow = po + r * D;
           if (pb)
             for (int64_t i = 0; i < D; ++i) orow[i] = T((C(row[i]) - m) * rstd * C(pw[i]) + C(pb[i]));
           else
             for (int64_t i = 0; i < D; ++i) orow[i] = T((C(row[i]) - m) * rstd * C(pw[i]));
-        }
+        });
       });
     }
   });
@@ -47,13 +94,11 @@ void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& o
       const T *px = x.data<T>(), *pw = w.data<T>();
       T* po = out.data<T>();
       parallel_for(0, rows, grain_rows(D), [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
+        for_rows_with_stats(false, px, lo, hi, D, C(eps), [&](int64_t r, C, C inv) {
           const T* row = px + r * D;
-          const C ss = simd::lane_sum<C>(D, [&](int64_t i) { return C(row[i]) * C(row[i]); });
-          const C inv = C(1) / std::sqrt(ss / C(D) + C(eps));
           T* orow = po + r * D;
           for (int64_t i = 0; i < D; ++i) orow[i] = T(C(row[i]) * inv * C(pw[i]));
-        }
+        });
       });
     }
   });
