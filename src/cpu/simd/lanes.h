@@ -129,6 +129,10 @@ SINTER_INLINE f32reg widen_bf16(const bf16* p) {
 // elements (layer_norm over 1000 floats a row: half the time). vec(k, i): row k's terms i ..
 // i + 15 as one f32x16; one(k, i): term i alone (the last n % 16).
 typedef float f32x16 __attribute__((vector_size(64)));
+// Without AVX-512 an f32x16 passed by value changes the ABI, which GCC and clang warn about; these
+// functions are always inlined, so no call passes one.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
 template <int K, class V, class O> SINTER_INLINE void lane_sums(int64_t n, V&& vec, O&& one, float (&s)[K]) {
   static_assert(kLanes == 16, "an f32x16 holds lane_sum's lanes");
   f32x16 acc[K] = {};
@@ -146,13 +150,14 @@ template <int K, class V, class O> SINTER_INLINE void lane_sums(int64_t n, V&& v
 SINTER_INLINE f32x16 load16(const float* p) { f32x16 v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE f32x16 load16(const bf16* p) {
   f32x16 v;
-  if constexpr (kVectorBytes == 64) {
-    v = widen_bf16(p);
-  } else {
-    const f32reg lo = widen_bf16(p), hi = widen_bf16(p + 8);
-    std::memcpy(&v, &lo, 32), std::memcpy(reinterpret_cast<char*>(&v) + 32, &hi, 32);
-  }
+#if defined(__AVX512F__)
+  v = widen_bf16(p);
+#else  // two registers of eight
+  const f32reg lo = widen_bf16(p), hi = widen_bf16(p + 8);
+  std::memcpy(&v, &lo, sizeof lo), std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
+#endif
   return v;
 }
+#pragma GCC diagnostic pop
 
 }  // namespace sinter::cpu::simd
