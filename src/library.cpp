@@ -8,6 +8,7 @@ void register_inplace_ops();        // ops/inplace.cpp
 void register_factory_ops();        // ops/factory.cpp
 void register_data_ops();           // ops/tensor_data.cpp
 void register_shape_ops();          // ops/shape.cpp
+void register_position_ops();       // ops/positions.cpp
 void register_reduce_ops();         // ops/reduce.cpp
 void register_linalg_ops();         // ops/linalg.cpp
 void register_nn_ops();             // ops/nn.cpp
@@ -33,6 +34,7 @@ void register_library() {
   register_factory_ops();
   register_data_ops();
   register_shape_ops();
+  register_position_ops();
   register_reduce_ops();
   register_linalg_ops();
   register_nn_ops();
