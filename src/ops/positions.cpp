@@ -15,6 +15,14 @@ void check_start(const std::string& op, const TensorMeta& start) {
                start.dtype);
 }
 
+// Whether src can be written into dst at some position along dim: the same rank, every other
+// size equal, and no more than dst's along dim.
+bool fits_along(const Shape& src, const Shape& dst, int64_t dim) {
+  bool ok = src.size() == dst.size() && src[size_t(dim)] <= dst[size_t(dim)];
+  for (size_t i = 0; ok && i < dst.size(); ++i) ok = int64_t(i) == dim || src[i] == dst[i];
+  return ok;
+}
+
 void define_dynamic_slice() {
   OpDef d;
   d.name = "dynamic_slice";
@@ -39,9 +47,7 @@ void define_slice_update() {
   d.infer = [](std::span<const TensorMeta> in, const Attrs& a) {
     check_start("slice_update_", in[2]);
     const int64_t dim = wrap_dim("slice_update_", a.i("dim"), int64_t(in[0].shape.size()));
-    bool ok = in[1].shape.size() == in[0].shape.size() && in[1].shape[size_t(dim)] <= in[0].shape[size_t(dim)];
-    for (size_t i = 0; ok && i < in[0].shape.size(); ++i) ok = int64_t(i) == dim || in[1].shape[i] == in[0].shape[i];
-    SINTER_CHECK_SHAPE(ok, "[slice_update_] src", in[1].shape, " does not fit dst", in[0].shape, " along dim ", dim);
+    SINTER_CHECK_SHAPE(fits_along(in[1].shape, in[0].shape, dim), "[slice_update_] src", in[1].shape, " does not fit dst", in[0].shape, " along dim ", dim);
     return std::vector<TensorMeta>{in[0]};
   };
   add_op(std::move(d));
@@ -60,9 +66,7 @@ void define_kv_append() {
     check_start("kv_append_", in[4]);
     const int64_t dim = wrap_dim("kv_append_", a.i("dim"), int64_t(in[0].shape.size()));
     for (size_t c = 0; c < 2; ++c) {
-      bool ok = in[2 + c].shape.size() == in[c].shape.size() && in[2 + c].shape[size_t(dim)] <= in[c].shape[size_t(dim)] &&
-                in[2 + c].dtype == in[c].dtype;
-      for (size_t i = 0; ok && i < in[c].shape.size(); ++i) ok = int64_t(i) == dim || in[2 + c].shape[i] == in[c].shape[i];
+      const bool ok = in[2 + c].dtype == in[c].dtype && fits_along(in[2 + c].shape, in[c].shape, dim);
       SINTER_CHECK_SHAPE(ok, "[kv_append_] ", c ? "v" : "k", in[2 + c].dtype, in[2 + c].shape, " does not fit its cache", in[c].dtype,
                          in[c].shape, " along dim ", dim);
     }

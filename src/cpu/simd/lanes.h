@@ -126,8 +126,8 @@ SINTER_INLINE f32reg widen_bf16(const bf16* p) {
 
 // lane_sum of K rows of floats at once, each row's sum in lane_sum's order (the same bits): the
 // rows' adds are independent chains, where one row alone waits out the add latency every kLanes
-// elements (layer_norm over 1000 floats a row: half the time). vec(k, i): row k's terms i ..
-// i + 15 as one f32x16; one(k, i): term i alone (the last n % 16).
+// elements (four rows of 1000 floats: half the time of summing them one after another). vec(k, i):
+// row k's terms i .. i + 15 as one f32x16; one(k, i): term i alone (the last n % 16).
 typedef float f32x16 __attribute__((vector_size(64)));
 // Without AVX-512 an f32x16 passed by value changes the ABI, which GCC and clang warn about; these
 // functions are always inlined, so no call passes one.
