@@ -20,6 +20,16 @@ Case on_gpu(const Case& c) {
   return g;
 }
 
+// What CUDA refuses by design, with an error naming the op and the dtype (as PyTorch's CUDA does):
+// integer matmuls (cuBLASLt has no integer GEMM), and the flash backward in f64 (the CUDA flash
+// kernels take f32 and bf16; f64 attention runs math there, whose backward is ops).
+bool refused_on_cuda(const std::string& op, const Case& c) {
+  const DType dt = c.in.empty() ? DType::f32 : c.in[0].dtype();
+  if (op == "matmul" || op == "linear") return !is_floating(dt);
+  if (op == "sdpa_flash_backward") return dt == DType::f64;
+  return false;
+}
+
 std::vector<Tensor> to_cpu(const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
   for (const Tensor& t : ts) out.push_back(t.to(Device::cpu()));
@@ -39,7 +49,12 @@ TEST_P(CudaOps, MatchesTheReferenceAndTheCpuKernel) {
   for (const Case& c : spec.cases()) {
     if (c.attrs.b_or("packed_only", false)) {  // a 2:4 weight held only in the CPU's prepacked layout
       const Case gpu = on_gpu(c);
-      EXPECT_TRUE(test::throws_naming("unpack()", [&] { (void)call(op, gpu.in, gpu.attrs); })) << describe(c);
+      EXPECT_TRUE(test::throws_naming(op.name, [&] { (void)call(op, gpu.in, gpu.attrs); }, "unpack()")) << describe(c);
+      continue;
+    }
+    if (refused_on_cuda(op.name, c)) {
+      const Case gpu = on_gpu(c);
+      EXPECT_TRUE(test::throws_naming(op.name, [&] { (void)call(op, gpu.in, gpu.attrs); }, dtype_name(c.in[0].dtype()))) << describe(c);
       continue;
     }
     std::vector<R> in_ref;

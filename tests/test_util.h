@@ -54,14 +54,15 @@ bool bitwise_equal(const Tensor& a, const Tensor& b);
 // A copy of t with the same values laid out non-contiguously (every other element of a wider buffer).
 Tensor noncontiguous(const Tensor& t);
 
-// Expects `f` to throw sinter::Error whose message starts with "[op]".
-template <class F> ::testing::AssertionResult throws_naming(const std::string& op, F&& f) {
+// Expects `f` to throw sinter::Error whose message starts with "[op]" (and contains `also`).
+template <class F> ::testing::AssertionResult throws_naming(const std::string& op, F&& f, const std::string& also = "") {
   try {
     f();
   } catch (const sinter::Error& e) {
     const std::string msg = e.what();
-    if (msg.rfind("[" + op + "]", 0) == 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "error does not start with [" << op << "]: " << msg;
+    if (msg.rfind("[" + op + "]", 0) != 0) return ::testing::AssertionFailure() << "error does not start with [" << op << "]: " << msg;
+    if (msg.find(also) == std::string::npos) return ::testing::AssertionFailure() << "error does not say " << also << ": " << msg;
+    return ::testing::AssertionSuccess();
   } catch (const std::exception& e) {
     return ::testing::AssertionFailure() << "threw a non-sinter exception: " << e.what();
   }

@@ -10,6 +10,9 @@ namespace sinter::cuda {
 bool available();                  // the backend is loaded and sees a device it can run on
 std::string unavailable_reason();  // why not ("" when available): no backend built, no driver, no device
 int device_count();                // 0 when unavailable
+// The device is the CUDA emulator (libsinter_cuda_emulated, src/cuda/emulator/): the backend's
+// kernels running on the CPU, for tests where there is no GPU; it has no cuDNN or cuSPARSELt.
+bool emulated();
 // Throws DeviceError "[cuda] no CUDA device: <reason>", or naming the devices there are when
 // cuda:index is not one of them.
 void require_device(int index = 0);

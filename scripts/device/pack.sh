@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DSINTER_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 \
-  -DSINTER_MPI=OFF -DSINTER_CUDA=ON >/dev/null
+  -DSINTER_MPI=OFF -DSINTER_CUDA=ON -DSINTER_CUDA_EMULATOR=OFF >/dev/null
 cmake --build build-device -j "$(nproc)" --target sinter_tests sinter_cli sinter_cuda
 stage=build-device/stage
 rm -rf "$stage" && mkdir -p "$stage/lib"

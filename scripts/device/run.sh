@@ -87,7 +87,7 @@ if [ -f build-device/sinter-device.tar.xz ]; then  # carried: made by scripts/de
 fi
 
 step configure
-if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DSINTER_CUDA=ON -DSINTER_NATIVE=OFF \
+if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DSINTER_CUDA=ON -DSINTER_CUDA_EMULATOR=OFF -DSINTER_NATIVE=OFF \
      > "$OUT/configure.txt" 2>&1; then
   tail -30 "$OUT/configure.txt"
   step "configure failed (see configure.txt): carry a build made elsewhere instead"

@@ -52,11 +52,18 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const DType dt = in[0].dtype;
   const int64_t D = in[0].shape[3], Dv = in[2].shape[3];
   const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
-  if (requested == "flash") return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
+  const FlashFastPath fast = g_fast_path[size_t(in[0].device.type)];
+  if (requested == "flash") {
+    // The CPU's flash kernel also has a generic path (any dtype and head dim); CUDA's has only its
+    // fast kernels, so what they do not take runs math there, as the same result.
+    if (in[0].device.type == DeviceType::cuda && (!fast || !fast(dt, D, Dv)))
+      return {SDPABackend::math, std::string("math: the CUDA flash kernels do not take ") +
+                                     dtype_name(dt) + " with head dims " + dims + " (flash requested)"};
+    return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
+  }
   // Measured (BENCHMARKS.md, `sinter bench attention` and `sweep`, and the masked lengths below):
   // the register-blocked flash kernel (f32 and bf16, any head dims) is faster than math at every
   // length, forward and backward; its generic path (f64) is a slow reference.
-  const FlashFastPath fast = g_fast_path[size_t(in[0].device.type)];
   if (!fast || !fast(dt, D, Dv))
     return {SDPABackend::math, std::string("math: flash's fast kernel takes f32 or bf16 (got ") + dtype_name(dt) + ", head dims " + dims + ")"};
   // Masks too: flash adds an additive mask tile by tile as it reads it, math to the score matrix in

@@ -6,10 +6,11 @@
 
 namespace sinter::detail {
 
-constexpr int kCudaHooksAbi = 2;  // bumped when CudaHooks changes
+constexpr int kCudaHooksAbi = 3;  // bumped when CudaHooks changes
 
 struct CudaHooks {
   int device_count = 0;
+  bool emulated = false;  // the CUDA emulator (src/cuda/emulator/): kernels on the CPU, no vendor libraries
   void (*synchronize)(int device) = nullptr;
   void (*memory_stats)(int device, int64_t* live_cached_peak) = nullptr;
   void (*empty_cache)() = nullptr;

@@ -66,6 +66,7 @@ State& loaded() {
 bool available() { return loaded().ok; }
 std::string unavailable_reason() { return loaded().ok ? std::string() : loaded().reason; }
 int device_count() { return loaded().ok ? loaded().hooks.device_count : 0; }
+bool emulated() { return loaded().ok && loaded().hooks.emulated; }
 
 void require_device(int index) {
   detail::require_cuda();

@@ -83,6 +83,9 @@ std::string find_devices() {
 
 void attach_hooks(detail::CudaHooks* hooks) {
   hooks->device_count = int(g_devices.size());
+#ifdef SINTER_CUDA_EMULATED
+  hooks->emulated = true;
+#endif
   hooks->synchronize = [](int device) { wait(device); };
   hooks->host_synchronizations = [] { return g_waits.load(); };
   hooks->device_name = [](int device) -> const char* {

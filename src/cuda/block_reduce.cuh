@@ -24,7 +24,7 @@ template <Red R, class A> __device__ __forceinline__ A combine(A a, A b) {
 
 // Every thread of the block gets the block's combination of v.
 template <Red R, class A> __device__ A block_reduce(A v) {
-  __shared__ alignas(8) unsigned char buf[32 * sizeof(double)];
+  __shared__ __align__(8) unsigned char buf[32 * sizeof(double)];
   A* warp_vals = reinterpret_cast<A*>(buf);
   for (int o = 16; o > 0; o >>= 1) v = combine<R>(v, A(__shfl_xor_sync(0xffffffffu, v, o)));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -45,8 +45,7 @@ template <Red R, class A> __device__ A identity() {
 
 template <class K, class... Args> void launch_rows(const char* op, const Tensor& t, int64_t rows, K kernel, Args... args) {
   if (rows == 0) return;
-  kernel<<<unsigned(std::min<int64_t>(rows, 65535)), kBlock, 0, stream(t.device().index)>>>(rows, args...);
-  check_launch(op);
+  launch_kernel(op, kernel, unsigned(std::min<int64_t>(rows, 65535)), kBlock, 0, stream(t.device().index), rows, args...);
 }
 
 }  // namespace sinter::cuda

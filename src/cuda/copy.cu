@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/cuda.h"
+#include "cuda/launch.cuh"
 #include "sinter/op.h"
 
 namespace sinter::cuda {
@@ -95,8 +96,7 @@ void copy_from_host(void* dst, const void* src, size_t bytes, int device) {
   if (bytes <= sizeof(uint64_t)) {
     uint64_t bits = 0;
     std::memcpy(&bits, src, bytes);
-    put_bytes_k<<<1, 1, 0, s>>>(static_cast<unsigned char*>(dst), bits, int(bytes));
-    check_launch("to_device");
+    launch_kernel("to_device", put_bytes_k, 1, 1, 0, s, static_cast<unsigned char*>(dst), bits, int(bytes));
     return;
   }
   if (bytes > kStagedBytes) {  // a load of weights, not a step's input: the driver stages it (and may wait)

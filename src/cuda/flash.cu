@@ -32,7 +32,7 @@ size_t forward_smem(int64_t D, int64_t Dv) {
 }
 
 template <class S> __global__ void __launch_bounds__(kThreads) flash_forward_k(Call c, const S* q, const S* k, const S* v, S* o, float* lse) {
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared<float>();
   const Geometry& g = c.g;
   const int64_t D = g.D, Dv = g.Dv, bh = blockIdx.x, b = bh / g.Hq, h = bh % g.Hq, hk = h / (g.Hq / g.Hkv);
   const int64_t i0 = int64_t(blockIdx.y) * kBr, n = c.kv_len();
@@ -120,7 +120,7 @@ struct BackwardPtrs {
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_k(Call c, const S* q, const S* k, const S* v, const S* dout, BackwardPtrs bp, S* dk, S* dv) {
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared<float>();
   const Geometry& g = c.g;
   const int64_t D = g.D, Dv = g.Dv, bk = blockIdx.x, b = bk / g.Hkv, hk = bk % g.Hkv, group = g.Hq / g.Hkv;
   const int64_t j0 = int64_t(blockIdx.y) * kBc, n = c.kv_len();
@@ -222,9 +222,8 @@ void flash_forward(const Geometry& g, DType dtype, const void* q, const void* k,
     const size_t smem = forward_smem(g.D, g.Dv);
     allow_smem(flash_forward_k<S>, smem);
     const dim3 grid(unsigned(g.B * g.Hq), unsigned((g.Lq + kBr - 1) / kBr));
-    flash_forward_k<S><<<grid, kThreads, smem, stream(device)>>>(Call{g, x}, static_cast<const S*>(q), static_cast<const S*>(k),
-                                                                  static_cast<const S*>(v), static_cast<S*>(o), lse);
-    check_launch("sdpa");
+    launch_kernel("sdpa", flash_forward_k<S>, grid, kThreads, smem, stream(device), Call{g, x}, static_cast<const S*>(q),
+                  static_cast<const S*>(k), static_cast<const S*>(v), static_cast<S*>(o), lse);
   });
 }
 
@@ -236,16 +235,15 @@ void flash_backward(const Geometry& g, DType dtype, const void* q, const void* k
     const cudaStream_t s = stream(device);
     const int64_t rows = g.B * g.Hq * g.Lq;
     if (rows > 0) {
-      flash_delta_k<S><<<unsigned((rows + 7) / 8), 256, 0, s>>>(g, static_cast<const S*>(o), static_cast<const S*>(dout), dlse, delta);
-      check_launch("sdpa_flash_backward");
+      launch_kernel("sdpa_flash_backward", flash_delta_k<S>, unsigned((rows + 7) / 8), 256, 0, s, g, static_cast<const S*>(o),
+                    static_cast<const S*>(dout), dlse, delta);
     }
     const size_t smem = backward_smem(g.D, g.Dv);
     allow_smem(flash_backward_k<S>, smem);
     const dim3 grid(unsigned(g.B * g.Hkv), unsigned((g.Lkv + kBc - 1) / kBc));
-    flash_backward_k<S><<<grid, kThreads, smem, s>>>(Call{g, x}, static_cast<const S*>(q), static_cast<const S*>(k),
-                                                     static_cast<const S*>(v), static_cast<const S*>(dout), BackwardPtrs{lse, delta, dq_acc},
-                                                     static_cast<S*>(dk), static_cast<S*>(dv));
-    check_launch("sdpa_flash_backward");
+    launch_kernel("sdpa_flash_backward", flash_backward_k<S>, grid, kThreads, smem, s, Call{g, x}, static_cast<const S*>(q),
+                  static_cast<const S*>(k), static_cast<const S*>(v), static_cast<const S*>(dout), BackwardPtrs{lse, delta, dq_acc},
+                  static_cast<S*>(dk), static_cast<S*>(dv));
   });
 }
 

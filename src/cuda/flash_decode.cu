@@ -116,12 +116,11 @@ void launch_decode(const Geometry& g, const FlashExtras& x, const void* q, const
   const int64_t chunks = (g.Lkv + kChunk - 1) / kChunk, slices = (g.Hq / g.Hkv + kMaxGroup - 1) / kMaxGroup;
   const Tensor part = Tensor::empty({g.B * g.Hq * chunks * (g.Dv + 2)}, DType::f32, Device::cuda(device));  // freed in stream order
   const cudaStream_t s = stream(device);
-  decode_chunk_k<S, E><<<dim3(unsigned(g.B * g.Hkv), unsigned(chunks), unsigned(slices)), kWarps * 32, 0, s>>>(
-      Call{g, x}, static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v), static_cast<float*>(part.data_ptr()),
-      chunks);
-  check_launch("sdpa");
-  decode_combine_k<S><<<unsigned(g.B * g.Hq), 128, 0, s>>>(g, static_cast<const float*>(part.data_ptr()), chunks, static_cast<S*>(o), lse);
-  check_launch("sdpa");
+  launch_kernel("sdpa", decode_chunk_k<S, E>, dim3(unsigned(g.B * g.Hkv), unsigned(chunks), unsigned(slices)), kWarps * 32, 0, s,
+                Call{g, x}, static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v),
+                static_cast<float*>(part.data_ptr()), chunks);
+  launch_kernel("sdpa", decode_combine_k<S>, unsigned(g.B * g.Hq), 128, 0, s, g, static_cast<const float*>(part.data_ptr()), chunks,
+                static_cast<S*>(o), lse);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #pragma once
 // What every CUDA kernel file uses to launch: the dtype dispatch (a value of the storage type of a
-// dtype, among those a kernel takes), typed device pointers, and a grid-stride launch on the
-// output's device stream that checks the launch.
+// dtype, among those a kernel takes), typed device pointers, the one launch every kernel goes
+// through (it checks the launch; in the emulated build, src/cuda/emulator/, it runs the kernel's
+// threads on the CPU), a grid-stride launch on the output's device stream, and the block's
+// dynamic shared memory.
 #include <algorithm>
 #include <cstdint>
 
@@ -36,13 +38,33 @@ template <Types T, class Fn> void dispatch(DType dt, const char* op, Fn&& fn) {
 
 template <class S> S* ptr(const Tensor& t) { return static_cast<S*>(t.data_ptr()); }
 
+// kernel<<<grid, block, smem, s>>>(args...), then the launch's error, naming `op`.
+template <class... P, class... A>
+void launch_kernel(const char* op, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
+#ifdef SINTER_CUDA_EMULATED
+  emulator::launch(grid, block, smem, s, [=] { kernel(args...); });
+#else
+  kernel<<<grid, block, smem, s>>>(args...);
+#endif
+  check_launch(op);
+}
+
 // kernel(n, args...) over n items on `device`'s stream, grid-stride.
 template <class K, class... Args> void launch_n(const char* op, int64_t n, int device, K kernel, Args... args) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
-  kernel<<<unsigned(blocks), kThreads, 0, stream(device)>>>(n, args...);
-  check_launch(op);
+  launch_kernel(op, kernel, unsigned(blocks), kThreads, 0, stream(device), n, args...);
+}
+
+// The block's dynamic shared memory (the launch's `smem` bytes) as T.
+template <class T> __device__ __forceinline__ T* dynamic_shared() {
+#ifdef SINTER_CUDA_EMULATED
+  return static_cast<T*>(emulator::dynamic_shared());
+#else
+  extern __shared__ __align__(16) unsigned char sinter_dynamic_shared[];
+  return reinterpret_cast<T*>(sinter_dynamic_shared);
+#endif
 }
 // ... over the output's elements.
 template <class K, class... Args> void launch(const char* op, const Tensor& out, K kernel, Args... args) {

@@ -123,10 +123,11 @@ template <class S> __global__ void ce_rows_k(int64_t rows, int64_t C_, const S* 
 }
 
 // out = the mean of the counted rows' losses (0/0 = NaN when none counts, as PyTorch); count saved.
+// Without loss (the backward) it only counts.
 template <class S> __global__ void ce_mean_k(int64_t rows, const double* loss, const int64_t* t, int64_t ignore, S* out, double* count) {
   double s = 0, c = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
-    if (t[r] != ignore) s += loss[r], c += 1;
+    if (t[r] != ignore) s += loss ? loss[r] : 0.0, c += 1;
   s = block_reduce<Red::sum>(s), c = block_reduce<Red::sum>(c);
   if (threadIdx.x == 0) {
     if (out) store(out, compute_t<S>(s / c));
@@ -226,9 +227,8 @@ void rotary_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) 
     using S = decltype(tag);
     const int64_t n = x.numel() / 2;
     if (n == 0) return;
-    rotary_k<S><<<unsigned(std::min<int64_t>((n + 255) / 256, 65536)), 256, 0, stream(x.device().index)>>>(n, ptr<const S>(x), ptr<const S>(cs),
-                                                                                                          ptr<const S>(sn), ptr<S>(out[0]), T, H);
-    check_launch("rotary_embedding");
+    launch_kernel("rotary_embedding", rotary_k<S>, unsigned(std::min<int64_t>((n + 255) / 256, 65536)), 256, 0, stream(x.device().index), n,
+                  ptr<const S>(x), ptr<const S>(cs), ptr<const S>(sn), ptr<S>(out[0]), T, H);
   });
 }
 
@@ -251,9 +251,8 @@ void cross_entropy_op(std::span<const Tensor> in, std::span<Tensor> out, const A
     using S = decltype(tag);
     launch_rows("cross_entropy", loss, rows, ce_rows_k<S>, c.x.size(1), ptr<const S>(c.x), ptr<const int64_t>(c.t), ptr<double>(loss),
                 c.ignore, c.eps);
-    ce_mean_k<S><<<1, kBlock, 0, stream(loss.device().index)>>>(rows, ptr<const double>(loss), ptr<const int64_t>(c.t), c.ignore,
-                                                                  ptr<S>(out[0]), nullptr);
-    check_launch("cross_entropy");
+    launch_kernel("cross_entropy", ce_mean_k<S>, 1, kBlock, 0, stream(loss.device().index), rows, ptr<const double>(loss),
+                  ptr<const int64_t>(c.t), c.ignore, ptr<S>(out[0]), static_cast<double*>(nullptr));
   });
 }
 
@@ -263,8 +262,8 @@ void cross_entropy_backward_op(std::span<const Tensor> in, std::span<Tensor> out
   const Tensor count = Tensor::empty({}, DType::f64, c.x.device()), g = in[2].contiguous();
   dispatch<Types::floating>(c.x.dtype(), "cross_entropy_backward", [&](auto tag) {
     using S = decltype(tag);
-    ce_mean_k<S><<<1, kBlock, 0, stream(count.device().index)>>>(rows, nullptr, ptr<const int64_t>(c.t), c.ignore, nullptr, ptr<double>(count));
-    check_launch("cross_entropy_backward");
+    launch_kernel("cross_entropy_backward", ce_mean_k<S>, 1, kBlock, 0, stream(count.device().index), rows, static_cast<const double*>(nullptr),
+                  ptr<const int64_t>(c.t), c.ignore, static_cast<S*>(nullptr), ptr<double>(count));
     launch_rows("cross_entropy_backward", out[0], rows, ce_backward_k<S>, c.x.size(1), ptr<const S>(c.x), ptr<const int64_t>(c.t),
                 ptr<const S>(g), ptr<const double>(count), ptr<S>(out[0]), c.ignore, c.eps);
   });

@@ -51,7 +51,9 @@ Weight& weight_for(const Tensor& values, const Tensor& meta, const Tensor& scale
     it = it->second.from[0].storage.expired() ? all.erase(it) : std::next(it);
   static const OpDef& to_dense = get_op("sparse24_to_dense");
   Weight& w = all[key] = Weight{};
-  w.dense = call1(to_dense, {values, meta, scales});
+  // Scaled bf16 values round to bf16 only where x is bf16: f32 and f64 x see them as the CPU does.
+  const bool widen = values.dtype() == DType::bf16 && dtype != DType::bf16;
+  w.dense = call1(to_dense, {widen ? cast(values, DType::f32) : values, meta, scales});
   if (w.dense.dtype() != dtype) w.dense = cast(w.dense, dtype);
   w.why_not = dtype != DType::bf16 ? std::string("x is ") + dtype_name(dtype) + " (cuSPARSELt serves bf16 here)" : cusparselt_why_not();
   if (w.why_not.empty()) {

@@ -77,9 +77,8 @@ void sum_squares_op(std::span<const Tensor> in, std::span<Tensor> out, const Att
     if (x.numel() == 0) continue;
     dispatch<Types::floating>(x.dtype(), "sum_squares", [&](auto tag) {
       using S = decltype(tag);
-      sum_squares_k<S><<<unsigned(std::min<int64_t>((x.numel() + kBlock - 1) / kBlock, 1024)), kBlock, 0, stream(x.device().index)>>>(
-          x.numel(), ptr<const S>(x), ptr<double>(out[0]));
-      check_launch("sum_squares");
+      launch_kernel("sum_squares", sum_squares_k<S>, unsigned(std::min<int64_t>((x.numel() + kBlock - 1) / kBlock, 1024)), kBlock, 0,
+                    stream(x.device().index), x.numel(), ptr<const S>(x), ptr<double>(out[0]));
     });
   }
 }

@@ -1,0 +1,93 @@
+#pragma once
+// The CUDA emulator (src/cuda/emulator/): runs libsinter_cuda's kernels on the CPU, so that the
+// backend's own tests run where there is no GPU (CI, a desk), against the CPU kernels and the
+// double-precision reference. It owns a CUDA runtime and a cuBLASLt of its own (include/: the
+// subset src/cuda/ calls, memory and copies synchronous on the host) and the kernels' world: each
+// thread of a block is a fiber on the launching thread, blocks run one after another, and
+// __syncthreads and the warp shuffles switch between fibers. A barrier that some threads never
+// reach fails the launch. What it proves: what each kernel computes, indexing, every element
+// written (the allocator's NaN poison), and where a block synchronizes; what it cannot: speed,
+// memory ordering between blocks, nvcc's code and the vendor libraries (cuBLASLt here is a loop).
+// Built as libsinter_cuda_emulated.so from the same sources (SINTER_CUDA_EMULATED).
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+typedef struct CUstream_st* cudaStream_t;
+
+namespace sinter::cuda::emulator {
+
+// Where the running fiber is in its launch: CUDA's threadIdx, blockIdx, blockDim and gridDim.
+struct Place {
+  uint3 thread, block;
+  dim3 block_dim, grid_dim;
+};
+extern thread_local const Place* here [[gnu::tls_model("initial-exec")]];
+
+// Runs body once per thread of the grid, a block at a time; an error (a deadlock) becomes the
+// launch's error, which cudaGetLastError returns.
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const std::function<void()>& body);
+void* dynamic_shared();         // the running block's `smem` bytes
+void sync_block();              // __syncthreads
+void sync_warp();               // __syncwarp
+// The value `bits` of lane (this lane ^ lane_mask) of this warp, each lane offering its own.
+uint64_t exchange_xor(uint64_t bits, unsigned lane_mask);
+
+template <class T> T shfl_xor(T v, unsigned lane_mask) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof v);
+  bits = exchange_xor(bits, lane_mask);
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+}  // namespace sinter::cuda::emulator
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static  // one block runs at a time: a static is the block's memory
+#define threadIdx (::sinter::cuda::emulator::here->thread)
+#define blockIdx (::sinter::cuda::emulator::here->block)
+#define blockDim (::sinter::cuda::emulator::here->block_dim)
+#define gridDim (::sinter::cuda::emulator::here->grid_dim)
+
+inline void __syncthreads() { ::sinter::cuda::emulator::sync_block(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::sinter::cuda::emulator::sync_warp(); }
+inline void __threadfence_system() {}
+template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
+  return ::sinter::cuda::emulator::shfl_xor(v, unsigned(lane_mask));
+}
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// One fiber runs at a time: the read-modify-writes are whole.
+template <class T, class V> T atomicAdd(T* p, V v) {
+  const T old = *p;
+  *p = T(old + v);
+  return old;
+}
+inline int atomicCAS(int* p, int compare, int v) {
+  const int old = *p;
+  if (old == compare) *p = v;
+  return old;
+}

@@ -1,0 +1,227 @@
+// The emulated grid (emulator.h): a block's threads as fibers on the launching thread, run
+// round-robin; a fiber gives way only at a barrier or a shuffle. A block barrier opens when every
+// thread of the block that has not returned has reached it; a warp's when its live lanes have. A
+// round in which no fiber arrives anywhere or returns is a deadlock: the launch fails. Fibers
+// switch by saving the callee-saved registers on their own stack (x86-64 System V), without
+// ucontext's signal-mask system call: a launch switches twice per thread at least.
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda/emulator/emulator.h"
+#include "cuda/emulator/state.h"
+
+namespace sinter::cuda::emulator {
+
+thread_local const Place* here [[gnu::tls_model("initial-exec")]] = nullptr;
+
+namespace {
+
+constexpr size_t kStack = size_t(256) << 10, kGuard = 4096;  // per fiber; an overflow hits the guard page
+
+struct Barrier {
+  int live = 0, arrived = 0;
+  uint64_t generation = 0;
+};
+
+// switch_stack(from, to): saves the callee-saved registers and the floating-point control words
+// on the running stack, stores its pointer in *from, and resumes the stack `to`.
+extern "C" void sinter_emulator_switch(void** from, void* to);
+asm(R"(
+  .text
+  .globl sinter_emulator_switch
+  .hidden sinter_emulator_switch
+  .type sinter_emulator_switch, @function
+sinter_emulator_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size sinter_emulator_switch, .-sinter_emulator_switch
+)");
+
+struct Fiber {
+  void* sp = nullptr;  // its saved stack pointer while another runs
+  bool done = false;
+};
+
+struct Block {
+  const std::function<void()>* body = nullptr;
+  void* scheduler = nullptr;  // the launching thread's stack while a fiber runs
+  std::vector<Fiber> fibers;
+  std::vector<Place> places;
+  std::vector<uint64_t> lanes[2];  // what each thread offers to a shuffle, by its barrier's parity
+  std::vector<Barrier> warps;
+  Barrier all;
+  std::vector<unsigned char> shared;
+  std::vector<int> live;  // the threads that have not returned, in order
+  uint64_t events = 0;    // arrivals and returns: progress
+  int running = 0;
+};
+
+thread_local Block* t_block [[gnu::tls_model("initial-exec")]] = nullptr;
+thread_local std::vector<void*> t_stacks;  // kept for the thread's next launches
+
+void* stack(size_t i) {
+  while (t_stacks.size() <= i) {
+    void* p = mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) std::abort();
+    mprotect(p, kGuard, PROT_NONE);
+    t_stacks.push_back(p);
+  }
+  return static_cast<char*>(t_stacks[i]) + kGuard;
+}
+
+void give_way() {
+  Block& b = *t_block;
+  sinter_emulator_switch(&b.fibers[size_t(b.running)].sp, b.scheduler);
+}
+
+// Arrives at `bar` and waits until it opens.
+void arrive_and_wait(Barrier& bar) {
+  Block& b = *t_block;
+  ++b.events;
+  const uint64_t g = bar.generation;
+  if (++bar.arrived == bar.live) {
+    bar.arrived = 0, ++bar.generation;
+    return;
+  }
+  while (bar.generation == g) give_way();
+}
+
+void leave(Barrier& bar) {
+  --bar.live;
+  if (bar.arrived > 0 && bar.arrived == bar.live) bar.arrived = 0, ++bar.generation;
+}
+
+[[noreturn]] void fiber_main() {
+  Block& b = *t_block;
+  const int i = b.running;
+  (*b.body)();
+  b.fibers[size_t(i)].done = true;
+  ++b.events;
+  leave(b.all);
+  leave(b.warps[size_t(i / 32)]);
+  void* unused;
+  sinter_emulator_switch(&unused, b.scheduler);  // never resumed
+  __builtin_unreachable();
+}
+
+// A new fiber's stack as sinter_emulator_switch leaves one: control words, six registers, and
+// fiber_main as the return address, entered with the stack aligned as after a call.
+void* fresh_stack(size_t i) {
+  auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(stack(i)) + kStack);
+  uint32_t words[2];
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(words[0]), "=m"(words[1]));
+  top[-2] = reinterpret_cast<uint64_t>(&fiber_main);
+  for (int r = 3; r <= 8; ++r) top[-r] = 0;
+  std::memcpy(&top[-9], words, 8);
+  return &top[-9];
+}
+
+// SINTER_CUDA_EMULATED_ORDER=reverse runs each block's threads last to first between barriers: a
+// read of another thread's write that lacks a barrier sees the old value in one order or the other.
+bool reversed() {
+  static const bool r = [] {
+    const char* v = std::getenv("SINTER_CUDA_EMULATED_ORDER");
+    return v && std::string(v) == "reverse";
+  }();
+  return r;
+}
+
+// Runs one block to its end; false when its threads deadlock.
+bool run_block(Block& b) {
+  const size_t n = b.fibers.size();
+  b.all = Barrier{int(n), 0, 0};
+  for (size_t w = 0; w < b.warps.size(); ++w) b.warps[w] = Barrier{int(std::min<size_t>(32, n - 32 * w)), 0, 0};
+  for (size_t i = 0; i < n; ++i) b.fibers[i] = Fiber{fresh_stack(i), false};
+  std::vector<int>& live = b.live;
+  live.resize(n);
+  for (size_t i = 0; i < n; ++i) live[i] = reversed() ? int(n - 1 - i) : int(i);
+  while (!live.empty()) {
+    const uint64_t before = b.events;
+    size_t kept = 0;
+    for (const int i : live) {
+      b.running = i;
+      here = &b.places[size_t(i)];
+      sinter_emulator_switch(&b.scheduler, b.fibers[size_t(i)].sp);
+      if (!b.fibers[size_t(i)].done) live[kept++] = i;
+    }
+    live.resize(kept);
+    if (kept > 0 && b.events == before) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const std::function<void()>& body) {
+  const size_t n = size_t(block.x) * block.y * block.z;
+  if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+    set_error(cudaErrorInvalidValue, "invalid launch configuration");
+    return;
+  }
+  Block b;
+  b.body = &body;
+  b.fibers.resize(n);
+  b.places.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    b.places[i] = {{unsigned(i % block.x), unsigned(i / block.x % block.y), unsigned(i / (size_t(block.x) * block.y))}, {}, block, grid};
+  b.lanes[0].resize(n), b.lanes[1].resize(n);
+  b.warps.resize((n + 31) / 32);
+  b.shared.assign(smem, 0xFF);  // uninitialized, as on the device: NaN bytes show a read before a write
+  Block* outer = t_block;
+  const Place* outer_here = here;
+  t_block = &b;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        for (Place& p : b.places) p.block = {bx, by, bz};
+        if (!run_block(b)) {
+          set_error(cudaErrorLaunchFailure, "emulated kernel deadlocked in block (" + std::to_string(bx) + ", " + std::to_string(by) + ", " +
+                                                std::to_string(bz) + "): its threads wait at barriers that cannot open");
+          t_block = outer, here = outer_here;
+          return;
+        }
+      }
+  t_block = outer, here = outer_here;
+}
+
+void* dynamic_shared() { return t_block->shared.data(); }
+
+void sync_block() { arrive_and_wait(t_block->all); }
+
+void sync_warp() { arrive_and_wait(t_block->warps[size_t(t_block->running / 32)]); }
+
+// One barrier per exchange: consecutive exchanges use the two halves of `lanes` in turn, and no
+// lane can write a half again before every lane has passed the barrier after it, having read.
+uint64_t exchange_xor(uint64_t bits, unsigned lane_mask) {
+  Block& b = *t_block;
+  const size_t i = size_t(b.running), from = i / 32 * 32 + ((i % 32) ^ (lane_mask % 32));
+  Barrier& warp = b.warps[i / 32];
+  std::vector<uint64_t>& lanes = b.lanes[warp.generation & 1];
+  lanes[i] = bits;
+  arrive_and_wait(warp);
+  return from < lanes.size() ? lanes[from] : bits;
+}
+
+}  // namespace sinter::cuda::emulator
