@@ -1,5 +1,5 @@
-// The emulator's cuBLASLt (include/cublasLt.h): D = alpha op(A) op(B) + beta C (+ bias per row of
-// D), column-major, batched by strides. Shapes are checked as cuBLASLt checks them: op(A) is
+// The emulator's cuBLASLt (src/cuda/emulator/include/cublasLt.h): D = alpha op(A) op(B) + beta C
+// (+ bias per row of D), column-major, batched by strides. Shapes are checked as cuBLASLt checks them: op(A) is
 // m x k, op(B) k x n, C and D m x n, each leading dimension at least its rows, one dtype throughout.
 #include <cublasLt.h>
 
@@ -110,7 +110,8 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, const void* buf, size_t bytes) {
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, const void* buf,
+                                                size_t bytes) {
   const bool ok = attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT ? set(l->batch, buf, bytes) : set(l->batch_stride, buf, bytes);
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -129,7 +130,8 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) 
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
   *found = 0;
@@ -141,7 +143,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* a, cublasLtMatrixLayout_t la,
                               const void* b, cublasLtMatrixLayout_t lb, const void* beta, const void* c, cublasLtMatrixLayout_t lc, void* d,
                               cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
-  if (!valid(*desc, *la, *lb, *lc) || lc->rows != ld->rows || lc->cols != ld->cols || lc->type != ld->type) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!valid(*desc, *la, *lb, *lc) || lc->rows != ld->rows || lc->cols != ld->cols || lc->type != ld->type)
+    return CUBLAS_STATUS_INVALID_VALUE;
   const bool f64 = desc->compute == CUBLAS_COMPUTE_64F;
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
@@ -149,7 +152,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   if (bias && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
   const int64_t m = ld->rows, n = ld->cols, k = desc->trans_a == CUBLAS_OP_N ? la->cols : la->rows;
   for (int64_t p = 0; p < ld->batch; ++p) {
-    const std::vector<double> A = widen(*la, desc->trans_a, a, p), Bt = widen(*lb, desc->trans_b == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N, b, p);
+    const cublasOperation_t bt = desc->trans_b == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N;  // B^T: k contiguous per column
+    const std::vector<double> A = widen(*la, desc->trans_a, a, p), Bt = widen(*lb, bt, b, p);
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < m; ++i) {
         double s = 0;

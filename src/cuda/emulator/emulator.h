@@ -1,14 +1,15 @@
 #pragma once
 // The CUDA emulator (src/cuda/emulator/): runs libsinter_cuda's kernels on the CPU, so that the
 // backend's own tests run where there is no GPU (CI, a desk), against the CPU kernels and the
-// double-precision reference. It owns a CUDA runtime and a cuBLASLt of its own (include/: the
-// subset src/cuda/ calls, memory and copies synchronous on the host) and the kernels' world: each
-// thread of a block is a fiber on the launching thread, blocks run one after another, and
-// __syncthreads and the warp shuffles switch between fibers. A barrier that some threads never
-// reach fails the launch. What it proves: what each kernel computes, indexing, every element
-// written (the allocator's NaN poison), and where a block synchronizes; what it cannot: speed,
-// memory ordering between blocks, nvcc's code and the vendor libraries (cuBLASLt here is a loop).
-// Built as libsinter_cuda_emulated.so from the same sources (SINTER_CUDA_EMULATED).
+// double-precision reference. Built as libsinter_cuda_emulated.so from the same sources
+// (SINTER_CUDA_EMULATED), it owns a CUDA runtime and a cuBLASLt of its own (the headers beside
+// this one: the subset src/cuda/ calls, synchronous on the host) and the kernels' world.
+
+// Each thread of a block is a fiber on the launching thread, blocks run one after another, and
+// __syncthreads and the warp shuffles switch between fibers; a barrier that some threads never
+// reach fails the launch. It proves what each kernel computes, that every element is written (the
+// allocator's NaN poison) and where a block must synchronize; not speed, memory ordering between
+// blocks, nvcc's code or the vendor libraries (cuBLASLt here is a loop).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -1,7 +1,7 @@
-// The emulator's CUDA runtime (include/cuda_runtime.h): one device, "cuda:0", whose memory is host
-// memory under a budget (SINTER_CUDA_EMULATED_MEMORY bytes, default 4 GiB), so that an allocation
-// past it fails as on a GPU. Streams and events exist as handles: everything runs when called, so
-// each stream is always done; an event remembers the host clock when it was recorded.
+// The emulator's CUDA runtime (src/cuda/emulator/include/cuda_runtime.h): one device, "cuda:0",
+// whose memory is host memory under a budget (SINTER_CUDA_EMULATED_MEMORY bytes, default 4 GiB),
+// so that an allocation past it fails as on a GPU. Streams and events exist as handles: everything
+// runs when called, so each stream is always done; an event remembers the host clock when recorded.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>

@@ -197,8 +197,9 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const std::functio
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         for (Place& p : b.places) p.block = {bx, by, bz};
         if (!run_block(b)) {
-          set_error(cudaErrorLaunchFailure, "emulated kernel deadlocked in block (" + std::to_string(bx) + ", " + std::to_string(by) + ", " +
-                                                std::to_string(bz) + "): its threads wait at barriers that cannot open");
+          const std::string where = std::to_string(bx) + ", " + std::to_string(by) + ", " + std::to_string(bz);
+          set_error(cudaErrorLaunchFailure,
+                    "emulated kernel deadlocked in block (" + where + "): its threads wait at barriers that cannot open");
           t_block = outer, here = outer_here;
           return;
         }
