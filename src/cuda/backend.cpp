@@ -165,9 +165,17 @@ extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach
                                             cudaStream_t s = cuda::stream(device);
                                             void* p = cuda::device_state(device).memory->allocate(n, uintptr_t(s));
                                             if (poison) SINTER_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, size_t(n), s));
+#ifdef SINTER_CUDA_EMULATED
+                                            cuda::emulator::guard_tail(p, n, cuda::CachingAllocator::size_class(n));
+#endif
                                             return p;
                                           },
-                                          [](void* p, int64_t, int device) { cuda::device_state(device).memory->release(p); }});
+                                          [](void* p, int64_t n, int device) {
+#ifdef SINTER_CUDA_EMULATED
+                                            cuda::emulator::unguard(p, cuda::CachingAllocator::size_class(n));
+#endif
+                                            cuda::device_state(device).memory->release(p);
+                                          }});
     cuda::register_elementwise_kernels();
     cuda::register_copy_kernels();
     cuda::register_factory_kernels();

@@ -42,6 +42,12 @@ void sync_warp();               // __syncwarp
 // The value `bits` of lane (this lane ^ lane_mask) of this warp, each lane offering its own.
 uint64_t exchange_xor(uint64_t bits, unsigned lane_mask);
 
+// Under AddressSanitizer: the bytes of a device block past what a tensor asked for are poisoned
+// while it holds the block, so a kernel reading or writing past its tensor is reported (the
+// allocator's size classes would hide it otherwise); unguard gives the whole block back.
+void guard_tail(void* p, int64_t used, int64_t block);
+void unguard(void* p, int64_t block);
+
 template <class T> T shfl_xor(T v, unsigned lane_mask) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
   uint64_t bits = 0;

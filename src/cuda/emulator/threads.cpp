@@ -6,6 +6,19 @@
 // ucontext's signal-mask system call: a launch switches twice per thread at least.
 #include <sys/mman.h>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SINTER_EMULATOR_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SINTER_EMULATOR_ASAN 1
+#endif
+#ifdef SINTER_EMULATOR_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -62,11 +75,25 @@ sinter_emulator_switch:
 struct Fiber {
   void* sp = nullptr;  // its saved stack pointer while another runs
   bool done = false;
+  void* fake_stack = nullptr;  // AddressSanitizer's, while another runs
 };
+
+// AddressSanitizer is told of each switch (the stack it goes to) and of each arrival, so it checks
+// each fiber against its own stack; elsewhere these are nothing.
+#ifdef SINTER_EMULATOR_ASAN
+void leaving(void** fake, const void* bottom, size_t size) { __sanitizer_start_switch_fiber(fake, bottom, size); }
+void arrived(void* fake, const void** from_bottom, size_t* from_size) { __sanitizer_finish_switch_fiber(fake, from_bottom, from_size); }
+#else
+void leaving(void**, const void*, size_t) {}
+void arrived(void*, const void**, size_t*) {}
+#endif
 
 struct Block {
   const std::function<void()>* body = nullptr;
   void* scheduler = nullptr;  // the launching thread's stack while a fiber runs
+  const void* scheduler_bottom = nullptr;  // and its bounds, for AddressSanitizer
+  size_t scheduler_size = 0;
+  void* scheduler_fake = nullptr;
   std::vector<Fiber> fibers;
   std::vector<Place> places;
   std::vector<uint64_t> lanes[2];  // what each thread offers to a shuffle, by its barrier's parity
@@ -93,7 +120,10 @@ void* stack(size_t i) {
 
 void give_way() {
   Block& b = *t_block;
-  sinter_emulator_switch(&b.fibers[size_t(b.running)].sp, b.scheduler);
+  Fiber& f = b.fibers[size_t(b.running)];
+  leaving(&f.fake_stack, b.scheduler_bottom, b.scheduler_size);
+  sinter_emulator_switch(&f.sp, b.scheduler);
+  arrived(f.fake_stack, &b.scheduler_bottom, &b.scheduler_size);
 }
 
 // Arrives at `bar` and waits until it opens.
@@ -115,6 +145,7 @@ void leave(Barrier& bar) {
 
 [[noreturn]] void fiber_main() {
   Block& b = *t_block;
+  arrived(nullptr, &b.scheduler_bottom, &b.scheduler_size);
   const int i = b.running;
   (*b.body)();
   b.fibers[size_t(i)].done = true;
@@ -122,7 +153,8 @@ void leave(Barrier& bar) {
   leave(b.all);
   leave(b.warps[size_t(i / 32)]);
   void* unused;
-  sinter_emulator_switch(&unused, b.scheduler);  // never resumed
+  leaving(nullptr, b.scheduler_bottom, b.scheduler_size);  // this fiber's fake stack ends here
+  sinter_emulator_switch(&unused, b.scheduler);              // never resumed
   __builtin_unreachable();
 }
 
@@ -132,6 +164,9 @@ void* fresh_stack(size_t i) {
   auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(stack(i)) + kStack);
   uint32_t words[2];
   asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(words[0]), "=m"(words[1]));
+#ifdef SINTER_EMULATOR_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(stack(i), kStack);  // what an abandoned fiber's frames left poisoned
+#endif
   top[-2] = reinterpret_cast<uint64_t>(&fiber_main);
   for (int r = 3; r <= 8; ++r) top[-r] = 0;
   std::memcpy(&top[-9], words, 8);
@@ -163,7 +198,9 @@ bool run_block(Block& b) {
     for (const int i : live) {
       b.running = i;
       here = &b.places[size_t(i)];
+      leaving(&b.scheduler_fake, stack(size_t(i)), kStack);
       sinter_emulator_switch(&b.scheduler, b.fibers[size_t(i)].sp);
+      arrived(b.scheduler_fake, nullptr, nullptr);
       if (!b.fibers[size_t(i)].done) live[kept++] = i;
     }
     live.resize(kept);
@@ -208,6 +245,14 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const std::functio
 }
 
 void* dynamic_shared() { return t_block->shared.data(); }
+
+#ifdef SINTER_EMULATOR_ASAN
+void guard_tail(void* p, int64_t used, int64_t block) { ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + used, size_t(block - used)); }
+void unguard(void* p, int64_t block) { ASAN_UNPOISON_MEMORY_REGION(p, size_t(block)); }
+#else
+void guard_tail(void*, int64_t, int64_t) {}
+void unguard(void*, int64_t) {}
+#endif
 
 void sync_block() { arrive_and_wait(t_block->all); }
 

@@ -1,21 +1,16 @@
 #pragma once
 // The CUDA emulator's bfloat16 (../emulator.h): bits, rounded from f32 to nearest, ties to even.
 #include <cstdint>
-#include <cstring>
+
+#include "cuda_runtime.h"
 
 struct __nv_bfloat16 {
   uint16_t bits;
 };
-inline float __bfloat162float(__nv_bfloat16 h) {
-  const uint32_t u = uint32_t(h.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(uint32_t(h.bits) << 16); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40)};
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40)};  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return {uint16_t(u >> 16)};
 }

@@ -1,20 +1,18 @@
 #pragma once
-// The CUDA emulator's half type (../emulator.h): IEEE binary16 through the compiler's _Float16
-// (conversions round to nearest, ties to even, as the device's __float2half_rn does).
-#include <cstring>
+// The CUDA emulator's half type (../emulator.h): IEEE binary16 bits, converted by libsinter's f16
+// (round to nearest, ties to even, as the device's __float2half_rn).
+#include <cstdint>
+
+#include "sinter/dtype.h"
 
 struct __half {
-  _Float16 v;
+  uint16_t bits;
 };
-inline float __half2float(__half h) { return float(h.v); }
-inline __half __float2half_rn(float f) { return {_Float16(f)}; }
-inline __half __ushort_as_half(unsigned short bits) {
-  __half h;
-  std::memcpy(&h, &bits, 2);
-  return h;
+inline float __half2float(__half h) {
+  sinter::f16 v;
+  v.bits = h.bits;
+  return float(v);
 }
-inline unsigned short __half_as_ushort(__half h) {
-  unsigned short bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
+inline __half __float2half_rn(float f) { return {sinter::f16(f).bits}; }
+inline __half __ushort_as_half(unsigned short bits) { return {bits}; }
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
