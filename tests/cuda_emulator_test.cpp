@@ -88,6 +88,24 @@ TEST(CudaEmulator, ABarrierSomeThreadsCannotReachFailsTheLaunchNamingTheBlock) {
   EXPECT_EQ(x, 32);
 }
 
+TEST(CudaEmulator, AFullMaskShuffleAfterLanesReturnedFailsTheLaunch) {
+  std::vector<float> out(32, 0.0f);
+  run(1, 32, 0, [&] {
+    if (threadIdx.x >= 24) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+  });
+  const cudaError_t e = cudaGetLastError();
+  EXPECT_EQ(e, cudaErrorLaunchFailure);
+  const std::string msg = cudaGetErrorString(e);
+  EXPECT_NE(msg.find("after 8 of the warp's lanes returned"), std::string::npos) << msg;
+  run(1, 32, 0, [&] {
+    if (threadIdx.x >= 24) return;
+    out[threadIdx.x] = __shfl_xor_sync(0x00ffffffu, 2.0f, 1);  // the lanes that remain, named
+  });
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out[0], 2.0f);
+}
+
 TEST(CudaEmulator, AllocationsPastTheDeviceBudgetFailAndTheBudgetRecovers) {
   size_t free0 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);

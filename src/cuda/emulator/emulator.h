@@ -38,9 +38,10 @@ extern thread_local const Place* here [[gnu::tls_model("initial-exec")]];
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const std::function<void()>& body);
 void* dynamic_shared();         // the running block's `smem` bytes
 void sync_block();              // __syncthreads
-void sync_warp();               // __syncwarp
-// The value `bits` of lane (this lane ^ lane_mask) of this warp, each lane offering its own.
-uint64_t exchange_xor(uint64_t bits, unsigned lane_mask);
+void sync_warp(unsigned members);  // __syncwarp(members)
+// The value `bits` of lane (this lane ^ lane_mask) of this warp, each lane offering its own. A
+// full member mask while lanes of the warp have returned fails the launch (undefined on the device).
+uint64_t exchange_xor(uint64_t bits, unsigned lane_mask, unsigned members);
 
 // Under AddressSanitizer: the bytes of a device block past what a tensor asked for are poisoned
 // while it holds the block, so a kernel reading or writing past its tensor is reported (the
@@ -48,11 +49,11 @@ uint64_t exchange_xor(uint64_t bits, unsigned lane_mask);
 void guard_tail(void* p, int64_t used, int64_t block);
 void unguard(void* p, int64_t block);
 
-template <class T> T shfl_xor(T v, unsigned lane_mask) {
+template <class T> T shfl_xor(T v, unsigned lane_mask, unsigned members) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof v);
-  bits = exchange_xor(bits, lane_mask);
+  bits = exchange_xor(bits, lane_mask, members);
   std::memcpy(&v, &bits, sizeof v);
   return v;
 }
@@ -72,10 +73,10 @@ template <class T> T shfl_xor(T v, unsigned lane_mask) {
 #define gridDim (::sinter::cuda::emulator::here->grid_dim)
 
 inline void __syncthreads() { ::sinter::cuda::emulator::sync_block(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { ::sinter::cuda::emulator::sync_warp(); }
+inline void __syncwarp(unsigned members = 0xffffffffu) { ::sinter::cuda::emulator::sync_warp(members); }
 inline void __threadfence_system() {}
-template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
-  return ::sinter::cuda::emulator::shfl_xor(v, unsigned(lane_mask));
+template <class T> T __shfl_xor_sync(unsigned members, T v, int lane_mask, int = 32) {
+  return ::sinter::cuda::emulator::shfl_xor(v, unsigned(lane_mask), members);
 }
 inline float __uint_as_float(uint32_t u) {
   float f;

@@ -44,6 +44,7 @@ struct Event {
 }  // namespace
 
 void set_error(cudaError_t e, std::string detail) {
+  if (t_error != cudaSuccess) return;  // the first error stands until it is read
   t_error = e;
   t_detail = std::move(detail);
 }

@@ -6,6 +6,6 @@
 
 namespace sinter::cuda::emulator {
 
-void set_error(cudaError_t e, std::string detail);  // cudaGetLastError returns it (once)
+void set_error(cudaError_t e, std::string detail);  // cudaGetLastError returns the first (once)
 
 }  // namespace sinter::cuda::emulator

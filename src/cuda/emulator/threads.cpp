@@ -35,8 +35,9 @@ namespace {
 constexpr size_t kStack = size_t(256) << 10, kGuard = 4096;  // per fiber; an overflow hits the guard page
 
 struct Barrier {
-  int live = 0, arrived = 0;
+  int size = 0, live = 0, arrived = 0;  // threads at the launch, not yet returned, waiting
   uint64_t generation = 0;
+  bool full_mask = false;  // a waiter named every lane of its warp
 };
 
 // switch_stack(from, to): saves the callee-saved registers and the floating-point control words
@@ -126,21 +127,27 @@ void give_way() {
   arrived(f.fake_stack, &b.scheduler_bottom, &b.scheduler_size);
 }
 
+// Opens `bar`. A warp operation that named every lane while some had returned is undefined on the
+// device: it fails the launch.
+void open(Barrier& bar) {
+  if (bar.full_mask && bar.live < bar.size)
+    set_error(cudaErrorLaunchFailure, "emulated kernel: a warp operation with a full member mask after " +
+                                          std::to_string(bar.size - bar.live) + " of the warp's lanes returned");
+  bar.arrived = 0, bar.full_mask = false, ++bar.generation;
+}
+
 // Arrives at `bar` and waits until it opens.
 void arrive_and_wait(Barrier& bar) {
   Block& b = *t_block;
   ++b.events;
   const uint64_t g = bar.generation;
-  if (++bar.arrived == bar.live) {
-    bar.arrived = 0, ++bar.generation;
-    return;
-  }
+  if (++bar.arrived == bar.live) return open(bar);
   while (bar.generation == g) give_way();
 }
 
 void leave(Barrier& bar) {
   --bar.live;
-  if (bar.arrived > 0 && bar.arrived == bar.live) bar.arrived = 0, ++bar.generation;
+  if (bar.arrived > 0 && bar.arrived == bar.live) open(bar);
 }
 
 [[noreturn]] void fiber_main() {
@@ -186,8 +193,11 @@ bool reversed() {
 // Runs one block to its end; false when its threads deadlock.
 bool run_block(Block& b) {
   const size_t n = b.fibers.size();
-  b.all = Barrier{int(n), 0, 0};
-  for (size_t w = 0; w < b.warps.size(); ++w) b.warps[w] = Barrier{int(std::min<size_t>(32, n - 32 * w)), 0, 0};
+  b.all = Barrier{int(n), int(n), 0, 0};
+  for (size_t w = 0; w < b.warps.size(); ++w) {
+    const int lanes = int(std::min<size_t>(32, n - 32 * w));
+    b.warps[w] = Barrier{lanes, lanes, 0, 0};
+  }
   for (size_t i = 0; i < n; ++i) b.fibers[i] = Fiber{fresh_stack(i), false};
   std::vector<int>& live = b.live;
   live.resize(n);
@@ -256,14 +266,19 @@ void unguard(void*, int64_t) {}
 
 void sync_block() { arrive_and_wait(t_block->all); }
 
-void sync_warp() { arrive_and_wait(t_block->warps[size_t(t_block->running / 32)]); }
+void sync_warp(unsigned members) {
+  Barrier& warp = t_block->warps[size_t(t_block->running / 32)];
+  warp.full_mask |= members == 0xffffffffu;
+  arrive_and_wait(warp);
+}
 
 // One barrier per exchange: consecutive exchanges use the two halves of `lanes` in turn, and no
 // lane can write a half again before every lane has passed the barrier after it, having read.
-uint64_t exchange_xor(uint64_t bits, unsigned lane_mask) {
+uint64_t exchange_xor(uint64_t bits, unsigned lane_mask, unsigned members) {
   Block& b = *t_block;
   const size_t i = size_t(b.running), from = i / 32 * 32 + ((i % 32) ^ (lane_mask % 32));
   Barrier& warp = b.warps[i / 32];
+  warp.full_mask |= members == 0xffffffffu;
   std::vector<uint64_t>& lanes = b.lanes[warp.generation & 1];
   lanes[i] = bits;
   arrive_and_wait(warp);
