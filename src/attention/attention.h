@@ -95,9 +95,11 @@ inline int64_t key_first(const Geometry& g, int64_t i) {
 }
 
 // Whether a device's flash kernel runs a call of these dtype and head dims at its fast speed (else
-// math is faster there): each backend registers its answer when it registers its kernels.
+// math is faster there): each backend registers its answer when it registers its kernels. A device
+// whose flash kernels are the fast path alone (`fast_only`: CUDA's, no generic path as the CPU's)
+// runs math for the rest even where flash is requested.
 using FlashFastPath = bool (*)(DType dtype, int64_t D, int64_t Dv);
-void register_flash_fast_path(DeviceType device, FlashFastPath fn);
+void register_flash_fast_path(DeviceType device, FlashFastPath fn, bool fast_only = false);
 // Which kernel a device's flash choice runs and why (a backend with more than one registers it):
 // sdpa_choose appends it to the reason it reports ("" where none is registered).
 using FlashDetail = std::string (*)(std::span<const TensorMeta> in, const Attrs& a);

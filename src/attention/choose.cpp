@@ -36,10 +36,14 @@ Geometry geometry(std::span<const TensorMeta> in, const Attrs& a, const char* op
 
 namespace {
 FlashFastPath g_fast_path[kNumDeviceTypes] = {};
+bool g_fast_only[kNumDeviceTypes] = {};
 FlashDetail g_detail[kNumDeviceTypes] = {};
 }  // namespace
 
-void register_flash_fast_path(DeviceType device, FlashFastPath fn) { g_fast_path[size_t(device)] = fn; }
+void register_flash_fast_path(DeviceType device, FlashFastPath fn, bool fast_only) {
+  g_fast_path[size_t(device)] = fn;
+  g_fast_only[size_t(device)] = fast_only;
+}
 void register_flash_detail(DeviceType device, FlashDetail fn) { g_detail[size_t(device)] = fn; }
 std::string flash_detail(std::span<const TensorMeta> in, const Attrs& a) {
   const FlashDetail fn = g_detail[size_t(in[0].device.type)];
@@ -54,11 +58,9 @@ SDPAChoice choose_sdpa(std::span<const TensorMeta> in, const Attrs& a) {
   const std::string dims = std::to_string(D) + "/" + std::to_string(Dv);
   const FlashFastPath fast = g_fast_path[size_t(in[0].device.type)];
   if (requested == "flash") {
-    // The CPU's flash kernel also has a generic path (any dtype and head dim); CUDA's has only its
-    // fast kernels, so what they do not take runs math there, as the same result.
-    if (in[0].device.type == DeviceType::cuda && (!fast || !fast(dt, D, Dv)))
-      return {SDPABackend::math, std::string("math: the CUDA flash kernels do not take ") +
-                                     dtype_name(dt) + " with head dims " + dims + " (flash requested)"};
+    if (g_fast_only[size_t(in[0].device.type)] && (!fast || !fast(dt, D, Dv)))  // the same result, by math
+      return {SDPABackend::math, std::string("math: this device's flash kernels do not take ") + dtype_name(dt) + " with head dims " +
+                                     dims + " (flash requested)"};
     return {SDPABackend::flash, std::string("flash: ") + dtype_name(dt) + ", head dims " + dims + " (requested)"};
   }
   // Measured (BENCHMARKS.md, `sinter bench attention` and `sweep`, and the masked lengths below):

@@ -164,7 +164,7 @@ void flash_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
 void register_attention_kernels() {
   register_kernel("sdpa", DeviceType::cuda, sdpa_kernel);
   register_kernel("sdpa_flash_backward", DeviceType::cuda, flash_backward_kernel);
-  detail::register_flash_fast_path(DeviceType::cuda, flash_fast_path);
+  detail::register_flash_fast_path(DeviceType::cuda, flash_fast_path, /*fast_only=*/true);
   detail::register_flash_detail(DeviceType::cuda, flash_detail);
 }
 
