@@ -397,107 +397,121 @@ class SweepBlock(nn.Module):
 GPT2_124M = dict(vocab=50257, positions=1024, C=768, L=12, H=12, inner=3072, eps=1e-5)
 
 
-def gpu_time(f, n, reps=9):
+def cuda_sizes(a):
+    """What `sinter bench cuda` times (bench/suite_cuda.cpp's Sizes): the issues' sizes on a GPU;
+    with --dry-run the emulator's tiny ones on the CPU, one call per row, so that the script can be
+    run where there is no GPU (its times then mean nothing; CUDA-only backends give no row)."""
+    if a.dry_run:
+        return dict(gemm_m=[1, 16], gemm_kn=[(64, 64), (64, 96)], elementwise_n=4096, attn=(1, 2, 64), attn_s=[64],
+                    decode=(128, 4, 2), sparse_m=[1, 16], sparse_kn=[(64, 64), (128, 64)], model=TINY, model_name="tiny",
+                    train=(2, 32), new_tokens=4, once=True)
+    return dict(gemm_m=[1, 1024] if a.quick else [1, 16, 128, 1024, 4096], gemm_kn=[(4096, 4096), (4096, 11008)],
+                elementwise_n=1 << 29, attn=(4, 32, 128), attn_s=[1024] if a.quick else [1024, 4096, 16384],
+                decode=(8192, 32, 8), sparse_m=[1, 4096] if a.quick else [1, 16, 128, 1024, 4096, 16384],
+                sparse_kn=[(4096, 4096), (4096, 11008), (8192, 28672)], model=GPT2_124M, model_name="gpt2-124m",
+                train=(16, 1024), new_tokens=256, once=False)
+
+
+def bytes_label(n):
+    return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 10} KiB"
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def empty_cache(dev):
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def gpu_time(z, dev, f, n, reps=9):
     """f run n times, then the queue drained: per-call ms."""
+    if z["once"]:
+        n = 1
+
     def many():
         for _ in range(n):
             f()
-        torch.cuda.synchronize()
-    best, med = time_it(many, warmup=2, reps=reps, min_total_s=0.2)
+        sync(dev)
+    best, med = time_it(many, warmup=0 if z["once"] else 2, reps=1 if z["once"] else reps, min_total_s=0 if z["once"] else 0.2)
     return best / n, med / n
 
 
-def attention_cuda(a, rows, dev):
-    """Causal bf16 SDPA at B=4, H=32, D=128 through each of PyTorch's fused backends (each its own
-    peer; a backend that refuses the shape gives no row), and a GQA decode step."""
+def attention_cuda(z, rows, dev):
+    """Causal bf16 SDPA (B=4, H=32, D=128 on a GPU) through each of PyTorch's fused backends (each its
+    own peer; a backend that refuses the shape gives no row), and a GQA decode step."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    B, H, D = 4, 32, 128
+    B, H, D = z["attn"]
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION),
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
-    for S in [1024] if a.quick else [1024, 4096, 16384]:
+    for S in z["attn_s"]:
         q, k, v, g = (torch.randn(B, H, S, D, device=dev).bfloat16() for _ in range(4))
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
         n = 2 if S >= 16384 else 5 if S >= 4096 else 20
-        name = f"cuda sdpa causal bf16 B=4 H=32 S={S} D=128"
+        name = f"cuda sdpa causal bf16 B={B} H={H} S={S} D={D}"
         for label, be in backends:
             peer = f"PyTorch {torch.__version__}, {label} attention"
             try:
                 with sdpa_kernel(be):
                     with torch.no_grad():
-                        best, med = gpu_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), n, 5)
+                        best, med = gpu_time(z, dev, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), n, 5)
                     rows.append(dict(case=name + " forward", best_ms=best, median_ms=med, peer=peer))
-                    best, med = gpu_time(lambda: torch.autograd.grad(F.scaled_dot_product_attention(qg, kg, vg, is_causal=True),
-                                                                     (qg, kg, vg), g), n, 5)
+                    best, med = gpu_time(z, dev, lambda: torch.autograd.grad(
+                        F.scaled_dot_product_attention(qg, kg, vg, is_causal=True), (qg, kg, vg), g), n, 5)
                     rows.append(dict(case=name + " forward+backward", best_ms=best, median_ms=med, peer=peer))
             except RuntimeError:
                 continue
         del q, k, v, g, qg, kg, vg
-    q = torch.randn(1, 32, 1, D, device=dev).bfloat16()
-    k, v = (torch.randn(1, 8, 8192, D, device=dev).bfloat16() for _ in range(2))
+    L, Hq, Hkv = z["decode"]
+    q = torch.randn(1, Hq, 1, D, device=dev).bfloat16()
+    k, v = (torch.randn(1, Hkv, L, D, device=dev).bfloat16() for _ in range(2))
     with torch.no_grad():
-        best, med = gpu_time(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 50)
-    rows.append(dict(case="cuda sdpa decode bf16 Lq=1 cache=8192 GQA 32:8 D=128", best_ms=best, median_ms=med,
+        best, med = gpu_time(z, dev, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 50)
+    rows.append(dict(case=f"cuda sdpa decode bf16 Lq=1 cache={L} GQA {Hq}:{Hkv} D={D}", best_ms=best, median_ms=med,
                      peer=f"PyTorch {torch.__version__}, its best attention"))
-    torch.cuda.empty_cache()
+    empty_cache(dev)
 
 
-def sparse_cuda(a, rows, dev):
+def sparse_cuda(z, rows, dev):
     """bf16 2:4 linear layers through PyTorch's to_sparse_semi_structured (cuSPARSELt; its CUTLASS
     path refuses sm90), as the peer of Sinter's 2:4 rows."""
     from torch.sparse import SparseSemiStructuredTensor, to_sparse_semi_structured
     SparseSemiStructuredTensor._FORCE_CUTLASS = False
     peer = f"PyTorch {torch.__version__}, to_sparse_semi_structured"
-    ms = [1, 4096] if a.quick else [1, 16, 128, 1024, 4096, 16384]
     with torch.no_grad():
-        for K, N in [(4096, 4096), (4096, 11008), (8192, 28672)]:
+        for K, N in z["sparse_kn"]:
             w = torch.randn(N, K, device=dev).bfloat16() * 0.02
             keep = w.abs().view(N, K // 4, 4).topk(2, dim=-1).indices
             mask = torch.zeros(N, K // 4, 4, device=dev, dtype=torch.bool).scatter_(-1, keep, True).view(N, K)
             try:
                 ws = to_sparse_semi_structured(w * mask)
-            except (RuntimeError, ValueError):
+            except (RuntimeError, ValueError, NotImplementedError):
                 continue
-            for M in ms:
+            for M in z["sparse_m"]:
                 x = torch.randn(M, K, device=dev).bfloat16()
                 try:
-                    best, med = gpu_time(lambda: F.linear(x, ws), 3 if M >= 4096 else 20, 5)
-                except (RuntimeError, ValueError):
+                    best, med = gpu_time(z, dev, lambda: F.linear(x, ws), 3 if M >= 4096 else 20, 5)
+                except (RuntimeError, ValueError, NotImplementedError):
                     continue
                 rows.append(dict(case=f"cuda 2:4 linear bf16 M={M} K={K} N={N}", best_ms=best, median_ms=med, peer=peer))
             del w, ws
-    torch.cuda.empty_cache()
+    empty_cache(dev)
 
 
-def suite_cuda(a, rows):
-    """`sinter bench cuda` on the same GPU: bf16 GEMMs, 1 GiB elementwise, the gpt2-124m training step
-    (math attention as Sinter's; also PyTorch's best attention and torch.compile as their own peers),
-    greedy generation of 256 tokens."""
+def train_cuda(a, z, rows, dev):
+    """The training step three ways: math attention (as Sinter's), PyTorch's best attention and
+    torch.compile (not in --quick or --dry-run)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    dev = torch.device("cuda")
-    torch.manual_seed(0)
-    ms = [1, 1024] if a.quick else [1, 16, 128, 1024, 4096]
-    with torch.no_grad():
-        for K, N in [(4096, 4096), (4096, 11008)]:
-            w = (torch.randn(K, N, device=dev) * 0.02).bfloat16()
-            for M in ms:
-                x = torch.randn(M, K, device=dev).bfloat16()
-                best, med = gpu_time(lambda: torch.matmul(x, w), 20 if M >= 1024 else 100)
-                rows.append(dict(case=f"cuda matmul bf16 M={M} K={K} N={N}", best_ms=best, median_ms=med))
-        n = 1 << 29
-        x, y = torch.randn(n, device=dev).bfloat16(), torch.randn(n, device=dev).bfloat16()
-        for name, f in [("cuda add bf16 1 GiB", lambda: torch.add(x, y)), ("cuda gelu bf16 1 GiB", lambda: F.gelu(x))]:
-            best, med = gpu_time(f, 3, 7)
-            rows.append(dict(case=name, best_ms=best, median_ms=med))
-        del x, y
-    attention_cuda(a, rows, dev)
-    sparse_cuda(a, rows, dev)
-    B, T, V = 16, 1024, GPT2_124M["vocab"]
-    model = GPT(GPT2_124M).to(dev)
+    c = z["model"]
+    (B, T), V = z["train"], c["vocab"]
+    model = GPT(c).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     xs, ys = torch.randint(0, V, (B, T), device=dev), torch.randint(0, V, (B, T), device=dev)
 
     def step(m):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             loss = F.cross_entropy(m(xs).float().view(-1, V), ys.view(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -505,23 +519,27 @@ def suite_cuda(a, rows):
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    case = "cuda train bf16 gpt2-124m B=16 T=1024 step"
-    reps = 3 if a.quick else 8
+    case = f"cuda train bf16 {z['model_name']} B={B} T={T} step"
+    warmup, reps = (0, 1) if z["once"] else (2, 3 if a.quick else 8)
     with sdpa_kernel(SDPBackend.MATH):
-        best, med = time_it(lambda: step(model), warmup=2, reps=reps, min_total_s=0)
+        best, med = time_it(lambda: step(model), warmup=warmup, reps=reps, min_total_s=0)
     rows.append(dict(case=case, best_ms=best, median_ms=med, peer=f"PyTorch {torch.__version__}, math attention"))
-    best, med = time_it(lambda: step(model), warmup=2, reps=reps, min_total_s=0)
+    best, med = time_it(lambda: step(model), warmup=warmup, reps=reps, min_total_s=0)
     rows.append(dict(case=case, best_ms=best, median_ms=med, peer=f"PyTorch {torch.__version__}, its best attention"))
-    if not a.quick:
+    if not a.quick and not z["once"]:
         compiled = torch.compile(model)
         best, med = time_it(lambda: step(compiled), warmup=3, reps=reps, min_total_s=0)
         rows.append(dict(case=case, best_ms=best, median_ms=med, peer=f"torch.compile, PyTorch {torch.__version__}"))
     del opt, model
-    torch.cuda.empty_cache()
-    c, new = GPT2_124M, 256
+    empty_cache(dev)
+
+
+def generate_cuda(z, rows, dev):
+    """Greedy generation at batch 1 with a preallocated bf16 KV cache, each token read on the host."""
+    c, new = z["model"], z["new_tokens"]
     model = GPT(c).eval().to(dev).bfloat16()
     Dh = c["C"] // c["H"]
-    prompt = torch.randint(0, V, (1, 16), device=dev)
+    prompt = torch.randint(0, c["vocab"], (1, 16), device=dev)
 
     @torch.inference_mode()
     def run():
@@ -535,8 +553,36 @@ def suite_cuda(a, rows):
             logits = model(nxt, caches, pos)
             pos += 1
 
-    best, med = time_it(run, warmup=1, reps=3, min_total_s=0)
-    rows.append(dict(case=f"cuda generate bf16 gpt2-124m batch=1 {new} tokens (per token)", best_ms=best / new, median_ms=med / new))
+    best, med = time_it(run, warmup=0 if z["once"] else 1, reps=1 if z["once"] else 3, min_total_s=0)
+    rows.append(dict(case=f"cuda generate bf16 {z['model_name']} batch=1 {new} tokens (per token)", best_ms=best / new,
+                     median_ms=med / new))
+
+
+def suite_cuda(a, rows):
+    """`sinter bench cuda` on the same GPU: bf16 GEMMs, 1 GiB elementwise, attention, 2:4 layers, the
+    gpt2-124m training step (math attention as Sinter's; also PyTorch's best attention and
+    torch.compile as their own peers), greedy generation of 256 tokens."""
+    z = cuda_sizes(a)
+    dev = torch.device("cpu" if a.dry_run else "cuda")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for K, N in z["gemm_kn"]:
+            w = (torch.randn(K, N, device=dev) * 0.02).bfloat16()
+            for M in z["gemm_m"]:
+                x = torch.randn(M, K, device=dev).bfloat16()
+                best, med = gpu_time(z, dev, lambda: torch.matmul(x, w), 20 if M >= 1024 else 100)
+                rows.append(dict(case=f"cuda matmul bf16 M={M} K={K} N={N}", best_ms=best, median_ms=med))
+        n = z["elementwise_n"]
+        x, y = torch.randn(n, device=dev).bfloat16(), torch.randn(n, device=dev).bfloat16()
+        size = bytes_label(2 * n)
+        for name, f in [(f"cuda add bf16 {size}", lambda: torch.add(x, y)), (f"cuda gelu bf16 {size}", lambda: F.gelu(x))]:
+            best, med = gpu_time(z, dev, f, 3, 7)
+            rows.append(dict(case=name, best_ms=best, median_ms=med))
+        del x, y
+    attention_cuda(z, rows, dev)
+    sparse_cuda(z, rows, dev)
+    train_cuda(a, z, rows, dev)
+    generate_cuda(z, rows, dev)
 
 
 SUITES = dict(cuda=suite_cuda, compile=suite_compile, ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,
@@ -549,6 +595,7 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--json", required=True)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="cuda: tiny sizes on the CPU, one call per row (the script runs)")
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)

@@ -1,8 +1,9 @@
 // cuSPARSELt behind cusparselt.h: the library opened once by dlopen, its entry points resolved by
 // name (libsinter_cuda links no cuSPARSELt), a handle per device bound to the device's stream.
-// y (M, N) = x (M, K) w^T runs as cuSPARSELt's A B with A = w (N x K, row-major, the structured
-// operand, 2:4 along K), B = x^T (K x M, column-major: x's own memory) and D = y^T (N x M,
-// column-major: y's memory), so no operand is transposed or copied.
+// y (M, N) = x (M, K) w^T runs as cuSPARSELt's op(A) op(B) with A = w (N x K, row-major, the
+// structured operand, 2:4 along K), B = x (M x K, row-major) transposed and D = y^T (N x M,
+// column-major: y's memory), so no operand is copied: the layouts PyTorch's 2:4 linear layers
+// give cuSPARSELt (_cslt_sparse_mm with the result transposed).
 #include "cuda/cusparselt.h"
 
 #include <cusparseLt.h>
@@ -119,19 +120,19 @@ struct SparseGemm {
 
 namespace {
 
-constexpr uint32_t kAlign = 16;
-
 Plan& plan_for(SparseGemm& w, int64_t M) {
   auto it = w.plans.find(M);
   if (it != w.plans.end()) return *it->second;
   const Api& a = api();
   const cusparseLtHandle_t* h = handle(w.device);
   auto p = std::make_unique<Plan>();
-  check(a.cusparseLtDenseDescriptorInit(h, &p->b, w.K, M, w.K, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_COL), "dense descriptor (x)");
+  check(a.cusparseLtDenseDescriptorInit(h, &p->b, M, w.K, w.K, kCusparseltAlignment, CUDA_R_16BF, CUSPARSE_ORDER_ROW),
+        "dense descriptor (x)");
   p->made = 1;
-  check(a.cusparseLtDenseDescriptorInit(h, &p->c, w.N, M, w.N, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_COL), "dense descriptor (y)");
+  check(a.cusparseLtDenseDescriptorInit(h, &p->c, w.N, M, w.N, kCusparseltAlignment, CUDA_R_16BF, CUSPARSE_ORDER_COL),
+        "dense descriptor (y)");
   p->made = 2;
-  check(a.cusparseLtMatmulDescriptorInit(h, &p->mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &w.a, &p->b,
+  check(a.cusparseLtMatmulDescriptorInit(h, &p->mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_TRANSPOSE, &w.a, &p->b,
                                          &p->c, &p->c, CUSPARSE_COMPUTE_32F),
         "matmul descriptor");
   check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
@@ -155,7 +156,7 @@ std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w) {
   auto g = std::make_shared<SparseGemm>();
   g->device = w.device().index, g->N = w.size(0), g->K = w.size(1);
   const cusparseLtHandle_t* h = handle(g->device);
-  check(a.cusparseLtStructuredDescriptorInit(h, &g->a, g->N, g->K, g->K, kAlign, CUDA_R_16BF, CUSPARSE_ORDER_ROW,
+  check(a.cusparseLtStructuredDescriptorInit(h, &g->a, g->N, g->K, g->K, kCusparseltAlignment, CUDA_R_16BF, CUSPARSE_ORDER_ROW,
                                              CUSPARSELT_SPARSITY_50_PERCENT),
         "structured descriptor (the weight)");
   g->made = true;
@@ -169,16 +170,14 @@ std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w) {
   return g;
 }
 
-void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y) {
-  const int64_t M = x.size(0);
-  SINTER_CHECK_SHAPE(x.dim() == 2 && x.size(1) == w.K && y.dim() == 2 && y.size(0) == M && y.size(1) == w.N && x.is_contiguous() &&
-                         y.is_contiguous() && x.dtype() == DType::bf16 && y.dtype() == DType::bf16,
-                     "[sparse24_linear] cuSPARSELt takes contiguous bf16 x (M, ", w.K, ") and y (M, ", w.N, "), got x", x.shape(), " y",
-                     y.shape());
+namespace {
+
+// y = x w^T where x and y suit cuSPARSELt's descriptors: M a multiple of kDenseRows, aligned.
+void matmul_suited(SparseGemm& w, const Tensor& x, const Tensor& y) {
   std::lock_guard lock(g_mutex);
   const Api& a = api();
   const cusparseLtHandle_t* h = handle(w.device);
-  Plan& p = plan_for(w, M);
+  Plan& p = plan_for(w, x.size(0));
   cudaStream_t s = stream(w.device);
   const float alpha = 1.0f, beta = 0.0f;
   Tensor ws = Tensor::empty({int64_t(p.workspace) + 1}, DType::u8, x.device());
@@ -193,6 +192,25 @@ void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y) {
   check(a.cusparseLtMatmul(h, &p.plan, &alpha, w.compressed.data_ptr(), x.data_ptr(), &beta, y.data_ptr(), y.data_ptr(), ws.data_ptr(),
                            &s, 1),
         "matmul");
+}
+
+bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % kCusparseltAlignment == 0; }
+
+}  // namespace
+
+void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y) {
+  const int64_t M = x.size(0);
+  SINTER_CHECK_SHAPE(x.dim() == 2 && x.size(1) == w.K && y.dim() == 2 && y.size(0) == M && y.size(1) == w.N && x.is_contiguous() &&
+                         y.is_contiguous() && x.dtype() == DType::bf16 && y.dtype() == DType::bf16,
+                     "[sparse24_linear] cuSPARSELt takes contiguous bf16 x (M, ", w.K, ") and y (M, ", w.N, "), got x", x.shape(), " y",
+                     y.shape());
+  const int64_t padded = (M + kDenseRows - 1) / kDenseRows * kDenseRows;
+  if (padded == M && aligned(x) && aligned(y)) return matmul_suited(w, x, y);
+  // As PyTorch pads its 2:4 layers' inputs: x in zero rows up to the next multiple, y through a copy.
+  const Tensor xp = zeros({padded, w.K}, DType::bf16, x.device()), yp = Tensor::empty({padded, w.N}, DType::bf16, y.device());
+  copy_convert("sparse24_linear", x, xp.narrow(0, 0, M));
+  matmul_suited(w, xp, yp);
+  copy_convert("sparse24_linear", yp.narrow(0, 0, M), y);
 }
 
 }  // namespace sinter::cuda

@@ -3,12 +3,11 @@
 // its cuSPARSELt form (cusparselt.h; int8 and f32 values become bf16, scales applied). The first
 // call at each M times cuSPARSELt (after its algorithm search) against cuBLASLt on the dense copy
 // and keeps the faster, so a 2:4 layer is never slower than dense. SINTER_SPARSE24_CUDA=dense|sparse
-// overrides it (sparse: an error where cuSPARSELt cannot run the weight, dense at an M it refuses).
+// overrides it (sparse: cuSPARSELt at every M, an error where it cannot run the weight).
 // f32 x runs the dense copy (cuSPARSELt's f32 is TF32); bias and activation follow the GEMM.
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 
 #include "cuda/cuda.h"
 #include "cuda/cusparselt.h"
@@ -29,7 +28,6 @@ struct Weight {
   std::shared_ptr<SparseGemm> sparse;   // bf16 only; null where cuSPARSELt cannot run it, `why_not` says why
   std::string why_not;
   std::map<int64_t, bool> use_sparse;   // by M: the timed choice (false also where cuSPARSELt refused M)
-  std::set<int64_t> planned;            // the Ms cuSPARSELt has a plan for
 };
 
 std::mutex g_mutex;
@@ -93,18 +91,14 @@ bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y) {
   SINTER_CHECK(w.sparse || force != "sparse", "[sparse24_linear] SINTER_SPARSE24_CUDA=sparse, but cuSPARSELt cannot run this weight: ",
                w.why_not);
   if (!w.sparse) return false;
+  if (force == "sparse") return true;  // cuSPARSELt's own error, if it fails, is the op's
   const int64_t M = x.size(0);
-  auto it = w.use_sparse.find(M);
-  if (it != w.use_sparse.end() && (!it->second || force.empty())) return it->second;  // false: cuSPARSELt refused this M
-  if (!w.planned.count(M)) {
-    try {
-      cusparselt_matmul(*w.sparse, x, y);  // the plan and cuSPARSELt's algorithm search, once per M
-    } catch (const Error&) {
-      return w.use_sparse[M] = false;
-    }
-    w.planned.insert(M);
+  if (auto it = w.use_sparse.find(M); it != w.use_sparse.end()) return it->second;
+  try {
+    cusparselt_matmul(*w.sparse, x, y);  // the plan and cuSPARSELt's algorithm search, once per M
+  } catch (const Error&) {
+    return w.use_sparse[M] = false;  // a plan cuSPARSELt refuses: the dense copy serves this M
   }
-  if (force == "sparse") return true;
   const int device = x.device().index;
   dense_gemm(w, x, y, {});
   const float sparse_ms = time_three(device, [&] { cusparselt_matmul(*w.sparse, x, y); });

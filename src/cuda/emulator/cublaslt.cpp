@@ -39,6 +39,7 @@ double read(cudaDataType_t t, const void* p, int64_t i) {
     case CUDA_R_64F: return static_cast<const double*>(p)[i];
     case CUDA_R_16F: return __half2float(static_cast<const __half*>(p)[i]);
     case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: break;  // refused by `valid`
   }
   return NAN;
 }
@@ -49,6 +50,7 @@ void write(cudaDataType_t t, void* p, int64_t i, double v) {
     case CUDA_R_64F: static_cast<double*>(p)[i] = v; return;
     case CUDA_R_16F: static_cast<__half*>(p)[i] = __float2half_rn(float(v)); return;
     case CUDA_R_16BF: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(float(v)); return;
+    default: return;
   }
 }
 
@@ -68,7 +70,8 @@ bool valid(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpaque
   const int64_t am = d.trans_a == CUBLAS_OP_N ? a.rows : a.cols;
   const int64_t bk = d.trans_b == CUBLAS_OP_N ? b.rows : b.cols, bn = d.trans_b == CUBLAS_OP_N ? b.cols : b.rows;
   const bool f64 = a.type == CUDA_R_64F;
-  return am == m && bk == k && bn == n && a.type == b.type && b.type == c.type && f64 == (d.compute == CUBLAS_COMPUTE_64F) &&
+  const bool float_type = a.type == CUDA_R_32F || f64 || a.type == CUDA_R_16F || a.type == CUDA_R_16BF;
+  return float_type && am == m && bk == k && bn == n && a.type == b.type && b.type == c.type && f64 == (d.compute == CUBLAS_COMPUTE_64F) &&
          a.ld >= std::max<int64_t>(a.rows, 1) && b.ld >= std::max<int64_t>(b.rows, 1) && c.ld >= std::max<int64_t>(c.rows, 1) &&
          a.batch == c.batch && b.batch == c.batch;
 }
