@@ -153,6 +153,14 @@ TensorPtr stats_tensor(fe::graph::Graph& gr, const detail::Geometry& g) {
                        .set_data_type(fe::DataType_t::FLOAT));
 }
 
+// Sinter's causal rule is bottom-right (query i sees keys j <= i + Lkv - Lq). Where Lq == Lkv that is
+// cuDNN's top-left mask, which cuDNN also takes with a bias (its bottom-right mask takes none).
+template <class Attributes> void set_causal(Attributes& opts, const detail::Geometry& g) {
+  if (!g.causal) return;
+  if (g.Lq == g.Lkv) opts.set_causal_mask(true);
+  else opts.set_causal_mask_bottom_right(true);
+}
+
 void* workspace(const Graph& gr, int device, Tensor& holder) {
   if (gr.workspace == 0) return nullptr;
   holder = Tensor::empty({gr.workspace}, DType::u8, Device::cuda(device));  // freed in stream order
@@ -196,7 +204,7 @@ bool cudnn_sdpa_forward(const detail::Geometry& g, const Tensor& q, const Tensor
   std::lock_guard lock(g_mutex);
   const Graph& gr = cached(key_of(false, g, device, {&q, &k, &v, &bias, &o}), device, [&](fe::graph::Graph& graph) {
     auto opts = fe::graph::SDPA_attributes().set_name("sinter_sdpa").set_generate_stats(true).set_attn_scale(float(g.scale));
-    if (g.causal) opts.set_causal_mask_bottom_right(true);
+    set_causal(opts, g);
     if (bias.defined()) opts.set_bias(operand(graph, "bias", kBias, bias));
     auto [O, stats] = graph.sdpa(operand(graph, "q", kQ, q), operand(graph, "k", kK, k), operand(graph, "v", kV, v), opts);
     set_output(O, kO, o);
@@ -222,7 +230,7 @@ bool cudnn_sdpa_backward(const detail::Geometry& g, const Tensor& q, const Tenso
   const Graph& gr = cached(key_of(true, g, device, {&q, &k, &v, &o, &dout, &bias, dq, dk, dv}), device,
                            [&](fe::graph::Graph& graph) {
                              auto opts = fe::graph::SDPA_backward_attributes().set_name("sinter_sdpa_backward").set_attn_scale(float(g.scale));
-                             if (g.causal) opts.set_causal_mask_bottom_right(true);
+                             set_causal(opts, g);
                              if (bias.defined()) opts.set_bias(operand(graph, "bias", kBias, bias));
                              auto [dq, dk, dv] = graph.sdpa_backward(operand(graph, "q", kQ, q), operand(graph, "k", kK, k),
                                                                      operand(graph, "v", kV, v), operand(graph, "o", kO, o),
