@@ -153,6 +153,9 @@ TEST(CudaCommandLine, TrainAndGenerateOnCudaOrExitOneNamingWhyNot) {
   const std::string dir = test::temp_dir("cuda_cli");
   const Command train = run_cli("train --device cuda --steps 3 --val-every 3 --data " + corpus() + " --out " + dir + "/run", dir);
   const Command gen = run_cli("generate --device cuda --checkpoint " + dir + "/run --max-new-tokens 8", dir);
+  // `sinter sparsify` then bf16 generation on the GPU: its 2:4 layers through cuSPARSELt or their dense copies.
+  const Command sparse = run_cli("sparsify " + dir + "/run --out " + dir + "/sparse --values bf16 --finetune-steps 0", dir);
+  const Command sparse_gen = run_cli("generate --device cuda --dtype bf16 --checkpoint " + dir + "/sparse --max-new-tokens 8", dir);
   if (!cuda::available()) {
     if (test::gpu_required()) FAIL() << "SINTER_REQUIRE_GPU=1, but no CUDA device: " << cuda::unavailable_reason();
     for (const Command& c : {train, gen}) {
@@ -165,4 +168,7 @@ TEST(CudaCommandLine, TrainAndGenerateOnCudaOrExitOneNamingWhyNot) {
   EXPECT_NE(train.out.find("done: step 3"), std::string::npos) << train.out;
   EXPECT_EQ(gen.rc, 0) << gen.out;
   EXPECT_NE(gen.out.find("tokens/s"), std::string::npos) << gen.out;
+  EXPECT_EQ(sparse.rc, 0) << sparse.out;
+  EXPECT_EQ(sparse_gen.rc, 0) << sparse_gen.out;
+  EXPECT_NE(sparse_gen.out.find("tokens/s"), std::string::npos) << sparse_gen.out;
 }

@@ -586,6 +586,26 @@ TEST(Attention, BackendsAgreeAndTheChoiceIsExplained) {
   EXPECT_EQ(sdpa_choose(q, k, {}, 0.1).backend, SDPABackend::flash);  // dropout runs in the kernel (tests/attention_test.cpp)
 }
 
+// A model moved to bf16 (`sinter generate --dtype bf16`) runs each family, RoPE included, and gives
+// the f32 model's logits within bf16 rounding through its layers.
+TEST(GPT, ABf16ModelOfEachFamilyGivesTheF32ModelsLogits) {
+  for (const char* type : {"gpt2", "llama", "llama-window"}) {
+    manual_seed(21);
+    nn::GPT model(test::micro_config(type));
+    model.eval();
+    NoGradGuard no_grad;
+    const Tensor prompt = tensor<int64_t>({3, 1, 4, 1, 5, 9}).reshape({1, 6});
+    const Tensor want = model.forward(prompt).to(DType::f64);
+    model.to(DType::bf16);
+    const Tensor got = model.forward(prompt);
+    ASSERT_EQ(got.dtype(), DType::bf16) << type;
+    const double err = max(abs(got.to(DType::f64) - want)).item<double>() / max(abs(want)).item<double>();
+    EXPECT_LE(err, 0.03) << type;
+    const std::vector<int64_t> tokens = train::generate(model, tensor<int64_t>({3, 1, 4}), 5, {.temperature = 0}).to_vector<int64_t>();
+    EXPECT_EQ(tokens.size(), 8u) << type;
+  }
+}
+
 TEST(Autocast, LinearComputesInBf16AndGradientsReachTheF32Weights) {
   manual_seed(3);
   Tensor x = randn({5, 64}), w = (randn({7, 64}) * 0.1).requires_grad_(), b = randn({7}).requires_grad_();

@@ -53,7 +53,7 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  void to(DType dtype);    // floating parameters and buffers
+  virtual void to(DType dtype);    // floating parameters and buffers
   virtual void to(Device device);  // every parameter and buffer (gradients are dropped)
   void zero_grad();
   // This module and every descendant by dotted name ("" for this one, "blocks.0.attn", ...).
@@ -245,8 +245,10 @@ class GPT : public Module {
   // On the model's device (its embedding's).
   std::vector<KVCache> make_caches(int64_t batch, int64_t max_len) const;
   const ModelConfig& config() const { return cfg_; }
-  using Module::to;
   void to(Device device) override;  // the parameters, buffers and the RoPE tables
+  // The floating parameters and buffers, and the RoPE tables (made in f32 again, then cast: a bf16
+  // model's attention rotates in bf16, as Hugging Face's rotary embedding casts its tables).
+  void to(DType dtype) override;
   Device device() const;            // where the weights are (the token embedding's device)
   // Initializes weights as GPT-2 does: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
   void init_weights(uint64_t seed);

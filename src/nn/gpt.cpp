@@ -397,6 +397,16 @@ void GPT::to(Device device) {
   if (rope_cos_.defined()) rope_cos_ = rope_cos_.to(device), rope_sin_ = rope_sin_.to(device);
 }
 
+void GPT::to(DType dtype) {
+  Module::to(dtype);
+  if (!rope_cos_.defined() || rope_cos_.dtype() == dtype) return;
+  NoGradGuard g;
+  const ModelConfig& c = cfg_;
+  const Device d = rope_cos_.device();
+  rope_cos_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, false).to(dtype).to(d);
+  rope_sin_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, true).to(dtype).to(d);
+}
+
 Device GPT::device() const { return tok_emb->weight.device(); }
 
 Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
