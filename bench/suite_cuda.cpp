@@ -32,6 +32,7 @@ struct Sizes {
   std::vector<int64_t> sparse_m;
   std::vector<Shape2> sparse_kn;           // (K, N) of the weight
   nn::ModelConfig model, large;            // trained and generated; `large` generated dense and 2:4
+  std::string model_name;                  // the model's preset, as the rows name it
   int64_t train_b, train_t, new_tokens;
   bool once = false;                       // one call per timing, no warm-up (the emulator)
 
@@ -39,7 +40,7 @@ struct Sizes {
     Sizes s{quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 16, 128, 1024, 4096}, {{4096, 4096}, {4096, 11008}},
             int64_t(1) << 29, 4, 32, 128, quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096, 16384}, 8192, 32, 8,
             quick ? std::vector<int64_t>{1, 4096} : std::vector<int64_t>{1, 16, 128, 1024, 4096, 16384},
-            {{4096, 4096}, {4096, 11008}, {8192, 28672}}, nn::ModelConfig::preset("gpt2-124m"), {}, 16, 1024, 256};
+            {{4096, 4096}, {4096, 11008}, {8192, 28672}}, nn::ModelConfig::preset("gpt2-124m"), {}, "gpt2-124m", 16, 1024, 256};
     s.large = s.model;  // GPT-2 medium's shape
     s.large.hidden_size = 1024, s.large.num_hidden_layers = 24, s.large.num_attention_heads = 16, s.large.num_key_value_heads = 16;
     s.large.intermediate_size = 4096;
@@ -47,7 +48,7 @@ struct Sizes {
   }
   static Sizes emulated() {
     Sizes s{{1, 16}, {{64, 64}, {64, 96}}, 4096, 1, 2, 64, {64}, 128, 4, 2, {1, 16}, {{64, 64}, {128, 64}},
-            nn::ModelConfig::preset("tiny"), {}, 2, 32, 4, true};
+            nn::ModelConfig::preset("tiny"), {}, "tiny", 2, 32, 4, true};
     s.large = s.model;
     s.large.num_hidden_layers = 2 * s.model.num_hidden_layers;
     return s;
@@ -55,7 +56,6 @@ struct Sizes {
   int rows() const {
     return int(gemm_m.size() * gemm_kn.size() + 2 + 2 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 3);
   }
-  std::string model_name() const { return model.vocab_size == 50257 && model.hidden_size == 768 ? "gpt2-124m" : "tiny"; }
 };
 
 std::string bytes_label(int64_t bytes) {
@@ -204,7 +204,7 @@ void train_rows(const Options& o, const Sizes& z, Report& r) {
   std::snprintf(note, sizeof note, "%.0f tokens/s, MFU %.1f%% of 989 TFLOP/s (H100/H200 SXM bf16 dense; llm.c reaches ~60%%)", tok_s,
                 100.0 * tok_s * flops_per_token / 989e12);
   // PyTorch times it three ways (bench/torch_peer.py): math attention, its best attention, torch.compile.
-  r.ours_only("cuda train bf16 " + z.model_name() + " B=" + std::to_string(B) + " T=" + std::to_string(T) + " step", t, note);
+  r.ours_only("cuda train bf16 " + z.model_name + " B=" + std::to_string(B) + " T=" + std::to_string(T) + " step", t, note);
 }
 
 // Greedy generation at batch 1 (per-token time) of a bf16 model on the GPU.
@@ -231,10 +231,10 @@ void generate_rows(const Sizes& z, Report& r) {
   char note[64];
   std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / dense_small.best_ms);
   const std::string tokens = std::to_string(z.new_tokens);
-  r.ours_only("cuda generate bf16 " + z.model_name() + " batch=1 " + tokens + " tokens (per token)", dense_small, note);
+  r.ours_only("cuda generate bf16 " + z.model_name + " batch=1 " + tokens + " tokens (per token)", dense_small, note);
   const Timing sparse_small = generate_time(z, z.model, true);
   std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / sparse_small.best_ms);
-  r.add("cuda generate bf16 " + z.model_name() + " 2:4 (per token)", sparse_small, "the dense model (Sinter)", dense_small, note);
+  r.add("cuda generate bf16 " + z.model_name + " 2:4 (per token)", sparse_small, "the dense model (Sinter)", dense_small, note);
   const Timing dense_large = generate_time(z, z.large, false), sparse_large = generate_time(z, z.large, true);
   std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / sparse_large.best_ms);
   r.add("cuda generate bf16 " + large + " 2:4 (per token)", sparse_large, "the dense model (Sinter)", dense_large, note);

@@ -600,7 +600,7 @@ TEST(GPT, ABf16ModelOfEachFamilyGivesTheF32ModelsLogits) {
     const Tensor got = model.forward(prompt);
     ASSERT_EQ(got.dtype(), DType::bf16) << type;
     const double err = max(abs(got.to(DType::f64) - want)).item<double>() / max(abs(want)).item<double>();
-    EXPECT_LE(err, 0.03) << type;
+    EXPECT_LE(err, std::ldexp(1.0, -6)) << type;  // about 2^-8 here: bf16 rounding through the layers
     const std::vector<int64_t> tokens = train::generate(model, tensor<int64_t>({3, 1, 4}), 5, {.temperature = 0}).to_vector<int64_t>();
     EXPECT_EQ(tokens.size(), 8u) << type;
   }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "sinter/autograd.h"
 #include "sinter/nn.h"
@@ -302,6 +303,15 @@ class HookScope {
  private:
   Module& m_;
 };
+
+// The RoPE tables (cos, sin) of c's positions, made in f32 and cast to dtype, on device.
+std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, DType dtype, Device device) {
+  NoGradGuard g;
+  auto table = [&](bool want_sin) {
+    return rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, want_sin).to(dtype).to(device);
+  };
+  return {table(false), table(true)};
+}
 }  // namespace
 
 Tensor TransformerBlock::forward(const Tensor& x_in, const Tensor& rope_cos, const Tensor& rope_sin, KVCache* cache) {
@@ -324,8 +334,7 @@ GPT::GPT(const ModelConfig& c) : cfg_(c) {
   else norm_f = register_module("norm_f", std::make_shared<LayerNorm>(c.hidden_size, c.norm_eps));
   if (!c.tie_word_embeddings) lm_head = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, false));
   if (c.llama()) {
-    rope_cos_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, false);
-    rope_sin_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, true);
+    std::tie(rope_cos_, rope_sin_) = rope_tables(c, DType::f32, Device::cpu());
   }
   if (c.sparsity == "2:4") {  // the packed layout a sparse checkpoint loads into
     cfg_.sparsity.clear();
@@ -399,12 +408,7 @@ void GPT::to(Device device) {
 
 void GPT::to(DType dtype) {
   Module::to(dtype);
-  if (!rope_cos_.defined() || rope_cos_.dtype() == dtype) return;
-  NoGradGuard g;
-  const ModelConfig& c = cfg_;
-  const Device d = rope_cos_.device();
-  rope_cos_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, false).to(dtype).to(d);
-  rope_sin_ = rope_cos_sin(c.max_position_embeddings, c.head_dim(), c.rope_theta, true).to(dtype).to(d);
+  if (rope_cos_.defined() && rope_cos_.dtype() != dtype) std::tie(rope_cos_, rope_sin_) = rope_tables(cfg_, dtype, rope_cos_.device());
 }
 
 Device GPT::device() const { return tok_emb->weight.device(); }

@@ -59,6 +59,7 @@ template <class T, class Opaque> T get(const Opaque* o) {
   return v;
 }
 bool made(const cusparseLtHandle_t* h) { return h && get<uint32_t>(h) == kTag; }
+cusparseStatus_t no_handle() { return fail(CUSPARSE_STATUS_NOT_INITIALIZED, "the handle was not made by cusparseLtInit"); }
 
 // op(m)'s rows and columns, and the offset of its element (r, c) in m's storage.
 int64_t op_rows(const Mat& m, cusparseOperation_t op) { return op == CUSPARSE_OPERATION_NON_TRANSPOSE ? m.rows : m.cols; }
@@ -69,7 +70,7 @@ int64_t offset(const Mat& m, cusparseOperation_t op, int64_t r, int64_t c) {
 }
 
 cusparseStatus_t describe(const cusparseLtHandle_t* h, cusparseLtMatDescriptor_t* out, Mat m, const char* what) {
-  if (!made(h)) return fail(CUSPARSE_STATUS_NOT_INITIALIZED, "the handle was not made by cusparseLtInit");
+  if (!made(h)) return no_handle();
   if (m.type != CUDA_R_16BF) return fail(CUSPARSE_STATUS_NOT_SUPPORTED, std::string(what) + ": the emulator takes bf16 only");
   const int64_t multiple = m.structured ? 16 : 8;
   const int64_t min_ld = m.order == CUSPARSE_ORDER_ROW ? m.cols : m.rows;
@@ -171,7 +172,7 @@ cusparseStatus_t cusparseLtMatmulDescriptorInit(const cusparseLtHandle_t* h, cus
                                                 cusparseOperation_t op_b, const cusparseLtMatDescriptor_t* a,
                                                 const cusparseLtMatDescriptor_t* b, const cusparseLtMatDescriptor_t* c,
                                                 const cusparseLtMatDescriptor_t* d, cusparseComputeType compute) {
-  if (!made(h)) return fail(CUSPARSE_STATUS_NOT_INITIALIZED, "the handle was not made by cusparseLtInit");
+  if (!made(h)) return no_handle();
   Matmul mm{kTag, op_a, op_b, get<Mat>(a), get<Mat>(b), get<Mat>(c)};
   const Mat md = get<Mat>(d);
   if (mm.a.tag != kTag || mm.b.tag != kTag || mm.c.tag != kTag || md.tag != kTag)
@@ -192,7 +193,7 @@ cusparseStatus_t cusparseLtMatmulDescriptorInit(const cusparseLtHandle_t* h, cus
 
 cusparseStatus_t cusparseLtMatmulAlgSelectionInit(const cusparseLtHandle_t* h, cusparseLtMatmulAlgSelection_t* alg,
                                                   const cusparseLtMatmulDescriptor_t* matmul, cusparseLtMatmulAlg_t) {
-  if (!made(h)) return fail(CUSPARSE_STATUS_NOT_INITIALIZED, "the handle was not made by cusparseLtInit");
+  if (!made(h)) return no_handle();
   const Matmul mm = get<Matmul>(matmul);
   if (mm.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul descriptor was not made");
   put(alg, mm);
@@ -207,7 +208,7 @@ cusparseStatus_t cusparseLtMatmulAlgSelectionDestroy(const cusparseLtMatmulAlgSe
 
 cusparseStatus_t cusparseLtMatmulPlanInit(const cusparseLtHandle_t* h, cusparseLtMatmulPlan_t* plan,
                                           const cusparseLtMatmulDescriptor_t* matmul, const cusparseLtMatmulAlgSelection_t* alg) {
-  if (!made(h)) return fail(CUSPARSE_STATUS_NOT_INITIALIZED, "the handle was not made by cusparseLtInit");
+  if (!made(h)) return no_handle();
   const Matmul mm = get<Matmul>(matmul);
   if (mm.tag != kTag || get<uint32_t>(alg) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul or algorithm was not made");
   put(plan, Plan{kTag, mm, 1024});  // the default algorithm's workspace
