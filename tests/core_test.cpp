@@ -264,3 +264,60 @@ TEST(Kernels, ANormRowHasTheSameBitsAloneAndAmongOtherRows) {
       }
     }
 }
+
+// Rows past 16384 elements are reduced in chunks in parallel (src/cpu/reduce.cpp): the result is
+// the plain loop's, ties go to the first index across chunks, the first NaN wins, and the bits do
+// not depend on the thread count.
+TEST(Kernels, LongReductionsGiveTheLoopsResultAtAnyThreadCount) {
+  manual_seed(12);
+  const int64_t n = 50000;
+  std::vector<float> v = (rand({2, n}) - 2.0).to_vector<float>();  // in [-2, -1)
+  float* r1 = v.data() + n;
+  r1[100] = -0.0f, r1[20000] = 0.0f, r1[40000] = 0.0f;  // row 1's max: three zeros; the first (-0) wins
+  Tensor x = tensor(v, {2, n});
+  double loop = 0;
+  for (int64_t i = 0; i < n; ++i) loop += double(v[size_t(i)]);
+  EXPECT_NEAR(sum(x, {1}).to_vector<float>()[0], loop, 1e-6 * std::abs(loop));
+  const auto m = max(x, 1);
+  EXPECT_EQ(m.indices.to_vector<int64_t>()[1], 100);
+  EXPECT_TRUE(std::signbit(m.values.to_vector<float>()[1]));
+  const std::vector<float> row0(v.begin(), v.begin() + n);
+  EXPECT_EQ(argmin(x, 1).to_vector<int64_t>()[0], std::min_element(row0.begin(), row0.end()) - row0.begin());
+  r1[30000] = NAN, r1[45000] = NAN;
+  Tensor with_nan = tensor(v, {2, n});
+  EXPECT_EQ(argmax(with_nan, 1).to_vector<int64_t>()[1], 30000);
+  EXPECT_EQ(argmin(with_nan, 1).to_vector<int64_t>()[1], 30000);
+  EXPECT_TRUE(std::isnan(max(with_nan).item<float>()));
+
+  const int saved = num_threads();
+  const Tensor big = randn({1 << 20}), cube = randn({4, 1500, 96});
+  set_num_threads(1);
+  const Tensor all1 = sum(big), mid1 = sum(cube, {1}), arg1 = argmax(big, 0);
+  set_num_threads(std::max(2, saved));
+  EXPECT_TRUE(test::bitwise_equal(sum(big), all1));
+  EXPECT_TRUE(test::bitwise_equal(sum(cube, {1}), mid1));
+  EXPECT_TRUE(test::bitwise_equal(argmax(big, 0), arg1));
+  set_num_threads(saved);
+}
+
+// A copy whose source runs contiguously along another dim than the result's last (a transpose)
+// goes in tiles (src/cpu/elementwise.cpp); every element lands where the index loop puts it, at
+// sizes that are not multiples of the tile, with other dims around, and converting dtype.
+TEST(Kernels, ATransposingCopyPutsEveryElementWhereALoopDoes) {
+  manual_seed(13);
+  const Tensor x = randn({50, 3, 37});
+  const std::vector<float> v = x.to_vector<float>();
+  const Tensor y = x.permute({2, 1, 0}).contiguous();  // (37, 3, 50): x's last dim becomes the first
+  ASSERT_EQ(y.shape(), Shape({37, 3, 50}));
+  const std::vector<float> got = y.to_vector<float>();
+  const std::vector<float> half = x.permute({2, 1, 0}).to(DType::bf16).to(DType::f32).to_vector<float>();
+  for (int64_t i = 0; i < 37; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 50; ++k) {
+        const float want = v[size_t((k * 3 + j) * 37 + i)];
+        ASSERT_EQ(got[size_t((i * 3 + j) * 50 + k)], want) << i << "," << j << "," << k;
+        ASSERT_EQ(half[size_t((i * 3 + j) * 50 + k)], float(bf16(want))) << i << "," << j << "," << k;
+      }
+  const Tensor m = randn({33, 70});
+  EXPECT_TRUE(test::bitwise_equal(m.t().contiguous().t().contiguous(), m));
+}

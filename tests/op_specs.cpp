@@ -207,6 +207,8 @@ std::vector<Case> reduce_cases(std::function<Tensor(const Shape&)> gen, bool int
       {{gen({1, 5})}, reduce_attrs({0}, true)},
       {{gen({64, 300})}, reduce_attrs({1}, false)},
       {{gen({600, 300})}, reduce_attrs({0}, false)},  // column sums: rows split in chunks across threads
+      {{gen({3, 5, 6})}, reduce_attrs({1}, false)},     // a middle dim: sums over R of (P, R, C) as it lies
+      {{gen({2, 600, 3})}, reduce_attrs({1}, true)},
       {{gen({3, 4}).to(DType::f64)}, reduce_attrs({1}, false)},
   };
   if (ints_too) c.push_back({{ints({3, 4}, -3, 4, DType::i32)}, reduce_attrs({1}, false)});
@@ -243,6 +245,7 @@ std::vector<Case> arg_cases() {
           {{rn({2, 3, 5})}, {{"dim", int64_t(1)}, {"keepdim", false}}},
           {{rn({0, 3})}, {{"dim", int64_t(1)}, {"keepdim", false}}},
           {{rn({4, 1})}, {{"dim", int64_t(1)}, {"keepdim", false}}},
+          {{rn({2, 40000})}, {{"dim", int64_t(1)}, {"keepdim", false}}},  // rows in chunks reduced in parallel
           {{ints({3, 4}, -50, 50, DType::i32)}, {{"dim", int64_t(1)}, {"keepdim", false}}},
           {{rn({})}, {{"dim", int64_t(0)}, {"keepdim", false}}}};
 }
@@ -485,6 +488,8 @@ const std::map<std::string, Spec>& op_specs() {
       s.cases = [] {
         auto c = dim_cases([](const Shape& sh) { return rn(sh); });
         c.push_back({{ints({3, 4}, -5, 5, DType::i32)}, {{"dim", int64_t(1)}}});
+        c.push_back({{rn({9, 45})}, {{"dim", int64_t(1)}}});  // rows in fours and one alone; vectors and a tail
+        c.push_back({{rn({5, 21}).to(DType::f64)}, {{"dim", int64_t(-1)}}});
         return c;
       };
       s.ref = [](const std::vector<R>& in, const Attrs& a) {

@@ -57,11 +57,11 @@ void copy(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& dst, double value);
 
 // Reductions over the trailing `inner` elements of a contiguous (outer, inner) layout.
-enum class ReduceOp { Sum, Prod, Max, Min, LogSumExp };
+enum class ReduceOp { Sum, Prod, LogSumExp };
 void reduce_rows(ReduceOp op, const Tensor& x2d, const Tensor& out);        // out (outer)
-// out(C) = sum over rows of a contiguous (R, C) x: leading-dim sums (bias gradients) without a
-// transposing copy.
-void sum_cols(const Tensor& x2d, const Tensor& out);
+// out(P, C) = the sums over R of a contiguous (P, R, C) x: sums over leading or middle dims (bias
+// gradients, a mean over the sequence) without a transposing copy.
+void sum_cols(const Tensor& x3d, const Tensor& out);
 void var_rows(const Tensor& x2d, int64_t correction, const Tensor& out);    // out (outer)
 void arg_reduce_rows(bool is_max, const Tensor& x2d, const Tensor& values, const Tensor& indices);
 void softmax_rows(const Tensor& x2d, const Tensor& out, bool log);

@@ -97,10 +97,48 @@ void clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi, 
   });
 }
 
+namespace {
+// dst = src for a contiguous dst and a src contiguous along another of its dims than dst's last (a
+// transpose, rows_last of a reduction): copied in 32 x 32 tiles that each stay in L1, where
+// copying dst row by row walks src a column at a time (a 4096 x 4096 f32 transpose: 2.2 GB/s).
+template <class S, class D> bool copy_tiled(const Tensor& src, const Tensor& dst) {
+  constexpr int64_t kTile = 32;
+  const int64_t nd = dst.dim(), last = nd - 1;
+  if (nd < 2 || !dst.is_contiguous() || dst.size(last) < kTile / 2) return false;
+  const Dims ss = broadcast_strides_bytes(src, dst.shape());
+  int64_t ds = -1;  // src's contiguous dim
+  for (int64_t d = 0; d < last; ++d)
+    if (ss[size_t(d)] == int64_t(sizeof(S)) && dst.size(d) >= kTile / 2) ds = d;
+  if (ds < 0 || ss[size_t(last)] == int64_t(sizeof(S))) return false;
+  const int64_t A = dst.size(ds), B = dst.size(last), da = dst.stride(ds), sb = ss[size_t(last)];
+  const int64_t ta = (A + kTile - 1) / kTile, tb = (B + kTile - 1) / kTile, outer = dst.numel() / (A * B);
+  const char* ps = static_cast<const char*>(src.data_ptr());
+  D* pd = static_cast<D*>(dst.data_ptr());
+  parallel_for(0, outer * ta * tb, std::max<int64_t>(1, kElementwiseGrain / (kTile * kTile)), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      int64_t o = t / (ta * tb), src_off = 0, dst_off = 0;  // the other dims' index, last first
+      for (int64_t d = last - 1; d >= 0; --d) {
+        if (d == ds) continue;
+        const int64_t i = o % dst.size(d);
+        o /= dst.size(d), src_off += i * ss[size_t(d)], dst_off += i * dst.stride(d);
+      }
+      const int64_t a0 = t / tb % ta * kTile, b0 = t % tb * kTile, a1 = std::min(A, a0 + kTile), b1 = std::min(B, b0 + kTile);
+      for (int64_t a = a0; a < a1; ++a) {
+        D* out = pd + dst_off + a * da;
+        const char* in = ps + src_off + a * int64_t(sizeof(S));
+        for (int64_t b = b0; b < b1; ++b) out[b] = convert<D>(*reinterpret_cast<const S*>(in + b * sb));
+      }
+    }
+  });
+  return true;
+}
+}  // namespace
+
 void copy(const Tensor& src, const Tensor& dst) {
   SINTER_KERNEL_ENTRY();
   visit_dtype(src.dtype(), [&]<class S>() {
     visit_dtype(dst.dtype(), [&]<class D>() {
+      if (copy_tiled<S, D>(src, dst)) return;
       for_each_strided<2>(dst.shape(), {static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
                           {broadcast_strides_bytes(dst, dst.shape()), broadcast_strides_bytes(src, dst.shape())},
                           [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {

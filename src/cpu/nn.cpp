@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -219,15 +221,21 @@ void embedding_backward_rows(const Tensor& g, const Tensor& idx, const Tensor& d
       const T* pg = g.data<T>();
       T* pw = dw.data<T>();
       parallel_for(0, V, std::max<int64_t>(1, V / 64), [&](int64_t lo, int64_t hi) {
-        std::vector<C> acc(size_t((hi - lo) * D), C(0));
+        // f32 and f64 sum in dw itself (one pass over it, which a vocabulary's gradient is worth);
+        // bf16 and f16 in an f32 copy of the range.
+        constexpr bool in_place = std::is_same_v<T, C>;
+        std::vector<C> copy(in_place ? 0 : size_t((hi - lo) * D), C(0));
+        C* acc = in_place ? reinterpret_cast<C*>(pw + lo * D) : copy.data();
+        if constexpr (in_place) std::memset(acc, 0, size_t((hi - lo) * D) * sizeof(C));
         for (int64_t t = 0; t < n; ++t) {
           const int64_t v = pi[t];
           if (v < lo || v >= hi) continue;
-          C* a = acc.data() + (v - lo) * D;
+          C* a = acc + (v - lo) * D;
           const T* grow = pg + t * D;
           for (int64_t i = 0; i < D; ++i) a[i] += C(grow[i]);
         }
-        for (int64_t i = 0; i < (hi - lo) * D; ++i) pw[lo * D + i] = T(acc[size_t(i)]);
+        if constexpr (!in_place)
+          for (int64_t i = 0; i < (hi - lo) * D; ++i) pw[lo * D + i] = T(acc[i]);
       });
     }
   });

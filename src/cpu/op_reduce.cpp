@@ -16,15 +16,15 @@ using detail::wrap_dim;
 
 void reduce_into(ReduceOp op, const Tensor& x, const Tensor& out, const Attrs& a) {
   const auto dims = reduce_dims("reduce", a.ints("dims"), x.dim());
-  // Summing leading dims of a contiguous tensor: column sums, no transposing copy.
-  bool leading = op == ReduceOp::Sum && x.is_contiguous() && !dims.empty() && int64_t(dims.size()) < x.dim();
-  for (size_t i = 0; leading && i < dims.size(); ++i) leading = dims[i] == int64_t(i);
-  if (leading) {
-    const int64_t cols = out.numel(), rows = cols ? x.numel() / cols : 0;
-    if (rows > 0) {
-      sum_cols(raw_reshape_contiguous(x, Shape{rows, cols}), raw_reshape_contiguous(out, Shape{cols}));
-      return;
-    }
+  // Reduced dims that are one run of a contiguous tensor's dims: x is (P, R, C) as it lies, with R
+  // reduced; rows where C = 1, column sums otherwise; no transposing copy.
+  bool run = x.is_contiguous() && !dims.empty() && x.numel() > 0;
+  for (size_t i = 1; run && i < dims.size(); ++i) run = dims[i] == dims[i - 1] + 1;
+  if (run) {
+    int64_t P = 1, R = 1, C = 1;
+    for (int64_t d = 0; d < x.dim(); ++d) (d < dims.front() ? P : d > dims.back() ? C : R) *= x.size(d);
+    if (C == 1) return reduce_rows(op, raw_reshape_contiguous(x, Shape{P, R}), raw_reshape_contiguous(out, Shape{P}));
+    if (op == ReduceOp::Sum) return sum_cols(raw_reshape_contiguous(x, Shape{P, R, C}), raw_reshape_contiguous(out, Shape{P * C}));
   }
   Tensor x2 = rows_last(x, dims);
   reduce_rows(op, x2, raw_reshape_contiguous(out, Shape{x2.size(0)}));

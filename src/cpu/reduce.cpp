@@ -1,6 +1,8 @@
 // Row reductions over a contiguous (outer, inner) layout: ops move the reduced dims last first.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -20,87 +22,128 @@ template <class T> bool is_nan(T v) {
 
 int64_t row_grain(int64_t inner) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1)); }
 
+// A row longer than kChunk is reduced in chunks of kChunk, in parallel, the chunks' results then
+// combined in order: a split fixed by the shape, so a result does not depend on the thread count.
+constexpr int64_t kChunk = 16384;
+
+// Sum or product of p[0, n) in simd::kLanes independent partial results of A (the compiler
+// vectorizes them; one chain of dependent adds waits out their latency at every element).
+template <class A, class T> A chunk_reduce(ReduceOp op, const T* p, int64_t n) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (op == ReduceOp::Sum) return simd::sum_f64(p, n);
+  }
+  if (op == ReduceOp::Sum) return simd::lane_sum<A>(n, [&](int64_t i) { return A(compute_t<T>(p[i])); });
+  A acc[simd::kLanes];
+  std::fill(acc, acc + simd::kLanes, A(1));
+  int64_t i = 0;
+  for (; i + simd::kLanes <= n; i += simd::kLanes)
+    for (int l = 0; l < simd::kLanes; ++l) acc[l] *= A(compute_t<T>(p[i + l]));
+  for (int l = 0; i < n; ++i, ++l) acc[l] *= A(compute_t<T>(p[i]));
+  A s = 1;
+  for (int l = 0; l < simd::kLanes; ++l) s *= acc[l];
+  return s;
+}
+
+// log(sum(exp(row))) in double, shifted by the row's max; an infinite max is the result.
+template <class T> double logsumexp_row(const T* row, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, double(compute_t<T>(row[i])));
+  if (std::isinf(m)) return m;
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(double(compute_t<T>(row[i])) - m);
+  return m + std::log(s);
+}
+
+// The first maximum (minimum) of p[0, n) and its index; a NaN wins, the first one.
+template <bool is_max, class T> std::pair<compute_t<T>, int64_t> chunk_arg(const T* p, int64_t n) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    bool nan = false;
+    const auto best = simd::arg_extreme<is_max>(p, n, nan);
+    if (!nan) return {best.first, best.second};
+    const int64_t i = std::find_if(p, p + n, [](C v) { return v != v; }) - p;
+    return {p[i], i};
+  } else {
+    int64_t best_i = 0;
+    C best = C(p[0]);
+    for (int64_t i = 1; i < n && !is_nan(best); ++i) {
+      const C v = C(p[i]);
+      if (is_nan(v) || (is_max ? v > best : v < best)) best = v, best_i = i;
+    }
+    return {best, best_i};
+  }
+}
+
 }  // namespace
 
 void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
   SINTER_KERNEL_ENTRY();
-  const int64_t outer = x.size(0), inner = x.size(1);
-  visit_dtype(x.dtype(), [&]<class T>() {
-    visit_dtype(out.dtype(), [&]<class O>() {
-      const T* px = x.data<T>();
-      O* po = out.data<O>();
-      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
-          const T* row = px + r * inner;
-          using A = acc_t<T>;
-          if (op == ReduceOp::Sum || op == ReduceOp::Prod) {
-            A acc = op == ReduceOp::Sum ? A(0) : A(1);
-            if (op == ReduceOp::Sum) {
-              for (int64_t i = 0; i < inner; ++i) acc += A(compute_t<T>(row[i]));
-            } else {
-              for (int64_t i = 0; i < inner; ++i) acc *= A(compute_t<T>(row[i]));
-            }
-            po[r] = convert<O>(acc);
-          } else if (op == ReduceOp::LogSumExp) {
-            double m = -std::numeric_limits<double>::infinity();
-            for (int64_t i = 0; i < inner; ++i) m = std::max(m, double(compute_t<T>(row[i])));
-            double s = 0;
-            if (std::isinf(m)) {
-              po[r] = convert<O>(m);
-              continue;
-            }
-            for (int64_t i = 0; i < inner; ++i) s += std::exp(double(compute_t<T>(row[i])) - m);
-            po[r] = convert<O>(m + std::log(s));
-          } else {  // Max / Min: NaN wins
-            compute_t<T> best = compute_t<T>(row[0]);
-            for (int64_t i = 1; i < inner && !is_nan(best); ++i) {
-              const compute_t<T> v = compute_t<T>(row[i]);
-              if (is_nan(v) || (op == ReduceOp::Max ? v > best : v < best)) best = v;
-            }
-            po[r] = convert<O>(best);
-          }
-        }
-      });
-    });
-  });
-}
-
-// out(C) = the column sums of x(R, C). Threads take blocks of 256 columns; with fewer blocks
-// than twice the threads (a bias gradient: 2048 tokens x 128-512 columns is one or two blocks) they
-// split the rows too, in fixed chunks of 256 whose partial sums are added in chunk order, so the
-// result does not depend on the thread count.
-void sum_cols(const Tensor& x, const Tensor& out) {
-  SINTER_KERNEL_ENTRY();
-  const int64_t R = x.size(0), C = x.size(1);
-  constexpr int64_t kBlock = 256, kRows = 256;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-  const int64_t chunks = blocks >= 2 * num_threads() || R < 2 * kRows ? 1 : (R + kRows - 1) / kRows;
+  const int64_t outer = x.size(0), inner = x.size(1), chunks = std::max<int64_t>(1, (inner + kChunk - 1) / kChunk);
   visit_dtype(x.dtype(), [&]<class T>() {
     visit_dtype(out.dtype(), [&]<class O>() {
       using A = acc_t<T>;
       const T* px = x.data<T>();
       O* po = out.data<O>();
-      std::vector<A> part(size_t(chunks > 1 ? chunks * C : 0));
-      const int64_t grain = chunks > 1 ? 1 : std::max<int64_t>(1, 8192 / std::max<int64_t>(R, 1));
-      parallel_for(0, blocks * chunks, grain, [&](int64_t lo, int64_t hi) {
+      if (op == ReduceOp::LogSumExp) {
+        parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
+          for (int64_t r = lo; r < hi; ++r) po[r] = convert<O>(logsumexp_row(px + r * inner, inner));
+        });
+        return;
+      }
+      std::vector<A> part(size_t(chunks > 1 ? outer * chunks : 0));
+      parallel_for(0, outer * chunks, row_grain(std::min(inner, kChunk)), [&](int64_t lo, int64_t hi) {
+        for (int64_t t = lo; t < hi; ++t) {
+          const int64_t r = t / chunks, c0 = (t % chunks) * kChunk;
+          const A v = chunk_reduce<A>(op, px + r * inner + c0, std::min(kChunk, inner - c0));
+          if (chunks > 1) part[size_t(t)] = v;
+          else po[r] = convert<O>(v);
+        }
+      });
+      for (int64_t r = 0; chunks > 1 && r < outer; ++r) {
+        A acc = part[size_t(r * chunks)];
+        for (int64_t c = 1; c < chunks; ++c) acc = op == ReduceOp::Sum ? acc + part[size_t(r * chunks + c)] : acc * part[size_t(r * chunks + c)];
+        po[r] = convert<O>(acc);
+      }
+    });
+  });
+}
+
+// out(P, C) = the sums over R of a contiguous (P, R, C) x. Threads take blocks of 256 columns of
+// one p, and rows in chunks of 256 (past 512 rows), whose partial sums are added in chunk order:
+// a bias gradient (2048 tokens x 128-512 columns, one or two blocks) splits across threads, and the
+// order of the adds is fixed by the shape, not the thread count.
+void sum_cols(const Tensor& x, const Tensor& out) {
+  SINTER_KERNEL_ENTRY();
+  const int64_t P = x.size(0), R = x.size(1), C = x.size(2);
+  constexpr int64_t kBlock = 256, kRows = 256;
+  const int64_t blocks = (C + kBlock - 1) / kBlock, chunks = R < 2 * kRows ? 1 : (R + kRows - 1) / kRows;
+  visit_dtype(x.dtype(), [&]<class T>() {
+    visit_dtype(out.dtype(), [&]<class O>() {
+      using A = acc_t<T>;
+      const T* px = x.data<T>();
+      O* po = out.data<O>();
+      std::vector<A> part(size_t(chunks > 1 ? P * chunks * C : 0));
+      const int64_t grain = std::max<int64_t>(1, 32768 / ((chunks > 1 ? kRows : R) * std::min(C, kBlock)));
+      parallel_for(0, P * blocks * chunks, grain, [&](int64_t lo, int64_t hi) {
         A acc[kBlock];
         for (int64_t t = lo; t < hi; ++t) {
-          const int64_t b = t % blocks, chunk = t / blocks, c0 = b * kBlock, n = std::min(kBlock, C - c0);
-          const int64_t r0 = chunks > 1 ? chunk * kRows : 0, r1 = chunks > 1 ? std::min(R, r0 + kRows) : R;
+          const int64_t b = t % blocks, chunk = t / blocks % chunks, p = t / blocks / chunks;
+          const int64_t c0 = b * kBlock, n = std::min(kBlock, C - c0), r0 = chunk * kRows, r1 = chunks > 1 ? std::min(R, r0 + kRows) : R;
           for (int64_t j = 0; j < n; ++j) acc[j] = 0;
           for (int64_t r = r0; r < r1; ++r) {
-            const T* row = px + r * C + c0;
+            const T* row = px + (p * R + r) * C + c0;
 #pragma omp simd
             for (int64_t j = 0; j < n; ++j) acc[j] += A(compute_t<T>(row[j]));
           }
-          if (chunks > 1) std::copy(acc, acc + n, part.begin() + chunk * C + c0);
-          else for (int64_t j = 0; j < n; ++j) po[c0 + j] = convert<O>(acc[j]);
+          if (chunks > 1) std::copy(acc, acc + n, part.begin() + (p * chunks + chunk) * C + c0);
+          else for (int64_t j = 0; j < n; ++j) po[p * C + c0 + j] = convert<O>(acc[j]);
         }
       });
-      for (int64_t c = 0; chunks > 1 && c < C; ++c) {
+      for (int64_t pc = 0; chunks > 1 && pc < P * C; ++pc) {
+        const int64_t p = pc / C, c = pc % C;
         A s = 0;
-        for (int64_t k = 0; k < chunks; ++k) s += part[size_t(k * C + c)];
-        po[c] = convert<O>(s);
+        for (int64_t k = 0; k < chunks; ++k) s += part[size_t((p * chunks + k) * C + c)];
+        po[pc] = convert<O>(s);
       }
     });
   });
@@ -131,24 +174,30 @@ void var_rows(const Tensor& x, int64_t correction, const Tensor& out) {
 
 void arg_reduce_rows(bool is_max, const Tensor& x, const Tensor& values, const Tensor& indices) {
   SINTER_KERNEL_ENTRY();
-  const int64_t outer = x.size(0), inner = x.size(1);
+  const int64_t outer = x.size(0), inner = x.size(1), chunks = std::max<int64_t>(1, (inner + kChunk - 1) / kChunk);
   visit_dtype(x.dtype(), [&]<class T>() {
+    using C = compute_t<T>;
     const T* px = x.data<T>();
     T* pv = values.defined() ? values.data<T>() : nullptr;
     int64_t* pi = indices.data<int64_t>();
-    parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        const T* row = px + r * inner;
-        int64_t best_i = 0;
-        compute_t<T> best = compute_t<T>(row[0]);
-        for (int64_t i = 1; i < inner && !is_nan(best); ++i) {
-          const compute_t<T> v = compute_t<T>(row[i]);
-          if (is_nan(v) || (is_max ? v > best : v < best)) { best = v; best_i = i; }
-        }
-        if (pv) pv[r] = row[best_i];
-        pi[r] = best_i;
+    std::vector<std::pair<C, int64_t>> part(size_t(outer * chunks));
+    parallel_for(0, outer * chunks, row_grain(std::min(inner, kChunk)), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t c0 = (t % chunks) * kChunk, n = std::min(kChunk, inner - c0);
+        const T* p = px + (t / chunks) * inner + c0;
+        auto best = is_max ? chunk_arg<true>(p, n) : chunk_arg<false>(p, n);
+        part[size_t(t)] = {best.first, best.second + c0};
       }
     });
+    for (int64_t r = 0; r < outer; ++r) {  // the chunks in order: the first extreme, or the first NaN
+      auto best = part[size_t(r * chunks)];
+      for (int64_t c = 1; c < chunks && !is_nan(best.first); ++c) {
+        const auto& q = part[size_t(r * chunks + c)];
+        if (is_nan(q.first) || (is_max ? q.first > best.first : q.first < best.first)) best = q;
+      }
+      if (pv) pv[r] = px[r * inner + best.second];
+      pi[r] = best.second;
+    }
   });
 }
 
@@ -264,19 +313,70 @@ void softmax_backward_rows(const Tensor& g, const Tensor& y, const Tensor& dx, b
   });
 }
 
+namespace {
+#if defined(__AVX512F__)
+// Running sums of two rows of floats or doubles in double, eight elements at a time: a prefix sum
+// inside the register (three shifted adds), plus the carry of the elements before. The two rows'
+// carries are independent chains.
+template <class T> SINTER_INLINE __m512d load8_f64(const T* p) {
+  if constexpr (std::is_same_v<T, float>) return _mm512_cvtps_pd(_mm256_loadu_ps(p));
+  else return _mm512_loadu_pd(p);
+}
+template <class T> SINTER_INLINE void store8(T* p, __m512d v) {
+  if constexpr (std::is_same_v<T, float>) _mm256_storeu_ps(p, _mm512_cvtpd_ps(v));
+  else _mm512_storeu_pd(p, v);
+}
+SINTER_INLINE __m512d prefix8(__m512d v, __m512d carry) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i w = _mm512_castpd_si512(v);
+  v = _mm512_add_pd(v, _mm512_castsi512_pd(_mm512_alignr_epi64(w, zero, 7)));  // + v shifted one lane up
+  w = _mm512_castpd_si512(v);
+  v = _mm512_add_pd(v, _mm512_castsi512_pd(_mm512_alignr_epi64(w, zero, 6)));  // two
+  w = _mm512_castpd_si512(v);
+  v = _mm512_add_pd(v, _mm512_castsi512_pd(_mm512_alignr_epi64(w, zero, 4)));  // four
+  return _mm512_add_pd(v, carry);
+}
+template <class T> void cumsum_two_rows(const T* x0, const T* x1, T* o0, T* o1, int64_t n) {
+  const __m512i last = _mm512_set1_epi64(7);
+  __m512d c0 = _mm512_setzero_pd(), c1 = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512d s0 = prefix8(load8_f64(x0 + i), c0), s1 = prefix8(load8_f64(x1 + i), c1);
+    store8(o0 + i, s0), store8(o1 + i, s1);
+    c0 = _mm512_permutexvar_pd(last, s0), c1 = _mm512_permutexvar_pd(last, s1);
+  }
+  double a0 = _mm512_cvtsd_f64(c0), a1 = _mm512_cvtsd_f64(c1);
+  for (; i < n; ++i) o0[i] = T(a0 += double(x0[i])), o1[i] = T(a1 += double(x1[i]));
+}
+#endif
+}  // namespace
+
 void cumsum_rows(const Tensor& x, const Tensor& out) {
   SINTER_KERNEL_ENTRY();
   const int64_t outer = x.size(0), inner = x.size(1);
   visit_dtype(x.dtype(), [&]<class T>() {
     visit_dtype(out.dtype(), [&]<class O>() {
+      using A = acc_t<T>;
       const T* px = x.data<T>();
       O* po = out.data<O>();
-      parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
-          acc_t<T> acc = 0;
-          for (int64_t i = 0; i < inner; ++i) {
-            acc += acc_t<T>(compute_t<T>(px[r * inner + i]));
-            po[r * inner + i] = convert<O>(acc);
+      constexpr int64_t K = 2;  // rows a task runs together
+      parallel_for(0, (outer + K - 1) / K, std::max<int64_t>(1, row_grain(inner) / K), [&](int64_t lo, int64_t hi) {
+        for (int64_t g = lo; g < hi; ++g) {
+          const int64_t r0 = g * K, k = std::min(K, outer - r0);
+#if defined(__AVX512F__)
+          if constexpr (std::is_same_v<T, O> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+            if (k == K) {
+              cumsum_two_rows(px + r0 * inner, px + (r0 + 1) * inner, po + r0 * inner, po + (r0 + 1) * inner, inner);
+              continue;
+            }
+          }
+#endif
+          for (int64_t r = r0; r < r0 + k; ++r) {
+            A acc = 0;
+            for (int64_t i = 0; i < inner; ++i) {
+              acc += A(compute_t<T>(px[r * inner + i]));
+              po[r * inner + i] = convert<O>(acc);
+            }
           }
         }
       });

@@ -9,6 +9,7 @@
 #endif
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "ops/scalar_fns.h"
 #include "sinter/dtype.h"
@@ -61,6 +62,67 @@ template <class C> SINTER_INLINE C max_of(const C* p, int64_t n) {
   C m = lane_max<C>(n - i, [&](int64_t j) { return p[i + j]; });
   for (int l = 0; l < lanes; ++l) m = acc[l] > m ? acc[l] : m;
   return m;
+}
+
+// The first max (Max) or min of p[0, n < 2^31) and its index, NaNs skipped ({-inf or inf, 0} where
+// all are), and whether one was NaN. Each lane keeps its extreme and where it first saw it; the
+// lanes' extremes then meet, the smallest index among equals winning.
+template <bool Max, class C> SINTER_INLINE std::pair<C, int64_t> arg_extreme(const C* p, int64_t n, bool& nan) {
+  constexpr int lanes = kVectorBytes / int(sizeof(C));
+  constexpr C none = Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+  using I = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;
+  typedef C vec __attribute__((vector_size(kVectorBytes)));
+  typedef I ivec __attribute__((vector_size(kVectorBytes)));
+  vec acc, bad = {};
+  ivec at = {}, cur;
+  for (int l = 0; l < lanes; ++l) acc[l] = none, cur[l] = I(l);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes, cur += I(lanes)) {
+    vec v;
+    std::memcpy(&v, p + i, sizeof v);
+    bad = v != v ? v : bad;  // a NaN lane stays NaN
+    const auto better = Max ? v > acc : v < acc;
+    acc = better ? v : acc;
+    at = better ? cur : at;
+  }
+  C m = none;
+  int64_t mi = 0;
+  nan = false;
+  auto take = [&](C v, int64_t j) {
+    if ((Max ? v > m : v < m) || (v == m && j < mi)) m = v, mi = j;
+  };
+  for (int l = 0; l < lanes; ++l) nan = nan || bad[l] != bad[l], take(acc[l], at[l]);
+  for (; i < n; ++i) nan = nan || p[i] != p[i], take(p[i], i);
+  return {m, mi};
+}
+
+// One register of doubles from as many floats (or doubles) at p.
+template <class TV, class DV, class T> SINTER_INLINE DV widen_f64(const T* p) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) return (DV)_mm512_cvtps_pd(_mm256_loadu_ps(p));
+#endif
+  TV v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, DV);
+}
+
+// sum of p[0, n) of floats or doubles, in double: four registers of partial sums (vector types
+// keep them in registers, where lane_sum's array of lanes went through the stack at every add).
+template <class T> SINTER_INLINE double sum_f64(const T* p, int64_t n) {
+  constexpr int lanes = kVectorBytes / 8;
+  typedef double dvec __attribute__((vector_size(kVectorBytes)));
+  typedef T tvec __attribute__((vector_size(lanes * sizeof(T))));
+  dvec a0 = {}, a1 = {}, a2 = {}, a3 = {};  // named: an array of them is kept on the stack at -O2
+  int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    a0 += widen_f64<tvec, dvec>(p + i), a1 += widen_f64<tvec, dvec>(p + i + lanes);
+    a2 += widen_f64<tvec, dvec>(p + i + 2 * lanes), a3 += widen_f64<tvec, dvec>(p + i + 3 * lanes);
+  }
+  a0 += a1, a2 += a3, a0 += a2;
+  double s = 0;
+  for (int l = 0; l < lanes; ++l) s += a0[l];
+  for (; i < n; ++i) s += double(p[i]);
+  return s;
 }
 
 // sum of a contiguous array in register-wide vectors (two accumulators for the add latency)
