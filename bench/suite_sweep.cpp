@@ -2,7 +2,8 @@
 // rows against PyTorch eager, compiled rows against torch.compile; bench/torch_peer.py times the
 // same cases) and 2:4 rows against Sinter's dense linear on the same weights. Attention at head
 // dims that are no multiple of the vector width, decode and prefill, MHA and GQA, f32 and bf16;
-// linear at small and odd sizes; the row ops at odd widths; a compiled LLaMA block and GPT-2 block
+// linear at small and odd sizes; the row ops at odd widths; reductions, cumsum, a transposing
+// copy, embedding and layer_norm forward + backward; a compiled LLaMA block and GPT-2 block
 // at three sizes, forward and forward + backward.
 #include <sinter/compile.h>
 #include <sinter/sinter.h>
@@ -95,6 +96,27 @@ void row_op_rows(Report& r) {
   }
 }
 
+// Reductions over each kind of dim, argmax over a vocabulary, cumsum, a transposing copy and an
+// embedding's forward + backward (its gradient a whole vocabulary's rows).
+void tensor_op_rows(Report& r) {
+  const Tensor x = randn({2048, 768}), x3 = randn({8, 256, 768}), logits = randn({1, 50257}), sq = randn({4096, 4096});
+  {
+    NoGradGuard g;
+    r.ours_only("sum f32 2048x768 dim 1", time_it([&] { (void)sum(x, {1}); }));
+    r.ours_only("sum f32 2048x768 dim 0", time_it([&] { (void)sum(x, {0}); }));
+    r.ours_only("sum f32 8x256x768 dim 1", time_it([&] { (void)sum(x3, {1}); }));
+    r.ours_only("sum f32 2048x768 all", time_it([&] { (void)sum(x); }));
+    r.ours_only("max f32 2048x768 all", time_it([&] { (void)max(x); }));
+    r.ours_only("argmax f32 1x50257", time_it([&] { (void)argmax(logits, -1); }));
+    r.ours_only("cumsum f32 2048x768 dim 1", time_it([&] { (void)cumsum(x, 1); }));
+    r.ours_only("transpose copy f32 4096x4096", time_it([&] { (void)sq.t().contiguous(); }, 1, 6, 0.2));
+  }
+  const Tensor w = randn({50257, 768}).requires_grad_(), idx = randint(0, 50257, {8, 256}), dy = randn({8, 256, 768});
+  r.ours_only("embedding fwd+bwd f32 50257x768 8x256", time_it([&] { embedding(w, idx).backward(dy); }, 1, 6, 0.2));
+  const Tensor xg = x.detach().requires_grad_(), lw = randn({768}).requires_grad_(), lb = randn({768}).requires_grad_();
+  r.ours_only("layer_norm fwd+bwd f32 2048x768", time_it([&] { layer_norm(xg, lw, lb).backward(x); }));
+}
+
 struct BlockCase {
   bool llama;
   int64_t d, heads, kv_heads, T, B;
@@ -153,10 +175,11 @@ void suite_sweep(const Options& o, Report& r) {
     blocks.push_back({llama, 96, 6, 2, 37, 3});
     if (!o.quick) blocks.push_back({llama, 512, 8, 2, 128, 4}), blocks.push_back({llama, 1024, 16, 4, 512, 1});
   }
-  r.expect(o.quick ? 135 : 331);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, blocks 4 or 12
+  r.expect(o.quick ? 145 : 341);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 10, blocks 4 or 12
   sdpa_rows(o, r);
   linear_rows(o, r);
   row_op_rows(r);
+  tensor_op_rows(r);
   for (const BlockCase& c : blocks) block_rows(c, r);
 }
 

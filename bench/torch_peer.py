@@ -337,6 +337,21 @@ def suite_sweep(a, rows):
                             ("softmax", lambda: F.softmax(x, -1)), ("gelu", lambda: F.gelu(x)), ("cross_entropy", lambda: F.cross_entropy(x, t))):
                 best, med = time_it(f)
                 rows.append(dict(case=f"{name} f32 {r}x{wd}", best_ms=best, median_ms=med))
+    x, x3, logits, sq = torch.randn(2048, 768), torch.randn(8, 256, 768), torch.randn(1, 50257), torch.randn(4096, 4096)
+    with torch.no_grad():
+        for name, f, reps in (("sum f32 2048x768 dim 1", lambda: x.sum(1), 15), ("sum f32 2048x768 dim 0", lambda: x.sum(0), 15),
+                              ("sum f32 8x256x768 dim 1", lambda: x3.sum(1), 15), ("sum f32 2048x768 all", lambda: x.sum(), 15),
+                              ("max f32 2048x768 all", lambda: x.max(), 15), ("argmax f32 1x50257", lambda: logits.argmax(-1), 15),
+                              ("cumsum f32 2048x768 dim 1", lambda: x.cumsum(1), 15),
+                              ("transpose copy f32 4096x4096", lambda: sq.t().contiguous(), 6)):
+            best, med = time_it(f, 1 if reps < 15 else 3, reps, 0.2 if reps < 15 else 0.3)
+            rows.append(dict(case=name, best_ms=best, median_ms=med))
+    w, idx, dy = torch.randn(50257, 768, requires_grad=True), torch.randint(0, 50257, (8, 256)), torch.randn(8, 256, 768)
+    best, med = time_it(lambda: F.embedding(idx, w).backward(dy), 1, 6, 0.2)
+    rows.append(dict(case="embedding fwd+bwd f32 50257x768 8x256", best_ms=best, median_ms=med))
+    xg, lw, lb = x.clone().requires_grad_(), torch.randn(768, requires_grad=True), torch.randn(768, requires_grad=True)
+    best, med = time_it(lambda: F.layer_norm(xg, (768,), lw, lb).backward(x))
+    rows.append(dict(case="layer_norm fwd+bwd f32 2048x768", best_ms=best, median_ms=med))
     compiled = f"torch.compile, PyTorch {torch.__version__}"
     for llama in (True, False):
         for d, heads, kv, T, B in [(96, 6, 2, 37, 3)] + ([] if a.quick else [(512, 8, 2, 128, 4), (1024, 16, 4, 512, 1)]):

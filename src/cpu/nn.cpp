@@ -107,16 +107,13 @@ void rms_norm_rows(const Tensor& x, const Tensor& w, double eps, const Tensor& o
 }
 
 namespace {
-// One row of norm_backward_rows: dx, and the row's terms added into dw, db. Written as lane
-// loops over restrict pointers so that each pass vectorizes (the sums keep kLanes partial sums in
-// lane_sum's order); xh and gh are recomputed in the last pass instead of kept.
+// One row of norm_backward_rows, given its mean and rstd (the forward's, four rows at a time):
+// dx, and the row's terms added into dw, db. Written as lane loops over restrict pointers so that
+// each pass vectorizes; xh and gh are recomputed in the last pass instead of kept.
 template <class C, class T>
-SINTER_INLINE void norm_backward_row(bool layer, const T* __restrict x, const T* __restrict g, const T* __restrict w, C eps,
-                                     int64_t D, T* __restrict dx, C* __restrict dw, C* __restrict db) {
+SINTER_INLINE void norm_backward_row(bool layer, const T* __restrict x, const T* __restrict g, const T* __restrict w, C m,
+                                     C rstd, int64_t D, T* __restrict dx, C* __restrict dw, C* __restrict db) {
   constexpr int L = simd::kLanes;
-  const C m = layer ? simd::lane_sum<C>(D, [&](int64_t i) { return C(x[i]); }) / C(D) : C(0);
-  const C var = simd::lane_sum<C>(D, [&](int64_t i) { const C d = C(x[i]) - m; return d * d; }) / C(D);
-  const C rstd = C(1) / std::sqrt(var + eps);
   C sg[L] = {}, sgx[L] = {};
   int64_t i = 0;
   for (; i + L <= D; i += L)
@@ -158,8 +155,9 @@ void norm_backward_rows(bool layer, const Tensor& g, const Tensor& x, const Tens
       parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
           C* pdw = part.data() + c * 2 * D;
-          for (int64_t r = c * grain; r < std::min(rows, (c + 1) * grain); ++r)
-            norm_backward_row<C>(layer, px + r * D, pg + r * D, pw, C(eps), D, pdx + r * D, pdw, pdw + D);
+          for_rows_with_stats(layer, px, c * grain, std::min(rows, (c + 1) * grain), D, C(eps), [&](int64_t r, C m, C rstd) {
+            norm_backward_row<C>(layer, px + r * D, pg + r * D, pw, m, rstd, D, pdx + r * D, pdw, pdw + D);
+          });
         }
       });
       T *pw_out = dw.data<T>(), *pb_out = db.defined() ? db.data<T>() : nullptr;
