@@ -321,3 +321,43 @@ TEST(Kernels, ATransposingCopyPutsEveryElementWhereALoopDoes) {
   const Tensor m = randn({33, 70});
   EXPECT_TRUE(test::bitwise_equal(m.t().contiguous().t().contiguous(), m));
 }
+
+// bf16 elementwise ops and softmax run through float blocks (src/cpu/loops.h), their reductions
+// and argmax on widened registers: each gives what the f32 kernel gives on the widened values,
+// rounded once; x.pow(2) is x * x; clamp keeps NaN.
+TEST(Kernels, HalfPrecisionOpsComputeInFloatAsTheF32KernelsDo) {
+  manual_seed(14);
+  const Tensor xb = randn({3, 700}).to(DType::bf16), wb = randn({700}).to(DType::bf16);
+  const Tensor xf = xb.to(DType::f32), wf = wb.to(DType::f32);
+  EXPECT_TRUE(test::bitwise_equal(silu(xb), silu(xf).to(DType::bf16)));
+  EXPECT_TRUE(test::bitwise_equal(mul(xb, wb), mul(xf, wf).to(DType::bf16)));
+  EXPECT_TRUE(test::bitwise_equal(add(xb, 0.375), add(xf, 0.375).to(DType::bf16)));  // a scalar bf16 holds exactly
+  EXPECT_TRUE(test::bitwise_equal(softmax(xb, -1), softmax(xf, -1).to(DType::bf16)));
+  const std::vector<float> v = xf.to_vector<float>();
+  const std::vector<float> s = sum(xb, {1}).to(DType::f32).to_vector<float>();
+  for (int64_t r = 0; r < 3; ++r) {
+    double want = 0;
+    for (int64_t i = 0; i < 700; ++i) want += double(v[size_t(r * 700 + i)]);
+    EXPECT_NEAR(s[size_t(r)], want, std::abs(want) / 128 + 1e-6) << "row " << r;
+  }
+  std::vector<float> with_nan = v;
+  with_nan[1000] = NAN;  // row 1, column 300
+  const Tensor nb = tensor(with_nan, {3, 700}).to(DType::bf16);
+  const std::vector<int64_t> am = argmax(nb, 1).to_vector<int64_t>();
+  EXPECT_EQ(am[1], 300);
+  for (int64_t r : {0, 2}) {
+    const auto row = v.begin() + r * 700;
+    EXPECT_EQ(am[size_t(r)], std::max_element(row, row + 700) - row) << "row " << r;
+  }
+  const Tensor x = randn({1000});
+  EXPECT_TRUE(test::bitwise_equal(pow(x, 2.0), x * x));
+  const Tensor xd = x.to(DType::f64);
+  EXPECT_TRUE(test::bitwise_equal(pow(xd, 2.0), xd * xd));
+  std::vector<float> c = x.to_vector<float>();
+  c[7] = NAN;
+  const std::vector<float> got = clamp(tensor(c, {1000}), -0.5, 0.5).to_vector<float>();
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isnan(c[i])) EXPECT_TRUE(std::isnan(got[i]));
+    else EXPECT_EQ(got[i], std::min(0.5f, std::max(-0.5f, c[i]))) << i;
+  }
+}

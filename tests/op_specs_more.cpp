@@ -444,6 +444,7 @@ void add_more_specs(std::map<std::string, Spec>& m) {
     return std::vector<Case>{{{rn({4, 5}), ints({6, 5}, 0, 4)}, dim_attr(0)},
                              {{rn({4, 5}), ints({3, 2}, 0, 5)}, dim_attr(1)},
                              {{rn({2, 3, 4}), ints({2, 3, 7}, 0, 4)}, dim_attr(-1)},
+                             {{rn({3, 5, 4}), ints({2, 6, 3}, 0, 5)}, dim_attr(1)},  // a middle dim, idx smaller elsewhere
                              {{rn({3, 3}), ints({0, 3}, 0, 3)}, dim_attr(0)}};
   };
   ga.ref = [](const std::vector<R>& in, const Attrs& a) {
@@ -466,6 +467,8 @@ void add_more_specs(std::map<std::string, Spec>& m) {
     return std::vector<Case>{{{rn({4, 5}), ints({6, 5}, 0, 4), rn({6, 5})}, dim_attr(0)},
                              {{rn({4, 5}), ints({3, 2}, 0, 5), rn({3, 2})}, dim_attr(1)},
                              {{ints({5}, 0, 3), ints({8}, 0, 5), ints({8}, 0, 3)}, dim_attr(0)},
+                             {{rn({3, 4, 6}), ints({3, 2, 9}, 0, 6), rn({3, 2, 9})}, dim_attr(2)},  // the last dim: rows in parallel
+                             {{rn({3, 4, 6}), ints({2, 7, 5}, 0, 4), rn({2, 7, 5})}, dim_attr(1)},
                              {{rn({3}), ints({0}, 0, 3), rn({0})}, dim_attr(0)}};
   };
   sa.ref = [](const std::vector<R>& in, const Attrs& a) {

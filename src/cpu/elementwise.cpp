@@ -27,6 +27,15 @@ template <class F, class T> void unary_loop(const Tensor& x, const Tensor& out) 
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
     T* o = reinterpret_cast<T*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
+    if constexpr (is_half_v<T>) {
+      if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+        through_float_blocks(o, std::array<const T*, 1>{a}, n, [&](float* const* in, float* r, int64_t m) {
+#pragma omp simd
+          for (int64_t i = 0; i < m; ++i) r[i] = f(in[0][i]);
+        });
+        return;
+      }
+    }
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) o[i] = T(f(C(a[i])));
@@ -86,6 +95,16 @@ void clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi, 
       for_each_strided<2>(out.shape(), {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                           {broadcast_strides_bytes(out, out.shape()), broadcast_strides_bytes(x, out.shape())},
                           [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+        if (s[0] == sizeof(T) && s[1] == sizeof(T) && has_l && has_h) {  // a vectorized min and max (NaN stays NaN)
+          T* o = reinterpret_cast<T*>(p[0]);
+          const T* a = reinterpret_cast<const T*>(p[1]);
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) {
+            const C v = C(a[i]), v1 = v < l ? l : v;
+            o[i] = T(v1 > h ? h : v1);
+          }
+          return;
+        }
         for (int64_t i = 0; i < n; ++i) {
           C v = C(*reinterpret_cast<const T*>(p[1] + i * s[1]));
           if (has_l && v < l) v = l;
@@ -98,35 +117,38 @@ void clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi, 
 }
 
 namespace {
-// dst = src for a contiguous dst and a src contiguous along another of its dims than dst's last (a
-// transpose, rows_last of a reduction): copied in 32 x 32 tiles that each stay in L1, where
-// copying dst row by row walks src a column at a time (a 4096 x 4096 f32 transpose: 2.2 GB/s).
+// dst = src where each runs contiguously along a different dim (a transpose one way or the other:
+// .contiguous() of a transposed view, rows_last of a reduction and writing its rows back): copied in
+// 32 x 32 tiles over those two dims, each tile read and written from L1, where copying along dst's
+// rows walks src a column at a time (a 4096 x 4096 f32 transpose: 2.2 GB/s).
 template <class S, class D> bool copy_tiled(const Tensor& src, const Tensor& dst) {
   constexpr int64_t kTile = 32;
-  const int64_t nd = dst.dim(), last = nd - 1;
-  if (nd < 2 || !dst.is_contiguous() || dst.size(last) < kTile / 2) return false;
+  const int64_t nd = dst.dim();
   const Dims ss = broadcast_strides_bytes(src, dst.shape());
-  int64_t ds = -1;  // src's contiguous dim
-  for (int64_t d = 0; d < last; ++d)
-    if (ss[size_t(d)] == int64_t(sizeof(S)) && dst.size(d) >= kTile / 2) ds = d;
-  if (ds < 0 || ss[size_t(last)] == int64_t(sizeof(S))) return false;
-  const int64_t A = dst.size(ds), B = dst.size(last), da = dst.stride(ds), sb = ss[size_t(last)];
-  const int64_t ta = (A + kTile - 1) / kTile, tb = (B + kTile - 1) / kTile, outer = dst.numel() / (A * B);
+  int64_t da = -1, db = -1;  // src's contiguous dim, dst's contiguous dim
+  for (int64_t d = 0; d < nd; ++d) {
+    if (dst.size(d) < kTile / 2) continue;
+    if (ss[size_t(d)] == int64_t(sizeof(S))) da = d;
+    if (dst.stride(d) == 1) db = d;
+  }
+  if (da < 0 || db < 0 || da == db) return false;
+  const int64_t A = dst.size(da), B = dst.size(db), ta = (A + kTile - 1) / kTile, tb = (B + kTile - 1) / kTile;
+  const int64_t dst_a = dst.stride(da), src_b = ss[size_t(db)], outer = dst.numel() / (A * B);
   const char* ps = static_cast<const char*>(src.data_ptr());
   D* pd = static_cast<D*>(dst.data_ptr());
   parallel_for(0, outer * ta * tb, std::max<int64_t>(1, kElementwiseGrain / (kTile * kTile)), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       int64_t o = t / (ta * tb), src_off = 0, dst_off = 0;  // the other dims' index, last first
-      for (int64_t d = last - 1; d >= 0; --d) {
-        if (d == ds) continue;
+      for (int64_t d = nd - 1; d >= 0; --d) {
+        if (d == da || d == db) continue;
         const int64_t i = o % dst.size(d);
         o /= dst.size(d), src_off += i * ss[size_t(d)], dst_off += i * dst.stride(d);
       }
       const int64_t a0 = t / tb % ta * kTile, b0 = t % tb * kTile, a1 = std::min(A, a0 + kTile), b1 = std::min(B, b0 + kTile);
       for (int64_t a = a0; a < a1; ++a) {
-        D* out = pd + dst_off + a * da;
+        D* out = pd + dst_off + a * dst_a;
         const char* in = ps + src_off + a * int64_t(sizeof(S));
-        for (int64_t b = b0; b < b1; ++b) out[b] = convert<D>(*reinterpret_cast<const S*>(in + b * sb));
+        for (int64_t b = b0; b < b1; ++b) out[b] = convert<D>(*reinterpret_cast<const S*>(in + b * src_b));
       }
     }
   });

@@ -34,7 +34,10 @@ double scalar_value(const Tensor& t) {
 
 void check_index_range(const std::string& op, const Tensor& idx, int64_t n) {
   const int64_t* p = idx.data<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
+  const int64_t count = idx.numel();
+  bool ok = true;  // one vectorized pass (a negative index is a huge unsigned one); the message finds the first bad one
+  for (int64_t i = 0; i < count; ++i) ok &= uint64_t(p[i]) < uint64_t(n);
+  for (int64_t i = 0; !ok && i < count; ++i)
     SINTER_CHECK_INDEX(p[i] >= 0 && p[i] < n, "[", op, "] index ", p[i], " at position ", i, " out of range for size ", n);
 }
 

@@ -27,32 +27,49 @@ Tensor scalar_of(double v, DType dt) {
   return t;
 }
 
-// Calls f(linear position, multi-index) over a shape in row-major order.
-template <class F> void for_each_index(const Shape& shape, F&& f) {
-  const int64_t n = shape.numel();
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (int64_t lin = 0; lin < n; ++lin) {
-    f(lin, idx);
-    for (size_t d = shape.size(); d-- > 0;) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-int64_t offset_of(const Tensor& t, const std::vector<int64_t>& idx, int64_t dim, int64_t at) {
-  int64_t off = t.offset();
-  for (size_t d = 0; d < idx.size(); ++d) off += (int64_t(d) == dim ? at : idx[d]) * t.strides()[d];
-  return off;
-}
-
 void index_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const int64_t dim = wrap_dim("index_select", a.i("dim"), in[0].dim());
   Tensor idx = as_i64(in[1]);
   check_index_range("index_select", idx, in[0].size(dim));
   const int64_t* p = idx.data<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
-    copy(raw_slice(in[0], dim, p[i], p[i] + 1), raw_slice(out[0], dim, i, i + 1));
+  if (!in[0].is_contiguous() || !out[0].is_contiguous()) {
+    for (int64_t i = 0; i < idx.numel(); ++i) copy(raw_slice(in[0], dim, p[i], p[i] + 1), raw_slice(out[0], dim, i, i + 1));
+    return;
+  }
+  // x as (P, R, C) around dim, out as (P, I, C): a copy of C elements per (p, i), in parallel
+  int64_t P = 1, C = 1;
+  for (int64_t d = 0; d < in[0].dim(); ++d) (d < dim ? P : C) *= d == dim ? 1 : in[0].size(d);
+  const int64_t R = in[0].size(dim), I = idx.numel(), bytes = C * in[0].element_size();
+  const char* px = static_cast<const char*>(in[0].data_ptr());
+  char* po = static_cast<char*>(out[0].data_ptr());
+  parallel_for(0, P * I, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(bytes, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) std::memcpy(po + t * bytes, px + (t / I * R + p[t % I]) * bytes, size_t(bytes));
+  });
+}
+
+// f(out/src position of element j of row r, x or out offset of that element) for every element of
+// idx, row by row (its last dim), rows in parallel where `parallel`: the offset of idx's position in
+// t (strided) with dim's coordinate replaced by the index.
+template <class F> void for_each_indexed(const Tensor& idx, const Tensor& t, int64_t dim, bool parallel, F&& f) {
+  const int64_t nd = idx.dim(), L = nd ? idx.size(-1) : 1, rows = L ? idx.numel() / L : 0;
+  const int64_t* pi = idx.data<int64_t>();
+  const int64_t sd = nd ? t.stride(dim) : 0, sl = nd ? t.stride(nd - 1) : 0;
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t rem = r, base = t.offset();
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        const int64_t i = rem % idx.size(d);
+        rem /= idx.size(d);
+        if (d != dim) base += i * t.stride(d);
+      }
+      const int64_t* ip = pi + r * L;
+      if (nd == 0) f(0, base);
+      else if (dim == nd - 1) for (int64_t j = 0; j < L; ++j) f(r * L + j, base + ip[j] * sd);
+      else for (int64_t j = 0; j < L; ++j) f(r * L + j, base + j * sl + ip[j] * sd);
+    }
+  };
+  if (parallel) parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(L, 1)), run);
+  else run(0, rows);
 }
 
 void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -60,15 +77,15 @@ void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   const int64_t dim = wrap_dim("gather", a.i("dim"), x.dim());
   Tensor idx = as_i64(in[1]);
   check_index_range("gather", idx, x.dim() ? x.size(dim) : 1);
-  const int64_t* pi = idx.data<int64_t>();
-  const int64_t es = x.element_size();
-  const char* px = static_cast<const char*>(x.storage()->data);
-  char* po = static_cast<char*>(out[0].data_ptr());
-  for_each_index(idx.shape(), [&](int64_t lin, const std::vector<int64_t>& at) {
-    std::memcpy(po + lin * es, px + offset_of(x, at, dim, pi[lin]) * es, size_t(es));
+  visit_dtype(x.dtype(), [&]<class T>() {
+    const T* px = static_cast<const T*>(x.storage()->data);
+    T* po = out[0].data<T>();
+    for_each_indexed(idx, x, dim, true, [&](int64_t at, int64_t off) { po[at] = px[off]; });
   });
 }
 
+// Rows of idx write distinct rows of out only where dim is the last: there they run in parallel,
+// elsewhere in order (each destination's adds in idx's order either way).
 void scatter_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const int64_t dim = wrap_dim("scatter_add", a.i("dim"), x.dim());
@@ -76,14 +93,13 @@ void scatter_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
   check_index_range("scatter_add", idx, x.dim() ? x.size(dim) : 1);
   copy(x, out[0]);
   Tensor src = contiguous_as(in[2], x.dtype());
-  const int64_t* pi = idx.data<int64_t>();
   visit_dtype(x.dtype(), [&]<class T>() {
     T* po = static_cast<T*>(out[0].storage()->data);
     const T* ps = src.data<T>();
-    for_each_index(idx.shape(), [&](int64_t lin, const std::vector<int64_t>& at) {
-      T& dst = po[offset_of(out[0], at, dim, pi[lin])];
-      if constexpr (std::is_same_v<T, bool>) dst = dst || ps[lin];
-      else dst = T(compute_t<T>(dst) + compute_t<T>(ps[lin]));
+    for_each_indexed(idx, out[0], dim, x.dim() > 0 && dim == x.dim() - 1, [&](int64_t at, int64_t off) {
+      T& dst = po[off];
+      if constexpr (std::is_same_v<T, bool>) dst = dst || ps[at];
+      else dst = T(compute_t<T>(dst) + compute_t<T>(ps[at]));
     });
   });
 }
@@ -96,11 +112,48 @@ void triangle_kernel(std::span<const Tensor> in, std::span<Tensor> out, const At
   const Tensor& x = in[0];
   const int64_t R = x.size(-2), C = x.size(-1), diag = a.i("diagonal");
   const bool upper = a.b("upper");
+  if (x.is_contiguous() && out[0].is_contiguous()) {  // each row: its kept run copied, the rest zeroed (all bits 0)
+    const int64_t es = x.element_size(), rows = x.numel() / std::max<int64_t>(C, 1);
+    const char* px = static_cast<const char*>(x.data_ptr());
+    char* po = static_cast<char*>(out[0].data_ptr());
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t q = lo; q < hi; ++q) {
+        const int64_t r = q % R, b = std::clamp<int64_t>(upper ? r + diag : r + diag + 1, 0, C);  // columns [0, b) vs [b, C)
+        const int64_t k0 = upper ? b : 0, k1 = upper ? C : b, z0 = upper ? 0 : b, z1 = upper ? b : C;
+        char* o = po + q * C * es;
+        std::memcpy(o + k0 * es, px + (q * C + k0) * es, size_t((k1 - k0) * es));
+        std::memset(o + z0 * es, 0, size_t((z1 - z0) * es));
+      }
+    });
+    return;
+  }
   Tensor keep = Tensor::empty({R, C}, DType::boolean);
   bool* pk = keep.data<bool>();
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) pk[r * C + c] = upper ? (c - r >= diag) : (c - r <= diag);
   where(keep, x, scalar_of(0.0, x.dtype()), out[0]);
+}
+
+// The best k (>= 1) of row[0, n), none NaN, best first, ties to the earlier index: one pass
+// keeping them in a heap whose top is the worst, so most elements cost one comparison.
+template <class T> void top_k_plain(const T* row, int64_t n, int64_t k, bool largest, T* values, int64_t* indices) {
+  using P = std::pair<compute_t<T>, int64_t>;
+  auto better = [&](const P& a, const P& b) { return a.first != b.first ? (largest ? a.first > b.first : a.first < b.first) : a.second < b.second; };
+  std::vector<P> heap;
+  for (int64_t i = 0; i < k; ++i) heap.push_back({compute_t<T>(row[i]), i});
+  std::make_heap(heap.begin(), heap.end(), better);
+  compute_t<T> worst = heap.front().first;
+  for (int64_t i = k; i < n; ++i) {
+    const compute_t<T> v = compute_t<T>(row[i]);
+    if (largest ? v > worst : v < worst) {  // a tie keeps the earlier
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = {v, i};
+      std::push_heap(heap.begin(), heap.end(), better);
+      worst = heap.front().first;
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+  for (int64_t j = 0; j < k; ++j) values[j] = row[heap[size_t(j)].second], indices[j] = heap[size_t(j)].second;
 }
 
 void topk_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -116,9 +169,17 @@ void topk_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
     T* pv = vals.data<T>();
     int64_t* pi = idx.data<int64_t>();
     parallel_for(0, rows, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<int64_t> order(static_cast<size_t>(n));
+      std::vector<int64_t> order;  // the NaN-aware sort's
       for (int64_t r = lo; r < hi; ++r) {
         const T* row = px + r * n;
+        bool nan = false;
+        if constexpr (!std::is_integral_v<compute_t<T>>)
+          for (int64_t i = 0; i < n; ++i) nan |= compute_t<T>(row[i]) != compute_t<T>(row[i]);
+        if (!nan && k > 0) {
+          top_k_plain(row, n, k, largest, pv + r * k, pi + r * k);
+          continue;
+        }
+        order.resize(size_t(n));
         std::iota(order.begin(), order.end(), 0);
         auto better = [&](int64_t i, int64_t j) {
           const double a_ = double(compute_t<T>(row[i])), b_ = double(compute_t<T>(row[j]));

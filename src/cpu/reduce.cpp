@@ -29,7 +29,7 @@ constexpr int64_t kChunk = 16384;
 // Sum or product of p[0, n) in simd::kLanes independent partial results of A (the compiler
 // vectorizes them; one chain of dependent adds waits out their latency at every element).
 template <class A, class T> A chunk_reduce(ReduceOp op, const T* p, int64_t n) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>) {
     if (op == ReduceOp::Sum) return simd::sum_f64(p, n);
   }
   if (op == ReduceOp::Sum) return simd::lane_sum<A>(n, [&](int64_t i) { return A(compute_t<T>(p[i])); });
@@ -63,6 +63,19 @@ template <bool is_max, class T> std::pair<compute_t<T>, int64_t> chunk_arg(const
     if (!nan) return {best.first, best.second};
     const int64_t i = std::find_if(p, p + n, [](C v) { return v != v; }) - p;
     return {p[i], i};
+  } else if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+    // in float blocks (exact), the first extreme of each kept unless a later one is beyond it
+    constexpr int64_t kBlock = 1024;
+    float buf[kBlock];
+    std::pair<float, int64_t> best{0.0f, -1};
+    for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+      const int64_t m = std::min(kBlock, n - b0);
+      for (int64_t i = 0; i < m; ++i) buf[i] = float(p[b0 + i]);
+      const auto q = chunk_arg<is_max>(buf, m);
+      if (best.second < 0 || is_nan(q.first) || (is_max ? q.first > best.first : q.first < best.first)) best = {q.first, q.second + b0};
+      if (is_nan(best.first)) break;
+    }
+    return best;
   } else {
     int64_t best_i = 0;
     C best = C(p[0]);
@@ -271,13 +284,21 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
       const T* px = x.data<T>();
       T* po = out.data<T>();
       parallel_for(0, outer, row_grain(inner), [&](int64_t lo, int64_t hi) {
-        std::vector<C> buf(static_cast<size_t>(inner));
+        constexpr bool half = !std::is_same_v<T, C>;  // bf16, f16: rows widened and narrowed in loops of their own
+        std::vector<C> buf(static_cast<size_t>(half ? 3 * inner : inner));
         for (int64_t r = lo; r < hi; ++r) {
           // Row i of its matrix sees columns i + offset - window < j <= i + offset; the rest is 0
           // (and costs no exp).
           const int64_t n = std::clamp<int64_t>(r % rows_per_matrix + offset + 1, 0, inner);
-          softmax_row(px + r * inner, po + r * inner, window > 0 ? std::max<int64_t>(n - window, 0) : 0, n, inner, buf.data(),
-                      stream, safe);
+          const int64_t first = window > 0 ? std::max<int64_t>(n - window, 0) : 0;
+          if constexpr (half) {
+            C *row = buf.data() + inner, *orow = row + inner;
+            for (int64_t i = 0; i < inner; ++i) row[i] = C(px[r * inner + i]);
+            softmax_row(row, orow, first, n, inner, buf.data(), false, safe);
+            for (int64_t i = 0; i < inner; ++i) po[r * inner + i] = T(orow[i]);
+          } else {
+            softmax_row(px + r * inner, po + r * inner, first, n, inner, buf.data(), stream, safe);
+          }
         }
         simd::stream_fence();
       });

@@ -155,6 +155,7 @@ struct Pow {
       for (T e = b, base = a; e > 0; e >>= 1, base = T(base * base)) if (e & 1) r = T(r * base);
       return r;
     } else {
+      if (b == T(2)) return a * a;  // x.pow(2), the common case: exact, and no call to the library
       return std::pow(a, b);
     }
   }

@@ -96,35 +96,6 @@ template <bool Max, class C> SINTER_INLINE std::pair<C, int64_t> arg_extreme(con
   return {m, mi};
 }
 
-// One register of doubles from as many floats (or doubles) at p.
-template <class TV, class DV, class T> SINTER_INLINE DV widen_f64(const T* p) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return (DV)_mm512_cvtps_pd(_mm256_loadu_ps(p));
-#endif
-  TV v;
-  std::memcpy(&v, p, sizeof v);
-  return __builtin_convertvector(v, DV);
-}
-
-// sum of p[0, n) of floats or doubles, in double: four registers of partial sums (vector types
-// keep them in registers, where lane_sum's array of lanes went through the stack at every add).
-template <class T> SINTER_INLINE double sum_f64(const T* p, int64_t n) {
-  constexpr int lanes = kVectorBytes / 8;
-  typedef double dvec __attribute__((vector_size(kVectorBytes)));
-  typedef T tvec __attribute__((vector_size(lanes * sizeof(T))));
-  dvec a0 = {}, a1 = {}, a2 = {}, a3 = {};  // named: an array of them is kept on the stack at -O2
-  int64_t i = 0;
-  for (; i + 4 * lanes <= n; i += 4 * lanes) {
-    a0 += widen_f64<tvec, dvec>(p + i), a1 += widen_f64<tvec, dvec>(p + i + lanes);
-    a2 += widen_f64<tvec, dvec>(p + i + 2 * lanes), a3 += widen_f64<tvec, dvec>(p + i + 3 * lanes);
-  }
-  a0 += a1, a2 += a3, a0 += a2;
-  double s = 0;
-  for (int l = 0; l < lanes; ++l) s += a0[l];
-  for (; i < n; ++i) s += double(p[i]);
-  return s;
-}
-
 // sum of a contiguous array in register-wide vectors (two accumulators for the add latency)
 template <class C> SINTER_INLINE C sum_of(const C* p, int64_t n) {
   constexpr int lanes = kVectorBytes / int(sizeof(C));
@@ -184,6 +155,69 @@ SINTER_INLINE f32reg widen_bf16(const bf16* p) {
   std::memcpy(&h, p, sizeof h);
   return (f32reg)(__builtin_convertvector(h, uvec) << 16);
 #endif
+}
+
+// One register of doubles from as many floats, doubles or bf16 at p.
+template <class TV, class DV, class T> SINTER_INLINE DV widen_f64(const T* p) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) return (DV)_mm512_cvtps_pd(_mm256_loadu_ps(p));
+  if constexpr (std::is_same_v<T, bf16>) {
+    const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+    return (DV)_mm512_cvtps_pd(_mm256_castsi256_ps(u));
+  }
+#endif
+  if constexpr (std::is_same_v<T, bf16>) {  // the high half of an f32: a shift widens it exactly
+    static_assert(sizeof(DV) == kVectorBytes, "one register of doubles");
+    typedef uint16_t hv __attribute__((vector_size(kVectorBytes / 4)));
+    typedef uint32_t uv __attribute__((vector_size(kVectorBytes / 2)));
+    typedef float fv __attribute__((vector_size(kVectorBytes / 2)));
+    hv h;
+    std::memcpy(&h, p, sizeof h);
+    return __builtin_convertvector((fv)(__builtin_convertvector(h, uv) << 16), DV);
+  } else {
+    TV v;
+    std::memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, DV);
+  }
+}
+
+// sum of p[0, n) of floats, doubles or bf16, in double: four registers of partial sums (vector types
+// keep them in registers, where lane_sum's array of lanes went through the stack at every add).
+template <class T> SINTER_INLINE double sum_f64(const T* p, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Eight registers of bf16 summed in f32 (exact to 2^-21 of their size, far below bf16's 2^-8),
+    // then added in double: widening every value to double bound the loop on the shuffle port.
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+      __m512 s0 = (__m512)widen_bf16(p + i), s1 = (__m512)widen_bf16(p + i + 16);
+      for (int k = 32; k < 128; k += 32)
+        s0 = _mm512_add_ps(s0, (__m512)widen_bf16(p + i + k)), s1 = _mm512_add_ps(s1, (__m512)widen_bf16(p + i + k + 16));
+      s0 = _mm512_add_ps(s0, s1);
+      a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(s0)));
+      a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s0), 1))));
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < n; ++i) s += double(float(p[i]));
+    return s;
+  }
+#endif
+  constexpr int lanes = kVectorBytes / 8;
+  typedef double dvec __attribute__((vector_size(kVectorBytes)));
+  typedef std::conditional_t<std::is_same_v<T, bf16>, uint16_t, T> E;  // a vector of structs is no vector
+  typedef E tvec __attribute__((vector_size(lanes * sizeof(T))));
+  dvec a0 = {}, a1 = {}, a2 = {}, a3 = {};  // named: an array of them is kept on the stack at -O2
+  int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    a0 += widen_f64<tvec, dvec>(p + i), a1 += widen_f64<tvec, dvec>(p + i + lanes);
+    a2 += widen_f64<tvec, dvec>(p + i + 2 * lanes), a3 += widen_f64<tvec, dvec>(p + i + 3 * lanes);
+  }
+  a0 += a1, a2 += a3, a0 += a2;
+  double s = 0;
+  for (int l = 0; l < lanes; ++l) s += a0[l];
+  for (; i < n; ++i) s += double(p[i]);
+  return s;
 }
 
 // lane_sum of K rows of floats at once, each row's sum in lane_sum's order (the same bits): the
