@@ -96,10 +96,12 @@ void row_op_rows(Report& r) {
   }
 }
 
-// Reductions over each kind of dim, argmax over a vocabulary, cumsum, a transposing copy and an
-// embedding's forward + backward (its gradient a whole vocabulary's rows).
+// Reductions over each kind of dim, argmax over a vocabulary, cumsum, a transposing copy, softmax
+// over the leading dim, bf16 elementwise ops, indexing, topk, tril, and an embedding's and a
+// layer_norm's forward + backward (the embedding's gradient a whole vocabulary's rows).
 void tensor_op_rows(Report& r) {
   const Tensor x = randn({2048, 768}), x3 = randn({8, 256, 768}), logits = randn({1, 50257}), sq = randn({4096, 4096});
+  const Tensor logits4 = randn({4, 50257}), sq2 = randn({2048, 2048});
   {
     NoGradGuard g;
     r.ours_only("sum f32 2048x768 dim 1", time_it([&] { (void)sum(x, {1}); }));
@@ -110,6 +112,20 @@ void tensor_op_rows(Report& r) {
     r.ours_only("argmax f32 1x50257", time_it([&] { (void)argmax(logits, -1); }));
     r.ours_only("cumsum f32 2048x768 dim 1", time_it([&] { (void)cumsum(x, 1); }));
     r.ours_only("transpose copy f32 4096x4096", time_it([&] { (void)sq.t().contiguous(); }, 1, 6, 0.2));
+    r.ours_only("softmax f32 2048x768 dim 0", time_it([&] { (void)softmax(x, 0); }));
+    r.ours_only("pow 2 f32 2048x768", time_it([&] { (void)pow(x, 2.0); }));
+    r.ours_only("clamp f32 2048x768", time_it([&] { (void)clamp(x, -0.5, 0.5); }));
+    const Tensor xb = x.to(DType::bf16), wb = randn({768}).to(DType::bf16);
+    r.ours_only("silu bf16 2048x768", time_it([&] { (void)silu(xb); }));
+    r.ours_only("mul bf16 2048x768 by a row", time_it([&] { (void)mul(xb, wb); }));
+    r.ours_only("softmax bf16 2048x768", time_it([&] { (void)softmax(xb, -1); }));
+    r.ours_only("sum bf16 2048x768 dim 1", time_it([&] { (void)sum(xb, {1}); }));
+    const Tensor rows = randint(0, 2048, {4096}), cols = randint(0, 768, {2048, 64}), src = randn({2048, 64});
+    r.ours_only("index_select f32 2048x768 4096 rows", time_it([&] { (void)index_select(x, 0, rows); }));
+    r.ours_only("gather f32 2048x768 dim 1 64 a row", time_it([&] { (void)gather(x, 1, cols); }));
+    r.ours_only("scatter_add f32 2048x768 dim 1 64 a row", time_it([&] { (void)scatter_add(x, 1, cols, src); }));
+    r.ours_only("topk 50 f32 4x50257", time_it([&] { (void)topk(logits4, 50); }));
+    r.ours_only("tril f32 2048x2048", time_it([&] { (void)tril(sq2); }));
   }
   const Tensor w = randn({50257, 768}).requires_grad_(), idx = randint(0, 50257, {8, 256}), dy = randn({8, 256, 768});
   r.ours_only("embedding fwd+bwd f32 50257x768 8x256", time_it([&] { embedding(w, idx).backward(dy); }, 1, 6, 0.2));
@@ -175,7 +191,7 @@ void suite_sweep(const Options& o, Report& r) {
     blocks.push_back({llama, 96, 6, 2, 37, 3});
     if (!o.quick) blocks.push_back({llama, 512, 8, 2, 128, 4}), blocks.push_back({llama, 1024, 16, 4, 512, 1});
   }
-  r.expect(o.quick ? 145 : 341);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 10, blocks 4 or 12
+  r.expect(o.quick ? 157 : 353);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 22, blocks 4 or 12
   sdpa_rows(o, r);
   linear_rows(o, r);
   row_op_rows(r);

@@ -338,12 +338,22 @@ def suite_sweep(a, rows):
                 best, med = time_it(f)
                 rows.append(dict(case=f"{name} f32 {r}x{wd}", best_ms=best, median_ms=med))
     x, x3, logits, sq = torch.randn(2048, 768), torch.randn(8, 256, 768), torch.randn(1, 50257), torch.randn(4096, 4096)
+    logits4, sq2, xb, wb = torch.randn(4, 50257), torch.randn(2048, 2048), x.bfloat16(), torch.randn(768).bfloat16()
+    picks, cols, src = torch.randint(0, 2048, (4096,)), torch.randint(0, 768, (2048, 64)), torch.randn(2048, 64)
     with torch.no_grad():
         for name, f, reps in (("sum f32 2048x768 dim 1", lambda: x.sum(1), 15), ("sum f32 2048x768 dim 0", lambda: x.sum(0), 15),
                               ("sum f32 8x256x768 dim 1", lambda: x3.sum(1), 15), ("sum f32 2048x768 all", lambda: x.sum(), 15),
                               ("max f32 2048x768 all", lambda: x.max(), 15), ("argmax f32 1x50257", lambda: logits.argmax(-1), 15),
                               ("cumsum f32 2048x768 dim 1", lambda: x.cumsum(1), 15),
-                              ("transpose copy f32 4096x4096", lambda: sq.t().contiguous(), 6)):
+                              ("transpose copy f32 4096x4096", lambda: sq.t().contiguous(), 6),
+                              ("softmax f32 2048x768 dim 0", lambda: x.softmax(0), 15), ("pow 2 f32 2048x768", lambda: x.pow(2.0), 15),
+                              ("clamp f32 2048x768", lambda: x.clamp(-0.5, 0.5), 15), ("silu bf16 2048x768", lambda: F.silu(xb), 15),
+                              ("mul bf16 2048x768 by a row", lambda: xb * wb, 15), ("softmax bf16 2048x768", lambda: xb.softmax(-1), 15),
+                              ("sum bf16 2048x768 dim 1", lambda: xb.sum(1), 15),
+                              ("index_select f32 2048x768 4096 rows", lambda: x.index_select(0, picks), 15),
+                              ("gather f32 2048x768 dim 1 64 a row", lambda: x.gather(1, cols), 15),
+                              ("scatter_add f32 2048x768 dim 1 64 a row", lambda: x.scatter_add(1, cols, src), 15),
+                              ("topk 50 f32 4x50257", lambda: logits4.topk(50), 15), ("tril f32 2048x2048", lambda: sq2.tril(), 15)):
             best, med = time_it(f, 1 if reps < 15 else 3, reps, 0.2 if reps < 15 else 0.3)
             rows.append(dict(case=name, best_ms=best, median_ms=med))
     w, idx, dy = torch.randn(50257, 768, requires_grad=True), torch.randint(0, 50257, (8, 256)), torch.randn(8, 256, 768)

@@ -361,3 +361,26 @@ TEST(Kernels, HalfPrecisionOpsComputeInFloatAsTheF32KernelsDo) {
     else EXPECT_EQ(got[i], std::min(0.5f, std::max(-0.5f, c[i]))) << i;
   }
 }
+
+// softmax over a leading or middle dim of a contiguous f32 tensor runs down its columns where they
+// lie (src/cpu/reduce.cpp softmax_cols); it agrees with the last-dim kernel on the transposed rows,
+// NaN and all -inf columns included.
+TEST(Kernels, SoftmaxDownColumnsAgreesWithTheRowKernel) {
+  manual_seed(15);
+  std::vector<float> v = (randn({300, 37}) * 3.0).to_vector<float>();
+  for (int64_t r = 0; r < 300; ++r) v[size_t(r * 37 + 5)] = -INFINITY;  // column 5 all -inf
+  v[size_t(17 * 37 + 9)] = NAN;                                         // column 9 holds a NaN
+  const Tensor x = tensor(v, {300, 37});
+  for (bool log : {false, true}) {
+    SCOPED_TRACE(log ? "log_softmax" : "softmax");
+    const Tensor cols = log ? log_softmax(x, 0) : softmax(x, 0);
+    const Tensor rows = (log ? log_softmax(x.t().contiguous(), 1) : softmax(x.t().contiguous(), 1)).t().contiguous();
+    const std::vector<float> a = cols.to_vector<float>(), b = rows.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::isnan(b[i])) EXPECT_TRUE(std::isnan(a[i])) << i;
+      else EXPECT_NEAR(a[i], b[i], 1e-5f * (1.0f + std::abs(b[i]))) << i;
+    }
+  }
+  const Tensor x3 = randn({4, 50, 20});
+  EXPECT_TRUE(test::all_close(softmax(x3, 1), softmax(x3.transpose(1, 2).contiguous(), 2).transpose(1, 2), 1e-6, 1e-6));
+}

@@ -65,6 +65,7 @@ void sum_cols(const Tensor& x3d, const Tensor& out);
 void var_rows(const Tensor& x2d, int64_t correction, const Tensor& out);    // out (outer)
 void arg_reduce_rows(bool is_max, const Tensor& x2d, const Tensor& values, const Tensor& indices);
 void softmax_rows(const Tensor& x2d, const Tensor& out, bool log);
+void softmax_cols(const Tensor& x3d, const Tensor& out, bool log);  // over R of a contiguous f32 (P, R, C)
 // Softmax of each row of the (rows_per_matrix, inner) matrices stacked in x2d, row i over columns
 // j <= i + offset only (0 beyond), and with window > 0 only the last `window` of those: causal
 // (sliding-window) attention without a mask tensor.

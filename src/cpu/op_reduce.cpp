@@ -78,6 +78,12 @@ template <bool log> void softmax_kernel(std::span<const Tensor> in, std::span<Te
     softmax_rows(x2, raw_reshape_contiguous(out[0], x2.shape()), log);
     return;
   }
+  if (x.dtype() == DType::f32 && x.is_contiguous() && out[0].is_contiguous()) {  // (P, R, C) as it lies
+    int64_t P = 1, C = 1;
+    for (int64_t d = 0; d < x.dim(); ++d) (d < dim ? P : C) *= d == dim ? 1 : x.size(d);
+    const Shape s3{P, x.size(dim), C};
+    return softmax_cols(raw_reshape_contiguous(x, s3), raw_reshape_contiguous(out[0], s3), log);
+  }
   Tensor x2 = rows_last(x, {dim});  // (rest, dim): compute, then scatter back
   Tensor tmp = Tensor::empty(x2.shape(), x.dtype());
   softmax_rows(x2, tmp, log);

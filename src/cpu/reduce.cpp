@@ -1,6 +1,7 @@
 // Row reductions over a contiguous (outer, inner) layout: ops move the reduced dims last first.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -304,6 +305,58 @@ void causal_softmax_rows(const Tensor& x, const Tensor& out, int64_t rows_per_ma
       });
     } else {
       SINTER_THROW(DTypeError, "[softmax] needs a floating tensor, got ", x.dtype());
+    }
+  });
+}
+
+// Softmax (or log-softmax) over R of a contiguous f32 (P, R, C): per p and block of 16 columns
+// (one cache line a row), three passes down the rows: the max, the exps and their sum (exps kept
+// in out), the scaling. A softmax over a leading or middle dim without the two transposing copies
+// of rows_last; the formulas are softmax_row's.
+void softmax_cols(const Tensor& x, const Tensor& out, bool log) {
+  SINTER_KERNEL_ENTRY();
+  constexpr int64_t W = simd::kLanes;
+  const int64_t P = x.size(0), R = x.size(1), C = x.size(2), blocks = (C + W - 1) / W;
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  parallel_for(0, P * blocks, std::max<int64_t>(1, 8192 / std::max<int64_t>(R * W, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t c0 = t % blocks * W, n = std::min(W, C - c0);
+      const float* xb = px + t / blocks * R * C + c0;
+      float* ob = po + t / blocks * R * C + c0;
+      float m[W], s[W] = {};
+      for (int64_t j = 0; j < W; ++j) m[j] = -std::numeric_limits<float>::infinity();
+      if (n == W) {
+        simd::f32x16 mv = simd::load16(m);
+        for (int64_t r = 0; r < R; ++r) {
+          const simd::f32x16 v = simd::load16(xb + r * C);
+          mv = v > mv ? v : mv;  // NaNs skipped here; they surface in the exps
+        }
+        std::memcpy(m, &mv, sizeof m);
+      } else {
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t j = 0; j < n; ++j) m[j] = xb[r * C + j] > m[j] ? xb[r * C + j] : m[j];
+      }
+      if (log)
+        for (int64_t j = 0; j < n; ++j) m[j] = std::isinf(m[j]) && m[j] < 0 ? 0.0f : m[j];
+      for (int64_t r = 0; r < R; ++r)
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+          const float e = fn::exp_nonpos_(xb[r * C + j] - m[j]);
+          s[j] += e;
+          if (!log) ob[r * C + j] = e;
+        }
+      if (log) {
+        for (int64_t j = 0; j < n; ++j) s[j] = m[j] + std::log(s[j]);
+        for (int64_t r = 0; r < R; ++r)
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) ob[r * C + j] = xb[r * C + j] - s[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) s[j] = 1.0f / s[j];
+        for (int64_t r = 0; r < R; ++r)
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) ob[r * C + j] *= s[j];
+      }
     }
   });
 }
