@@ -33,7 +33,7 @@ inline constexpr int64_t kElementwiseGrain = 32768;
 
 // For half-precision storage (bf16, f16): runs of n elements through float blocks of kHalfBlock,
 // widened, computed by `block(float* const* in, float* out, m)` and narrowed in three loops that each
-// vectorize, where one loop converting inside the functor did not (bf16 SiLU at 0.1x PyTorch).
+// vectorize; one loop converting inside the functor does not (bf16 SiLU that way: 0.1x PyTorch).
 inline constexpr int64_t kHalfBlock = 256;
 template <class T, size_t N, class Block>
 SINTER_INLINE void through_float_blocks(T* out, std::array<const T*, N> in, int64_t n, Block&& block) {

@@ -1,4 +1,5 @@
-// Row reductions over a contiguous (outer, inner) layout: ops move the reduced dims last first.
+// Reductions, softmax and cumsum over contiguous layouts: rows (outer, inner) with the reduced dim
+// last, or (P, R, C) reduced over R where it lies (column sums, softmax down columns).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,8 +28,8 @@ int64_t row_grain(int64_t inner) { return std::max<int64_t>(1, 32768 / std::max<
 // combined in order: a split fixed by the shape, so a result does not depend on the thread count.
 constexpr int64_t kChunk = 16384;
 
-// Sum or product of p[0, n) in simd::kLanes independent partial results of A (the compiler
-// vectorizes them; one chain of dependent adds waits out their latency at every element).
+// Sum or product of p[0, n): sums of floats, doubles and bf16 in registers of doubles
+// (simd::sum_f64), the rest in simd::kLanes independent partial results of A.
 template <class A, class T> A chunk_reduce(ReduceOp op, const T* p, int64_t n) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>) {
     if (op == ReduceOp::Sum) return simd::sum_f64(p, n);
