@@ -338,7 +338,7 @@ TEST(Kernels, HalfPrecisionOpsComputeInFloatAsTheF32KernelsDo) {
   for (int64_t r = 0; r < 3; ++r) {
     double want = 0;
     for (int64_t i = 0; i < 700; ++i) want += double(v[size_t(r * 700 + i)]);
-    EXPECT_NEAR(s[size_t(r)], want, std::abs(want) / 128 + 1e-6) << "row " << r;
+    EXPECT_NEAR(s[size_t(r)], want, std::abs(want) / 256 + 1e-6) << "row " << r;  // one bf16 rounding
   }
   std::vector<float> with_nan = v;
   with_nan[1000] = NAN;  // row 1, column 300

@@ -25,6 +25,10 @@ void register_all_kernels();
 Tensor contiguous_as(const Tensor& t, DType dt);
 // A contiguous (outer, inner) copy of x with `dims` moved last (a view when already in place).
 Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims);
+// x's sizes as (before, within, after) around its dims [first, last]: a contiguous x seen as a
+// (P, R, C) block, R the dims reduced (or indexed) where they lie.
+struct Around { int64_t before = 1, within = 1, after = 1; };
+Around around(const Tensor& x, int64_t first, int64_t last);
 // The value of a one-element tensor, as a double (kernels reading a scalar operand).
 double scalar_value(const Tensor& t);
 // Throws IndexError naming the op unless every int64 index lies in [0, n) (idx contiguous).

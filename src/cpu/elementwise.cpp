@@ -124,6 +124,7 @@ namespace {
 template <class S, class D> bool copy_tiled(const Tensor& src, const Tensor& dst) {
   constexpr int64_t kTile = 32;
   const int64_t nd = dst.dim();
+  if (nd < 2 || dst.numel() < kTile * kTile) return false;  // two dims of 16 or more; small copies skip the scan
   const Dims ss = broadcast_strides_bytes(src, dst.shape());
   int64_t da = -1, db = -1;  // src's contiguous dim, dst's contiguous dim
   for (int64_t d = 0; d < nd; ++d) {

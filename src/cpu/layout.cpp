@@ -26,6 +26,12 @@ Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims) {
   return detail::raw_reshape_contiguous(contiguous_as(permuted, x.dtype()), Shape{outer, inner});
 }
 
+Around around(const Tensor& x, int64_t first, int64_t last) {
+  Around a;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < first ? a.before : d > last ? a.after : a.within) *= x.size(d);
+  return a;
+}
+
 double scalar_value(const Tensor& t) {
   double v = 0;
   visit_dtype(t.dtype(), [&]<class T>() { v = double(convert<double>(*static_cast<const T*>(t.data_ptr()))); });

@@ -222,8 +222,8 @@ void embedding_backward_rows(const Tensor& g, const Tensor& idx, const Tensor& d
         // f32 and f64 sum in dw itself (one pass over it, which a vocabulary's gradient is worth);
         // bf16 and f16 in an f32 copy of the range.
         constexpr bool in_place = std::is_same_v<T, C>;
-        std::vector<C> copy(in_place ? 0 : size_t((hi - lo) * D), C(0));
-        C* acc = in_place ? reinterpret_cast<C*>(pw + lo * D) : copy.data();
+        std::vector<C> wide(in_place ? 0 : size_t((hi - lo) * D), C(0));
+        C* acc = in_place ? reinterpret_cast<C*>(pw + lo * D) : wide.data();
         if constexpr (in_place) std::memset(acc, 0, size_t((hi - lo) * D) * sizeof(C));
         for (int64_t t = 0; t < n; ++t) {
           const int64_t v = pi[t];

@@ -37,9 +37,8 @@ void index_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
     return;
   }
   // x as (P, R, C) around dim, out as (P, I, C): a copy of C elements per (p, i), in parallel
-  int64_t P = 1, C = 1;
-  for (int64_t d = 0; d < in[0].dim(); ++d) (d < dim ? P : C) *= d == dim ? 1 : in[0].size(d);
-  const int64_t R = in[0].size(dim), I = idx.numel(), bytes = C * in[0].element_size();
+  const Around s = around(in[0], dim, dim);  // plain locals: clang 14 lambdas cannot capture structured bindings
+  const int64_t P = s.before, R = s.within, I = idx.numel(), bytes = s.after * in[0].element_size();
   const char* px = static_cast<const char*>(in[0].data_ptr());
   char* po = static_cast<char*>(out[0].data_ptr());
   parallel_for(0, P * I, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(bytes, 1)), [&](int64_t lo, int64_t hi) {

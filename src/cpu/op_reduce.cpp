@@ -21,8 +21,7 @@ void reduce_into(ReduceOp op, const Tensor& x, const Tensor& out, const Attrs& a
   bool run = x.is_contiguous() && !dims.empty() && x.numel() > 0;
   for (size_t i = 1; run && i < dims.size(); ++i) run = dims[i] == dims[i - 1] + 1;
   if (run) {
-    int64_t P = 1, R = 1, C = 1;
-    for (int64_t d = 0; d < x.dim(); ++d) (d < dims.front() ? P : d > dims.back() ? C : R) *= x.size(d);
+    const auto [P, R, C] = around(x, dims.front(), dims.back());
     if (C == 1) return reduce_rows(op, raw_reshape_contiguous(x, Shape{P, R}), raw_reshape_contiguous(out, Shape{P}));
     if (op == ReduceOp::Sum) return sum_cols(raw_reshape_contiguous(x, Shape{P, R, C}), raw_reshape_contiguous(out, Shape{P * C}));
   }
@@ -79,9 +78,8 @@ template <bool log> void softmax_kernel(std::span<const Tensor> in, std::span<Te
     return;
   }
   if (x.dtype() == DType::f32 && x.is_contiguous() && out[0].is_contiguous()) {  // (P, R, C) as it lies
-    int64_t P = 1, C = 1;
-    for (int64_t d = 0; d < x.dim(); ++d) (d < dim ? P : C) *= d == dim ? 1 : x.size(d);
-    const Shape s3{P, x.size(dim), C};
+    const auto [P, R, C] = around(x, dim, dim);
+    const Shape s3{P, R, C};
     return softmax_cols(raw_reshape_contiguous(x, s3), raw_reshape_contiguous(out[0], s3), log);
   }
   Tensor x2 = rows_last(x, {dim});  // (rest, dim): compute, then scatter back

@@ -161,12 +161,8 @@ SINTER_INLINE f32reg widen_bf16(const bf16* p) {
 template <class TV, class DV, class T> SINTER_INLINE DV widen_f64(const T* p) {
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float>) return (DV)_mm512_cvtps_pd(_mm256_loadu_ps(p));
-  if constexpr (std::is_same_v<T, bf16>) {
-    const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
-    return (DV)_mm512_cvtps_pd(_mm256_castsi256_ps(u));
-  }
 #endif
-  if constexpr (std::is_same_v<T, bf16>) {  // the high half of an f32: a shift widens it exactly
+  if constexpr (std::is_same_v<T, bf16>) {  // the high half of an f32: a shift widens it exactly (sum_f64 without AVX-512)
     static_assert(sizeof(DV) == kVectorBytes, "one register of doubles");
     typedef uint16_t hv __attribute__((vector_size(kVectorBytes / 4)));
     typedef uint32_t uv __attribute__((vector_size(kVectorBytes / 2)));
