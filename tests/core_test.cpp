@@ -2,11 +2,13 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "cpu/simd/normal.h"
 #include "test_util.h"
 
 using namespace sinter;
 using sinter::test::all_close;
 using sinter::test::throws_naming;
+namespace simd = sinter::cpu::simd;
 
 TEST(DType, HalfConversionsRoundToNearestEven) {
   // bf16: 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
@@ -383,4 +385,51 @@ TEST(Kernels, SoftmaxDownColumnsAgreesWithTheRowKernel) {
   }
   const Tensor x3 = randn({4, 50, 20});
   EXPECT_TRUE(test::all_close(softmax(x3, 1), softmax(x3.transpose(1, 2).contiguous(), 2).transpose(1, 2), 1e-6, 1e-6));
+}
+
+// Normal draws compute Box-Muller's log, sin and cos a register at a time (src/cpu/simd/normal.h):
+// within 1 ulp of long double over what the draws feed them (the ends, the reductions' boundaries,
+// random words), and f32 draws equal libm's Box-Muller rounded to float.
+TEST(Kernels, NormalDrawsMatchLibmsBoxMuller) {
+  using simd::vdouble;
+  auto ulps = [](double got, long double want) {
+    const double w = double(want);
+    return double(std::fabs((long double)got - want)) / (std::nextafter(std::fabs(w), INFINITY) - std::fabs(w));
+  };
+  std::vector<uint32_t> words = {0, 1, 2, 3, 0x7fffffff, 0x80000000, 0xb504f333, 0xb504f334, 0x3fffffff, 0x40000000,
+                                 0x40000001, 0xbfffffff, 0xc0000000, 0x1fffffff, 0x20000000, 0x60000000, 0xfffffffe, 0xffffffff};
+  uint32_t r[4];
+  for (uint64_t b = 0; b < 20000; ++b) philox(9, b, r), words.insert(words.end(), r, r + 4);
+  double worst_log = 0, worst_trig = 0;
+  for (size_t i = 0; i + simd::kDoubles <= words.size(); i += simd::kDoubles) {
+    vdouble u1, th, s, c;
+    for (int l = 0; l < simd::kDoubles; ++l)
+      u1[l] = (double(words[i + size_t(l)]) + 1.0) * 0x1p-32, th[l] = 6.283185307179586 * double(words[i + size_t(l)]) * 0x1p-32;
+    const vdouble lg = simd::log_unit(u1);
+    simd::sincos_turn(th, s, c);
+    for (int l = 0; l < simd::kDoubles; ++l) {
+      if (u1[l] != 1.0) worst_log = std::max(worst_log, ulps(lg[l], std::log((long double)u1[l])));
+      else EXPECT_EQ(lg[l], 0.0);
+      worst_trig = std::max({worst_trig, ulps(s[l], std::sin((long double)th[l])), ulps(c[l], std::cos((long double)th[l]))});
+    }
+  }
+  EXPECT_LE(worst_log, 1.0);
+  EXPECT_LE(worst_trig, 1.0);
+  manual_seed(21);
+  const int64_t n = (1 << 20) + 37;  // whole batches and a tail
+  const uint64_t ctr = default_generator().offset;
+  const std::vector<float> got = randn({n}).to_vector<float>();
+  int differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    philox(21, ctr + uint64_t(i / 4), r);
+    const int k = int(i % 4) / 2 * 2;
+    const double u1 = (double(r[k]) + 1.0) / 4294967296.0, u2 = double(r[k + 1]) / 4294967296.0;
+    const double rad = std::sqrt(-2.0 * std::log(u1)), th = 6.283185307179586 * u2;
+    const float want = float(i % 2 == 0 ? rad * std::cos(th) : rad * std::sin(th));
+    if (got[size_t(i)] != want) {
+      ++differ;
+      ASSERT_TRUE(got[size_t(i)] == std::nextafter(want, INFINITY) || got[size_t(i)] == std::nextafter(want, -INFINITY)) << i;
+    }
+  }
+  EXPECT_LE(differ, 4);
 }

@@ -269,7 +269,8 @@ void add_state_specs(std::map<std::string, Spec>& m) {
   Spec ra;
   ra.cases = [random_attrs] {
     return std::vector<Case>{{{}, random_attrs({3, 5}, DType::f32, 7, 0)}, {{}, random_attrs({6}, DType::f64, 1, 9)},
-                             {{}, random_attrs({4}, DType::bf16, 3, 2)}};
+                             {{}, random_attrs({4}, DType::bf16, 3, 2)},
+                             {{}, random_attrs({201}, DType::f32, 5, 4294967291)}};  // batches, a tail, a carry
   };
   ra.ref = [draws](const std::vector<R>&, const Attrs& a) {
     const Shape& s = a.ints("shape");
@@ -283,7 +284,8 @@ void add_state_specs(std::map<std::string, Spec>& m) {
 
   Spec rd;
   rd.cases = [random_attrs] {
-    return std::vector<Case>{{{}, random_attrs({3, 5}, DType::f32, 7, 0)}, {{}, random_attrs({7}, DType::f64, 2, 4)}};
+    return std::vector<Case>{{{}, random_attrs({3, 5}, DType::f32, 7, 0)}, {{}, random_attrs({7}, DType::f64, 2, 4)},
+                             {{}, random_attrs({3, 67}, DType::f32, 6, 4294967290)}};
   };
   rd.ref = [draws](const std::vector<R>&, const Attrs& a) {
     const Shape& s = a.ints("shape");
@@ -306,7 +308,9 @@ void add_state_specs(std::map<std::string, Spec>& m) {
     return std::vector<Case>{{{}, {{"low", int64_t(-3)}, {"high", int64_t(7)}, {"shape", Shape{5, 3}}, {"dtype", DType::i64},
                                    {"seed", int64_t(4)}, {"counter", int64_t(1)}}},
                              {{}, {{"low", int64_t(0)}, {"high", int64_t(2)}, {"shape", Shape{9}}, {"dtype", DType::i32},
-                                   {"seed", int64_t(8)}, {"counter", int64_t(0)}}}};
+                                   {"seed", int64_t(8)}, {"counter", int64_t(0)}}},
+                             {{}, {{"low", int64_t(-9)}, {"high", int64_t(1000003)}, {"shape", Shape{75}}, {"dtype", DType::i64},
+                                   {"seed", int64_t(4)}, {"counter", int64_t(4294967295)}}}};
   };
   ri.ref = [draws](const std::vector<R>&, const Attrs& a) {
     const Shape& s = a.ints("shape");
