@@ -126,6 +126,12 @@ void tensor_op_rows(Report& r) {
     r.ours_only("scatter_add f32 2048x768 dim 1 64 a row", time_it([&] { (void)scatter_add(x, 1, cols, src); }));
     r.ours_only("topk 50 f32 4x50257", time_it([&] { (void)topk(logits4, 50); }));
     r.ours_only("tril f32 2048x2048", time_it([&] { (void)tril(sq2); }));
+    const Tensor xp = rand({2048, 768}) + 0.5;
+    r.ours_only("log f32 2048x768", time_it([&] { (void)log(xp); }));
+    r.ours_only("logsumexp f32 2048x768 dim 1", time_it([&] { (void)logsumexp(x, {1}); }));
+    r.ours_only("randn f32 1M", time_it([&] { (void)randn({1024, 1024}); }));
+    r.ours_only("randint i64 1M", time_it([&] { (void)randint(0, 1000, {1024, 1024}); }));
+    r.ours_only("arange i64 1M", time_it([&] { (void)arange(int64_t(1 << 20)); }));
   }
   const Tensor w = randn({50257, 768}).requires_grad_(), idx = randint(0, 50257, {8, 256}), dy = randn({8, 256, 768});
   r.ours_only("embedding fwd+bwd f32 50257x768 8x256", time_it([&] { embedding(w, idx).backward(dy); }, 1, 6, 0.2));
@@ -191,7 +197,7 @@ void suite_sweep(const Options& o, Report& r) {
     blocks.push_back({llama, 96, 6, 2, 37, 3});
     if (!o.quick) blocks.push_back({llama, 512, 8, 2, 128, 4}), blocks.push_back({llama, 1024, 16, 4, 512, 1});
   }
-  r.expect(o.quick ? 157 : 353);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 22, blocks 4 or 12
+  r.expect(o.quick ? 162 : 358);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 27, blocks 4 or 12
   sdpa_rows(o, r);
   linear_rows(o, r);
   row_op_rows(r);

@@ -340,6 +340,7 @@ def suite_sweep(a, rows):
     x, x3, logits, sq = torch.randn(2048, 768), torch.randn(8, 256, 768), torch.randn(1, 50257), torch.randn(4096, 4096)
     logits4, sq2, xb, wb = torch.randn(4, 50257), torch.randn(2048, 2048), x.bfloat16(), torch.randn(768).bfloat16()
     picks, cols, src = torch.randint(0, 2048, (4096,)), torch.randint(0, 768, (2048, 64)), torch.randn(2048, 64)
+    xp = torch.rand(2048, 768) + 0.5
     with torch.no_grad():
         for name, f, reps in (("sum f32 2048x768 dim 1", lambda: x.sum(1), 15), ("sum f32 2048x768 dim 0", lambda: x.sum(0), 15),
                               ("sum f32 8x256x768 dim 1", lambda: x3.sum(1), 15), ("sum f32 2048x768 all", lambda: x.sum(), 15),
@@ -353,7 +354,12 @@ def suite_sweep(a, rows):
                               ("index_select f32 2048x768 4096 rows", lambda: x.index_select(0, picks), 15),
                               ("gather f32 2048x768 dim 1 64 a row", lambda: x.gather(1, cols), 15),
                               ("scatter_add f32 2048x768 dim 1 64 a row", lambda: x.scatter_add(1, cols, src), 15),
-                              ("topk 50 f32 4x50257", lambda: logits4.topk(50), 15), ("tril f32 2048x2048", lambda: sq2.tril(), 15)):
+                              ("topk 50 f32 4x50257", lambda: logits4.topk(50), 15), ("tril f32 2048x2048", lambda: sq2.tril(), 15),
+                              ("log f32 2048x768", lambda: xp.log(), 15),
+                              ("logsumexp f32 2048x768 dim 1", lambda: torch.logsumexp(x, 1), 15),
+                              ("randn f32 1M", lambda: torch.randn(1024, 1024), 15),
+                              ("randint i64 1M", lambda: torch.randint(0, 1000, (1024, 1024)), 15),
+                              ("arange i64 1M", lambda: torch.arange(1 << 20), 15)):
             best, med = time_it(f, 1 if reps < 15 else 3, reps, 0.2 if reps < 15 else 0.3)
             rows.append(dict(case=name, best_ms=best, median_ms=med))
     w, idx, dy = torch.randn(50257, 768, requires_grad=True), torch.randint(0, 50257, (8, 256)), torch.randn(8, 256, 768)

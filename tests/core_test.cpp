@@ -1,14 +1,17 @@
+#include <bit>
 #include <cmath>
 #include <sstream>
 
 #include "core/parallel.h"
 #include "cpu/simd/normal.h"
+#include "ops/scalar_fns.h"
 #include "test_util.h"
 
 using namespace sinter;
 using sinter::test::all_close;
 using sinter::test::throws_naming;
 namespace simd = sinter::cpu::simd;
+namespace fn = sinter::fn;
 
 TEST(DType, HalfConversionsRoundToNearestEven) {
   // bf16: 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
@@ -432,4 +435,53 @@ TEST(Kernels, NormalDrawsMatchLibmsBoxMuller) {
     }
   }
   EXPECT_LE(differ, 4);
+}
+
+// Float sums add a lane's 16 values (rows) or 8 rows (columns) in f32 before going on in double
+// (src/cpu/simd/lanes.h, reduce.cpp): within 2^-20 of the sum of magnitudes of the loop in double,
+// at lengths around the blocks' edges; logsumexp's float rows and log's polynomial against libm.
+TEST(Kernels, FloatSumsInBlocksStayWithinTheLoopsBound) {
+  manual_seed(15);
+  for (const int64_t n : {1, 127, 128, 129, 255, 256, 257, 1000, 4099}) {
+    const Tensor x = randn({3, n}) * 100.0 + 1.0;
+    const std::vector<float> v = x.to_vector<float>();
+    const Tensor xb = x.to(DType::bf16);
+    for (const bool half : {false, true}) {
+      const std::vector<float> s = (half ? sum(xb, {1}).to(DType::f32) : sum(x, {1})).to_vector<float>();
+      const std::vector<float> w = half ? xb.to(DType::f32).to_vector<float>() : v;
+      for (int64_t r = 0; r < 3; ++r) {
+        double loop = 0, mag = 0;
+        for (int64_t i = 0; i < n; ++i) loop += double(w[size_t(r * n + i)]), mag += std::fabs(double(w[size_t(r * n + i)]));
+        const double rounding = std::fabs(loop) * (half ? 0x1p-8 : 0x1p-23);  // the result's dtype
+        EXPECT_NEAR(s[size_t(r)], loop, mag * 0x1p-20 + rounding) << n << " row " << r;
+      }
+    }
+    const Tensor cols = randn({n, 37}) * 100.0, cs = sum(cols, {0});
+    const std::vector<float> cv = cols.to_vector<float>(), got = cs.to_vector<float>();
+    for (int64_t c = 0; c < 37; ++c) {
+      double loop = 0, mag = 0;
+      for (int64_t r = 0; r < n; ++r) loop += double(cv[size_t(r * 37 + c)]), mag += std::fabs(double(cv[size_t(r * 37 + c)]));
+      EXPECT_NEAR(got[size_t(c)], loop, mag * 0x1p-20 + std::fabs(loop) * 0x1p-23) << n << " col " << c;
+    }
+  }
+  const Tensor rows = tensor(std::vector<float>{1, 2, 3, -INFINITY, -INFINITY, -INFINITY, INFINITY, NAN, 1, 5, -INFINITY, 7}, {4, 3});
+  const std::vector<float> lse = logsumexp(rows, {1}).to_vector<float>();
+  EXPECT_NEAR(lse[0], std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)), 1e-6);
+  EXPECT_EQ(lse[1], -INFINITY);
+  EXPECT_TRUE(std::isnan(lse[2]));
+  EXPECT_NEAR(lse[3], 7.0 + std::log(1.0 + std::exp(-2.0)), 1e-6);
+  double worst = 0;
+  for (uint64_t b = 0; b < 0x7f800000u; b += 4099) {
+    const float x = std::bit_cast<float>(uint32_t(b)), got = fn::log_f32(x);
+    const double want = std::log(double(x)), w = std::fabs(double(float(want)));
+    worst = std::max(worst, std::fabs(double(got) - want) / (double(std::nextafter(float(w), INFINITY)) - w));
+  }
+  EXPECT_LE(worst, 1.0);
+  const std::vector<float> specials = log(tensor(std::vector<float>{0.0f, -0.0f, -1.0f, INFINITY, -INFINITY, NAN, 1.0f}, {7})).to_vector<float>();
+  EXPECT_EQ(specials[0], -INFINITY);
+  EXPECT_EQ(specials[1], -INFINITY);
+  EXPECT_TRUE(std::isnan(specials[2]) && std::isnan(specials[4]) && std::isnan(specials[5]));
+  EXPECT_EQ(specials[3], INFINITY);
+  EXPECT_EQ(specials[6], 0.0f);
+  EXPECT_EQ(arange(-5, 3000000, 3).to_vector<int64_t>()[999999], -5 + 3 * 999999);
 }

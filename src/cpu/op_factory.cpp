@@ -15,17 +15,29 @@ namespace {
 
 void full_kernel(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) { fill(out[0], a.f("value")); }
 
-// Element i is f(i) computed in double, then converted to the output dtype.
+// Element i is f(i) computed in double, then converted to the output dtype; in parallel.
 template <class F> void fill_by_index(const Tensor& out, F&& f) {
   SINTER_KERNEL_ENTRY();
   visit_dtype(out.dtype(), [&]<class T>() {
     T* p = out.data<T>();
-    for (int64_t i = 0; i < out.numel(); ++i) p[i] = convert<T>(f(i));
+    parallel_for(0, out.numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) p[i] = convert<T>(f(i));
+    });
   });
 }
 
 void arange_kernel(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
   const double start = a.f("start"), step = a.f("step");
+  const double reach = std::fabs(start) + std::fabs(step) * double(out[0].numel());
+  const bool whole = start == std::trunc(start) && step == std::trunc(step) && reach < 0x1p53;
+  if (whole && out[0].dtype() == DType::i64) {  // the double formula's values, in integers: vectorized
+    int64_t* p = out[0].data<int64_t>();
+    const int64_t s0 = int64_t(start), d = int64_t(step);
+    parallel_for(0, out[0].numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) p[i] = s0 + i * d;
+    });
+    return;
+  }
   fill_by_index(out[0], [&](int64_t i) { return start + double(i) * step; });
 }
 

@@ -28,11 +28,11 @@ int64_t row_grain(int64_t inner) { return std::max<int64_t>(1, 32768 / std::max<
 // combined in order: a split fixed by the shape, so a result does not depend on the thread count.
 constexpr int64_t kChunk = 16384;
 
-// Sum or product of p[0, n): sums of floats, doubles and bf16 in registers of doubles
-// (simd::sum_f64), the rest in simd::kLanes independent partial results of A.
+// Sum or product of p[0, n): floats, doubles and bf16 in registers of doubles (simd::sum_f64,
+// simd::fold_f64), the rest in simd::kLanes independent partial results of A.
 template <class A, class T> A chunk_reduce(ReduceOp op, const T* p, int64_t n) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>) {
-    if (op == ReduceOp::Sum) return simd::sum_f64(p, n);
+    return op == ReduceOp::Sum ? simd::sum_f64(p, n) : simd::fold_f64<true>(p, n);
   }
   if (op == ReduceOp::Sum) return simd::lane_sum<A>(n, [&](int64_t i) { return A(compute_t<T>(p[i])); });
   A acc[simd::kLanes];
@@ -46,14 +46,19 @@ template <class A, class T> A chunk_reduce(ReduceOp op, const T* p, int64_t n) {
   return s;
 }
 
-// log(sum(exp(row))) in double, shifted by the row's max; an infinite max is the result.
+// log(sum(exp(row))) shifted by the row's max, as cross_entropy's: float rows (f32, bf16, f16) in
+// float registers through the vectorized exp, f64 rows in double. An infinite max is the result
+// unless a NaN is in the row.
 template <class T> double logsumexp_row(const T* row, int64_t n) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, double(compute_t<T>(row[i])));
-  if (std::isinf(m)) return m;
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += std::exp(double(compute_t<T>(row[i])) - m);
-  return m + std::log(s);
+  using C = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, double>;
+  if constexpr (!std::is_floating_point_v<compute_t<T>>) {  // integers: as a row of doubles
+    std::vector<double> d(row, row + n);
+    return logsumexp_row(d.data(), n);
+  }
+  const C m = simd::row_max<C>(row, n);
+  if (std::isinf(m)) return std::any_of(row, row + n, [](T v) { return is_nan(v); }) ? NAN : double(m);
+  const C s = simd::lane_sum<C>(n, [&](int64_t i) { return fn::exp_nonpos_(C(row[i]) - m); });
+  return double(m) + std::log(double(s));
 }
 
 // The first maximum (minimum) of p[0, n) and its index; a NaN wins, the first one.
@@ -124,7 +129,8 @@ void reduce_rows(ReduceOp op, const Tensor& x, const Tensor& out) {
 }
 
 // out(P, C) = the sums over R of a contiguous (P, R, C) x. Threads take blocks of 256 columns of
-// one p, and rows in chunks of 256 (past 512 rows), whose partial sums are added in chunk order:
+// one p, and rows in chunks of 256 (past 512 rows), whose partial sums are added in chunk order;
+// float and bf16 rows go eight at a time in f32 (one double add per column and eight rows):
 // a bias gradient (2048 tokens x 128-512 columns, one or two blocks) splits across threads, and the
 // order of the adds is fixed by the shape, not the thread count.
 void sum_cols(const Tensor& x, const Tensor& out) {
@@ -145,7 +151,19 @@ void sum_cols(const Tensor& x, const Tensor& out) {
           const int64_t b = t % blocks, chunk = t / blocks % chunks, p = t / blocks / chunks;
           const int64_t c0 = b * kBlock, n = std::min(kBlock, C - c0), r0 = chunk * kRows, r1 = chunks > 1 ? std::min(R, r0 + kRows) : R;
           for (int64_t j = 0; j < n; ++j) acc[j] = 0;
-          for (int64_t r = r0; r < r1; ++r) {
+          int64_t r = r0;
+          if constexpr (std::is_same_v<compute_t<T>, float>) {  // eight rows in f32, then into double
+            for (; r + 8 <= r1; r += 8) {
+              const T* q = px + (p * R + r) * C + c0;
+#pragma omp simd
+              for (int64_t j = 0; j < n; ++j) {
+                const float lo = (float(q[j]) + float(q[j + C])) + (float(q[j + 2 * C]) + float(q[j + 3 * C]));
+                const float hi = (float(q[j + 4 * C]) + float(q[j + 5 * C])) + (float(q[j + 6 * C]) + float(q[j + 7 * C]));
+                acc[j] += double(lo + hi);
+              }
+            }
+          }
+          for (; r < r1; ++r) {
             const T* row = px + (p * R + r) * C + c0;
 #pragma omp simd
             for (int64_t j = 0; j < n; ++j) acc[j] += A(compute_t<T>(row[j]));

@@ -106,6 +106,34 @@ SINTER_INLINE float erf_f32(float x) {
   return ax < 0.5f ? small : std::copysign(big, x);
 }
 
+// logf: x = m 2^e with m in [√2/2, √2) from the bits (subnormals scaled by 2^23 first), log m by
+// Cephes' degree-9 polynomial in m - 1 and e ln2 in two parts; ~1 ulp. Branch-free, so it
+// vectorizes: 0 gives -inf, x < 0 and NaN NaN, inf inf.
+SINTER_INLINE float log_f32(float x) {
+  const bool sub = x < 1.17549435e-38f;
+  const float y = sub ? x * 8388608.0f : x;
+  uint32_t b;
+  std::memcpy(&b, &y, 4);
+  const float m = bits_to_float((b & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  const bool low = m < 0.707106781f;
+  const float f = low ? m + m - 1.0f : m - 1.0f;  // exact either way
+  const float e = float(int32_t(b >> 23) - (low ? 127 : 126)) - (sub ? 23.0f : 0.0f);
+  float p = madd(f, 7.0376836292e-2f, -1.1514610310e-1f);
+  p = madd(p, f, 1.1676998740e-1f);
+  p = madd(p, f, -1.2420140846e-1f);
+  p = madd(p, f, 1.4249322787e-1f);
+  p = madd(p, f, -1.6668057665e-1f);
+  p = madd(p, f, 2.0000714765e-1f);
+  p = madd(p, f, -2.4999993993e-1f);
+  p = madd(p, f, 3.3333331174e-1f);
+  const float z = f * f;
+  float r = madd(e, -2.12194440e-4f, p * f * z);
+  r = madd(z, -0.5f, r);
+  const float res = madd(e, 0.693359375f, f + r);
+  const float special = x == 0.0f ? -INFINITY : (x == INFINITY ? x : NAN);
+  return x > 0.0f && x < INFINITY ? res : special;
+}
+
 template <class T> SINTER_INLINE T exp_(T x) { if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x); }
 template <class T> SINTER_INLINE T exp_nonpos_(T x) { if constexpr (std::is_same_v<T, float>) return exp_nonpos_f32(x); else return std::exp(x); }
 template <class T> SINTER_INLINE T tanh_(T x) { if constexpr (std::is_same_v<T, float>) return tanh_f32(x); else return std::tanh(x); }
@@ -115,7 +143,12 @@ template <class T> SINTER_INLINE T erf_(T x) { if constexpr (std::is_same_v<T, f
 struct Neg { template <class T> SINTER_INLINE T operator()(T x) const { return -x; } };
 struct Abs { template <class T> SINTER_INLINE T operator()(T x) const { return x < T(0) ? T(-x) : x; } };
 struct Exp { template <class T> SINTER_INLINE T operator()(T x) const { return exp_(x); } };
-struct Log { template <class T> SINTER_INLINE T operator()(T x) const { return std::log(x); } };
+struct Log {
+  template <class T> SINTER_INLINE T operator()(T x) const {
+    if constexpr (std::is_same_v<T, float>) return log_f32(x);
+    else return std::log(x);
+  }
+};
 struct Sqrt { template <class T> SINTER_INLINE T operator()(T x) const { return std::sqrt(x); } };
 struct Rsqrt { template <class T> SINTER_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
 struct Sin { template <class T> SINTER_INLINE T operator()(T x) const { return std::sin(x); } };

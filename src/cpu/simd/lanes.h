@@ -177,43 +177,79 @@ template <class TV, class DV, class T> SINTER_INLINE DV widen_f64(const T* p) {
   }
 }
 
-// sum of p[0, n) of floats, doubles or bf16, in double: four registers of partial sums (vector types
-// keep them in registers, where lane_sum's array of lanes went through the stack at every add).
-template <class T> SINTER_INLINE double sum_f64(const T* p, int64_t n) {
-#if defined(__AVX512F__)
+// One register of f32 from as many floats or bf16 at p.
+template <class T> SINTER_INLINE f32reg load_f32(const T* p) {
   if constexpr (std::is_same_v<T, bf16>) {
-    // Eight registers of bf16 summed in f32 (exact to 2^-21 of their size, far below bf16's 2^-8),
-    // then added in double: widening every value to double bound the loop on the shuffle port.
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    int64_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-      __m512 s0 = (__m512)widen_bf16(p + i), s1 = (__m512)widen_bf16(p + i + 16);
-      for (int k = 32; k < 128; k += 32)
-        s0 = _mm512_add_ps(s0, (__m512)widen_bf16(p + i + k)), s1 = _mm512_add_ps(s1, (__m512)widen_bf16(p + i + k + 16));
-      s0 = _mm512_add_ps(s0, s1);
-      a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(s0)));
-      a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s0), 1))));
-    }
-    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-    for (; i < n; ++i) s += double(float(p[i]));
-    return s;
+    return widen_bf16(p);
+  } else {
+    f32reg v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
   }
-#endif
+}
+
+// sum of p[0, n) of floats or bf16 in blocks of 16 registers: each lane adds its 16 values in f32
+// (four chains of four adds; within 2^-20 of their magnitude), and the block's sum goes on in
+// double. Converting every value to double bound the loop on the conversions (half of PyTorch's
+// float sum on a Zen 3). Returns the double sum of the whole blocks; *done = the values they cover.
+template <class T> SINTER_INLINE double sum_f32_blocks(const T* p, int64_t n, int64_t* done) {
+  constexpr int lanes = kVectorBytes / 4;
+  typedef double dvec __attribute__((vector_size(kVectorBytes)));
+  typedef float fhalf __attribute__((vector_size(kVectorBytes / 2)));
+  dvec a0 = {}, a1 = {};
+  int64_t i = 0;
+  for (; i + 16 * lanes <= n; i += 16 * lanes) {
+    f32reg s0 = load_f32(p + i), s1 = load_f32(p + i + lanes), s2 = load_f32(p + i + 2 * lanes), s3 = load_f32(p + i + 3 * lanes);
+    for (int k = 4; k < 16; k += 4) {
+      s0 += load_f32(p + i + k * lanes), s1 += load_f32(p + i + (k + 1) * lanes);
+      s2 += load_f32(p + i + (k + 2) * lanes), s3 += load_f32(p + i + (k + 3) * lanes);
+    }
+    s0 = (s0 + s1) + (s2 + s3);
+    fhalf lo, hi;
+    std::memcpy(&lo, &s0, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&s0) + sizeof lo, sizeof hi);
+    a0 += __builtin_convertvector(lo, dvec), a1 += __builtin_convertvector(hi, dvec);
+  }
+  a0 += a1;
+  double s = 0;
+  for (int l = 0; l < kVectorBytes / 8; ++l) s += a0[l];
+  *done = i;
+  return s;
+}
+
+// The sum (or product) of p[0, n) of floats, doubles or bf16 in double, in four registers of
+// doubles (vector types keep them in registers; an array of them lives on the stack at -O2).
+template <bool Prod, class T> SINTER_INLINE double fold_f64(const T* p, int64_t n) {
   constexpr int lanes = kVectorBytes / 8;
   typedef double dvec __attribute__((vector_size(kVectorBytes)));
   typedef std::conditional_t<std::is_same_v<T, bf16>, uint16_t, T> E;  // a vector of structs is no vector
   typedef E tvec __attribute__((vector_size(lanes * sizeof(T))));
-  dvec a0 = {}, a1 = {}, a2 = {}, a3 = {};  // named: an array of them is kept on the stack at -O2
+  constexpr double init = Prod ? 1.0 : 0.0;
+  dvec a0 = dvec{} + init, a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 4 * lanes <= n; i += 4 * lanes) {
-    a0 += widen_f64<tvec, dvec>(p + i), a1 += widen_f64<tvec, dvec>(p + i + lanes);
-    a2 += widen_f64<tvec, dvec>(p + i + 2 * lanes), a3 += widen_f64<tvec, dvec>(p + i + 3 * lanes);
+    const dvec v0 = widen_f64<tvec, dvec>(p + i), v1 = widen_f64<tvec, dvec>(p + i + lanes);
+    const dvec v2 = widen_f64<tvec, dvec>(p + i + 2 * lanes), v3 = widen_f64<tvec, dvec>(p + i + 3 * lanes);
+    if constexpr (Prod) a0 *= v0, a1 *= v1, a2 *= v2, a3 *= v3;
+    else a0 += v0, a1 += v1, a2 += v2, a3 += v3;
   }
-  a0 += a1, a2 += a3, a0 += a2;
-  double s = 0;
-  for (int l = 0; l < lanes; ++l) s += a0[l];
-  for (; i < n; ++i) s += double(p[i]);
+  if constexpr (Prod) a0 *= a1, a2 *= a3, a0 *= a2;
+  else a0 += a1, a2 += a3, a0 += a2;
+  double s = init;
+  for (int l = 0; l < lanes; ++l) s = Prod ? s * a0[l] : s + a0[l];
+  for (; i < n; ++i) s = Prod ? s * double(p[i]) : s + double(p[i]);
   return s;
+}
+
+// sum of p[0, n) of floats, doubles or bf16, in double: floats and bf16 first in sum_f32_blocks.
+template <class T> SINTER_INLINE double sum_f64(const T* p, int64_t n) {
+  if constexpr (std::is_same_v<T, double>) {
+    return fold_f64<false>(p, n);
+  } else {
+    int64_t done = 0;
+    const double s = sum_f32_blocks(p, n, &done);
+    return s + fold_f64<false>(p + done, n - done);
+  }
 }
 
 // lane_sum of K rows of floats at once, each row's sum in lane_sum's order (the same bits): the
