@@ -41,9 +41,12 @@ double scalar_value(const Tensor& t) {
 void check_index_range(const std::string& op, const Tensor& idx, int64_t n) {
   const int64_t* p = idx.data<int64_t>();
   const int64_t count = idx.numel();
-  bool ok = true;  // one vectorized pass (a negative index is a huge unsigned one); the message finds the first bad one
-  for (int64_t i = 0; i < count; ++i) ok &= uint64_t(p[i]) < uint64_t(n);
-  for (int64_t i = 0; !ok && i < count; ++i)
+  // One vectorized pass (a negative index is a huge unsigned one; GCC's -O2 cost model leaves the
+  // loop scalar without the pragma); the message finds the first bad one.
+  uint64_t bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = 0; i < count; ++i) bad |= uint64_t(p[i]) >= uint64_t(n);
+  for (int64_t i = 0; bad && i < count; ++i)
     SINTER_CHECK_INDEX(p[i] >= 0 && p[i] < n, "[", op, "] index ", p[i], " at position ", i, " out of range for size ", n);
 }
 

@@ -24,17 +24,17 @@ SINTER_INLINE void norm_stats(bool layer, const T* px, int64_t r, int64_t D, C e
   const T* row[K];
   for (int k = 0; k < K; ++k) row[k] = px + (r + k) * D;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
-    using simd::f32x16, simd::load16;
+    using simd::f32reg, simd::load_f32;
     float s[K];
     if (layer) {
-      simd::lane_sums<K>(D, [&](int k, int64_t i) { return load16(row[k] + i); }, [&](int k, int64_t i) { return float(row[k][i]); }, s);
+      simd::lane_sums<K>(D, [&](int k, int64_t i) { return load_f32(row[k] + i); }, [&](int k, int64_t i) { return float(row[k][i]); }, s);
       for (int k = 0; k < K; ++k) m[k] = s[k] / float(D);
       simd::lane_sums<K>(
-          D, [&](int k, int64_t i) { const f32x16 d = load16(row[k] + i) - m[k]; return d * d; },
+          D, [&](int k, int64_t i) { const f32reg d = load_f32(row[k] + i) - m[k]; return d * d; },
           [&](int k, int64_t i) { const float d = float(row[k][i]) - m[k]; return d * d; }, s);
     } else {
       simd::lane_sums<K>(
-          D, [&](int k, int64_t i) { const f32x16 v = load16(row[k] + i); return v * v; },
+          D, [&](int k, int64_t i) { const f32reg v = load_f32(row[k] + i); return v * v; },
           [&](int k, int64_t i) { return float(row[k][i]) * float(row[k][i]); }, s);
     }
     for (int k = 0; k < K; ++k) {

@@ -252,21 +252,31 @@ template <class T> SINTER_INLINE double sum_f64(const T* p, int64_t n) {
   }
 }
 
-// lane_sum of K rows of floats at once, each row's sum in lane_sum's order (the same bits): the
-// rows' adds are independent chains, where one row alone waits out the add latency every kLanes
-// elements (four rows of 1000 floats: half the time of summing them one after another). vec(k, i):
-// row k's terms i .. i + 15 as one f32x16; one(k, i): term i alone (the last n % 16).
-typedef float f32x16 __attribute__((vector_size(64)));
-// Without AVX-512 an f32x16 passed by value changes the ABI, which GCC and clang warn about; these
-// functions are always inlined, so no call passes one.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+// lane_sum of K (1 or 4) rows of floats at once, each row's sum in lane_sum's order (the same
+// bits): the rows' adds are independent chains, where one row alone waits out the add latency every
+// kLanes elements. vec(k, i): row k's terms i .. i + W - 1 as one f32reg (W = kVectorBytes / 4 lanes,
+// i a multiple of W); one(k, i): term i alone (the last n % 16). A row's 16 lanes are one register
+// (AVX-512) or two, each a named variable: an array of them is kept on the stack at -O2.
 template <int K, class V, class O> SINTER_INLINE void lane_sums(int64_t n, V&& vec, O&& one, float (&s)[K]) {
-  static_assert(kLanes == 16, "an f32x16 holds lane_sum's lanes");
-  f32x16 acc[K] = {};
+  static_assert(kLanes == 16 && (K == 1 || K == 4), "16 lanes, one or four rows");
+  constexpr int W = kVectorBytes / 4;
+  f32reg a0 = {}, b0 = {}, a1 = {}, b1 = {}, a2 = {}, b2 = {}, a3 = {}, b3 = {};  // row k: lanes [0, W), [W, 16)
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < K; ++k) acc[k] += vec(k, i);
+  for (; i + kLanes <= n; i += kLanes) {
+    a0 += vec(0, i);
+    if constexpr (W < 16) b0 += vec(0, i + W);
+    if constexpr (K == 4) {
+      a1 += vec(1, i), a2 += vec(2, i), a3 += vec(3, i);
+      if constexpr (W < 16) b1 += vec(1, i + W), b2 += vec(2, i + W), b3 += vec(3, i + W);
+    }
+  }
+  float acc[K][kLanes];
+  const auto put = [](float* lanes, f32reg lo, f32reg hi) {
+    std::memcpy(lanes, &lo, sizeof lo);
+    if constexpr (W < 16) std::memcpy(lanes + W, &hi, sizeof hi);
+  };
+  put(acc[0], a0, b0);
+  if constexpr (K == 4) put(acc[1], a1, b1), put(acc[2], a2, b2), put(acc[3], a3, b3);
   for (int l = 0; i < n; ++i, ++l)
     for (int k = 0; k < K; ++k) acc[k][l] += one(k, i);
   for (int k = 0; k < K; ++k) {
@@ -275,6 +285,11 @@ template <int K, class V, class O> SINTER_INLINE void lane_sums(int64_t n, V&& v
     s[k] = t;
   }
 }
+typedef float f32x16 __attribute__((vector_size(64)));
+// Without AVX-512 an f32x16 passed by value changes the ABI, which GCC and clang warn about; these
+// functions are always inlined, so no call passes one.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
 SINTER_INLINE f32x16 load16(const float* p) { f32x16 v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE f32x16 load16(const bf16* p) {
   f32x16 v;
