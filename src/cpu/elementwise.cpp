@@ -1,6 +1,7 @@
 // The CPU elementwise kernels: unary ops, where, clamp, copy (with dtype conversion) and fill;
 // binary ops are in elementwise_binary.cpp (a file each, so the two template-heavy halves build
 // in parallel).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -19,6 +20,27 @@ template <class F, class T> constexpr bool unary_ok() {
   else if constexpr (is_float_v<T>) return true;
   else return std::is_same_v<F, fn::Neg> || std::is_same_v<F, fn::Abs> || std::is_same_v<F, fn::Relu>;
 }
+// r[i] = f(a[i]) over floats (r may be a): vectorized, and for functors with a branch-free `fast`
+// (sin, cos) a vectorized pass of it, then the functor itself where `fast_ok` is false.
+template <class F> constexpr bool has_fast_v = requires(float v) { F::fast(v); };
+template <class F> SINTER_INLINE void apply_f32(const F& f, const float* a, float* r, int64_t n) {
+  if constexpr (has_fast_v<F>) {
+    float in[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+      const int64_t m = std::min<int64_t>(256, n - i0);
+      std::memcpy(in, a + i0, size_t(m) * sizeof(float));
+      int slow = 0;
+#pragma omp simd reduction(| : slow)
+      for (int64_t i = 0; i < m; ++i) r[i0 + i] = F::fast(in[i]), slow |= !F::fast_ok(in[i]);
+      for (int64_t i = 0; slow && i < m; ++i)
+        if (!F::fast_ok(in[i])) r[i0 + i] = f(in[i]);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) r[i] = f(a[i]);
+  }
+}
+
 template <class F, class T> void unary_loop(const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;
   const F f;
@@ -29,10 +51,13 @@ template <class F, class T> void unary_loop(const Tensor& x, const Tensor& out) 
     const T* a = reinterpret_cast<const T*>(p[1]);
     if constexpr (is_half_v<T>) {
       if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
-        through_float_blocks(o, std::array<const T*, 1>{a}, n, [&](float* const* in, float* r, int64_t m) {
-#pragma omp simd
-          for (int64_t i = 0; i < m; ++i) r[i] = f(in[0][i]);
-        });
+        through_float_blocks(o, std::array<const T*, 1>{a}, n, [&](float* const* in, float* r, int64_t m) { apply_f32(f, in[0], r, m); });
+        return;
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+        apply_f32(f, a, o, n);
         return;
       }
     }

@@ -134,6 +134,27 @@ SINTER_INLINE float log_f32(float x) {
   return x > 0.0f && x < INFINITY ? res : special;
 }
 
+// sinf and cosf through double for |x| <= 2^19 (kTrigFast): x - n π/2 with π/2 in three parts
+// (the first two of 33 bits: n times each is exact, and so is x minus n times the first), fdlibm's
+// kernels in double, one rounding to float. Branch-free; the functors take libm past 2^19.
+inline constexpr float kTrigFast = 524288.0f;
+template <bool Cos> SINTER_INLINE float trig_fast_f32(float xf) {
+  const double x = xf, bias = 6755399441055744.0, biased = x * 6.36619772367581382433e-01 + bias, fn = biased - bias;
+  uint64_t nb;
+  std::memcpy(&nb, &biased, 8);
+  const double r = ((x - fn * 1.57079632673412561417e+00) - fn * 6.07710050630396597660e-11) - fn * 2.02226624879595063154e-21;
+  const double z = r * r, w = z * z;
+  const double sp = 8.33333333332248946124e-03 + z * (-1.98412698298579493134e-04 + z * 2.75573137070700676789e-06) +
+                    z * w * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10);
+  const double sn = r + z * r * (-1.66666666666666324348e-01 + z * sp);
+  const double cp = z * (4.16666666666666019037e-02 + z * (-1.38888888888741095749e-03 + z * 2.48015872894767294178e-05)) +
+                    w * w * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11));
+  const double hz = 0.5 * z, u = 1.0 - hz, cs = u + (((1.0 - u) - hz) + z * cp);
+  const uint64_t n = (nb + (Cos ? 1 : 0)) & 3;  // cos x = sin(x + π/2)
+  const double v = (n & 1) ? cs : sn;
+  return float((n & 2) ? -v : v);
+}
+
 template <class T> SINTER_INLINE T exp_(T x) { if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x); }
 template <class T> SINTER_INLINE T exp_nonpos_(T x) { if constexpr (std::is_same_v<T, float>) return exp_nonpos_f32(x); else return std::exp(x); }
 template <class T> SINTER_INLINE T tanh_(T x) { if constexpr (std::is_same_v<T, float>) return tanh_f32(x); else return std::tanh(x); }
@@ -151,8 +172,17 @@ struct Log {
 };
 struct Sqrt { template <class T> SINTER_INLINE T operator()(T x) const { return std::sqrt(x); } };
 struct Rsqrt { template <class T> SINTER_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
-struct Sin { template <class T> SINTER_INLINE T operator()(T x) const { return std::sin(x); } };
-struct Cos { template <class T> SINTER_INLINE T operator()(T x) const { return std::cos(x); } };
+// sin and cos of floats: `fast` where `fast_ok` (the CPU's loops vectorize it, then redo the rest).
+template <bool IsCos> struct Trig {
+  static SINTER_INLINE bool fast_ok(float x) { return std::fabs(x) <= kTrigFast; }
+  static SINTER_INLINE float fast(float x) { return trig_fast_f32<IsCos>(x); }
+  template <class T> SINTER_INLINE T operator()(T x) const {
+    if constexpr (std::is_same_v<T, float>) return fast_ok(x) ? fast(x) : float(IsCos ? std::cos(double(x)) : std::sin(double(x)));
+    else return IsCos ? std::cos(x) : std::sin(x);
+  }
+};
+struct Sin : Trig<false> {};
+struct Cos : Trig<true> {};
 struct Tanh { template <class T> SINTER_INLINE T operator()(T x) const { return tanh_(x); } };
 // sigmoid(x) from e = exp(-|x|) <= 1 (the cheaper exp, no overflow): 1 / (1 + e) for x >= 0, e / (1 + e) below.
 template <class T> SINTER_INLINE T sigmoid_(T x) {
