@@ -1,24 +1,22 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan) and runs them side by side: the safetensors parser,
-# config.json, train_state.json, and an exported model's manifest, program and weights (aot).
+# Builds the libFuzzer targets (scripts/sanitize_build.sh: clang, ASan + UBSan) and runs them side by side:
+# the safetensors parser, config.json, train_state.json, and an exported model's manifest, program and
+# weights (aot).
 #   scripts/fuzz.sh [RUNS] [TARGET...]   default 1,000,000 executions per target, seeded from fuzz/corpus/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
 runs=${1:-1000000}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors config train_state aot)
-CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_FUZZ=ON \
-  -DSINTER_BUILD_TESTS=OFF -DSINTER_NATIVE=OFF -DSINTER_CUDA=OFF >/dev/null
-cmake --build build-fuzz --target "${targets[@]/%/_fuzz}"
+scripts/sanitize_build.sh "${targets[@]/%/_fuzz}"
 # The targets run side by side, each on a copy of its seed corpus.
 declare -A pid work
 for t in "${targets[@]}"; do
   work[$t]=$(mktemp -d)
   cp fuzz/corpus/"$t"/* "${work[$t]}/"
   echo "fuzz: $t, $runs executions"
-  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-fuzz/fuzz/"$t"_fuzz -runs="$runs" -max_len=4096 -timeout=10 \
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-sanitize/fuzz/"$t"_fuzz -runs="$runs" -max_len=4096 -timeout=10 \
     -print_final_stats=1 "${work[$t]}" > "${work[$t]}.log" 2>&1 &
   pid[$t]=$!
 done

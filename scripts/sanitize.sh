@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
-# The sanitizer subset CI runs: clang with AddressSanitizer + UBSan over the whole library (the
-# numeric kernels unoptimized, so it builds in minutes), then the tests of the op table (every op
-# against its reference, compiled against eager), the tokenizer, safetensors, the compiler, user
-# kernels, AOT export and the runtime (the C side), the training faults, and the CUDA kernels on the
-# emulator (a kernel touching bytes past its tensor is reported). It is built without OpenMPI and
-# without nvcc's CUDA backend, so CI builds both ways (scripts/test.sh builds with both).
-# `SINTER_SANITIZE=1 scripts/test.sh` runs every test the same way (GCC, -O2).
+# The sanitizer subset CI runs, in scripts/sanitize_build.sh's build (clang, ASan + UBSan): the
+# tests of the op table (every op against its reference, compiled against eager), the tokenizer,
+# safetensors, the compiler, user kernels, AOT export and the runtime (the C side), the training
+# faults, and the CUDA kernels on the emulator (a kernel touching bytes past its tensor is
+# reported). It is built without OpenMPI and without nvcc's CUDA backend, so CI builds both ways
+# (scripts/test.sh builds with both). `SINTER_SANITIZE=1 scripts/test.sh` runs every test the same
+# way (GCC, -O2).
 #   scripts/sanitize.sh [CTEST_REGEX]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
 subset=${1:-'^(AllOps/OpTable|OpTable|OpTableCoverage|AllOps/CompiledOp|Tokenizer|SafeTensors|Compile\.|CompilePasses|UserKernel|Aot\.|AotBadFiles|OnNan|TrainState|install_downstream|dist_without_mpi|CudaAllocator|CudaBackend|CudaEmulator|emulated_Cuda(Backend|Allocator|Ops|Attention|Sparse24)$)'}
 slow='Compile.TrainingWithACompiledStepTracksEagerTraining'  # 200 steps: the full sanitizer suite runs it
-CXX=clang++ CC=clang cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_SANITIZE=ON \
-  -DSINTER_KERNELS_O0=ON -DSINTER_NATIVE=OFF -DSINTER_MPI=OFF -DSINTER_CUDA=OFF >/dev/null
-cmake --build build-sanitize -j "$(nproc)" --target sinter_tests sinter_cli sinter_dist_fault sinter_cuda_emulated sinter_cuda_emulator_test
+scripts/sanitize_build.sh sinter_tests sinter_cli sinter_dist_fault sinter_cuda_emulated sinter_cuda_emulator_test
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" -R "$subset" -E "$slow"
