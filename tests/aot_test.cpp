@@ -163,6 +163,53 @@ TEST(Aot, AFunctionsWeightsAndStateRunAsInProcessAndResetPutsTheStateBack) {
   EXPECT_NE(std::string(sinter_rt_last_error()).find("output 'y' needs 32 bytes"), std::string::npos) << sinter_rt_last_error();
 }
 
+// An export's units are compiled once into the cache: a second export of the same graph (new
+// weights) compiles none of them, a corrupt cached object is compiled again, and each model.so
+// runs its own weights.
+TEST(Aot, AReExportTakesItsUnitsFromTheCacheAndRebuildsACorruptOne) {
+  const std::string cache = temp("unit_cache");
+  test::ScopedEnv env("SINTER_CACHE_DIR", cache);
+  manual_seed(4);
+  Tensor w = randn({4, 3});
+  const TensorFn fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(matmul(in[0], w.t()))}; };
+  aot::Options o;
+  o.names = {{"w", w}};
+  o.graph = {.name = "f", .input_names = {"x"}, .output_names = {"y"}, .dynamic = {{.name = "n", .input = 0, .dim = 0, .min = 1, .max = 3}}};
+  const auto objects = [&] {
+    std::map<std::string, fs::file_time_type> m;
+    for (const auto& e : fs::directory_iterator(cache))
+      if (e.path().extension() == ".o") m[e.path().string()] = e.last_write_time();
+    return m;
+  };
+  const auto runs_as_in_process = [&](const std::string& dir) {
+    Model m(dir);
+    ASSERT_NE(m.m, nullptr) << sinter_rt_last_error();
+    Session s(m);
+    const Tensor x = randn({2, 3});
+    std::vector<float> buf(8);
+    sinter_rt_tensor in = {x.data_ptr(), SINTER_RT_F32, 2, {2, 3}, 0}, out = {buf.data(), SINTER_RT_F32, 0, {}, buf.size() * sizeof(float)};
+    ASSERT_EQ(sinter_rt_run(s.s, "f", &in, 1, &out, 1), 0) << sinter_rt_last_error();
+    EXPECT_EQ(buf, fn({x})[0].to_vector<float>());
+  };
+  const std::string a = temp("cached_a"), b = temp("cached_b"), c = temp("cached_c");
+  aot::export_graph(fn, {zeros({2, 3})}, o, a);
+  const auto first = objects();
+  ASSERT_FALSE(first.empty());
+  runs_as_in_process(a);
+  w.copy_(randn({4, 3}));
+  aot::export_graph(fn, {zeros({2, 3})}, o, b);
+  EXPECT_EQ(objects(), first) << "the second export compiled a unit again";
+  runs_as_in_process(b);
+  const std::string corrupt = first.begin()->first;
+  fs::resize_file(corrupt, fs::file_size(corrupt) / 2);
+  const auto broken = objects();
+  aot::export_graph(fn, {zeros({2, 3})}, o, c);
+  const auto third = objects();
+  EXPECT_EQ(third.size(), first.size());
+  for (const auto& [path, when] : broken) EXPECT_EQ(third.at(path) != when, path == corrupt) << path;
+  runs_as_in_process(c);
+}
+
 // A user kernel with two configs (the autotuner picks one per key bucket) and a pointwise output
 // whose consumers fuse into its store(): exported, it runs from model.so as in process.
 TEST(Aot, GraphsWithUserKernelsRunTheirKernelsFromTheExportedLibrary) {

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "sinter/error.h"
@@ -252,6 +253,34 @@ std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string
   return m;
 }
 
+namespace {
+// One export unit's object: from the cache when an earlier export compiled the same source with the
+// same compiler, flags and prelude (a re-export of new weights, or another dynamic range, compiles
+// only what changed); otherwise compiled into it, under the key's lock.
+std::string unit_object(const std::string& cxx, const std::string& flags, const fs::path& dir, size_t i, const std::string& source) {
+  const std::string key = content_hash(source + "\n" + compiler_identity(cxx) + "\n" + flags + "\n" + kSinterVersion + "\n" + kJitPrelude);
+  const std::string cache = cache_dir();
+  std::error_code ec;
+  fs::create_directories(cache, ec);
+  const std::string src = (dir / ("unit" + std::to_string(i) + ".cpp")).string();
+  const std::string base = ec ? src : cache + "/unit-" + key, obj = base + ".o", sum = base + ".sum";
+  std::optional<FileLock> lock;
+  if (!ec) {
+    lock.emplace(base);
+    if (valid_entry(obj, sum)) return obj;
+  }
+  write_atomic(src, source);
+  const std::string tmp = obj + ".tmp." + std::to_string(getpid()) + "." + std::to_string(i);
+  std::string msg;
+  const int rc = run(shell_quote(cxx) + " " + flags + " -c -I" + shell_quote(dir.string()) + " -o " + shell_quote(tmp) + " " + shell_quote(src), msg);
+  if (rc != 0) fs::remove(tmp, ec);
+  SINTER_CHECK_T(CompileError, rc == 0, "[export] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n", msg.substr(0, 2000));
+  fs::rename(tmp, obj);
+  write_atomic(sum, content_hash(read_all(obj)));
+  return obj;
+}
+}  // namespace
+
 void compile_library(const std::vector<std::string>& sources, const std::string& out, const std::string& march) {
   const std::string cxx = compiler();
   (void)compiler_identity(cxx);  // a missing compiler is named before any work
@@ -270,21 +299,12 @@ void compile_library(const std::vector<std::string>& sources, const std::string&
   } cleanup{dir};
   write_atomic((dir / "sinter_jit_prelude.h").string(), kJitPrelude);
   std::vector<std::future<std::string>> units;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    units.push_back(std::async(std::launch::async, [&, i] {
-      const std::string src = (dir / ("unit" + std::to_string(i) + ".cpp")).string(), obj = src + ".o";
-      write_atomic(src, sources[i]);
-      std::string msg;
-      const std::string cmd = shell_quote(cxx) + " " + flags + " -c -I" + shell_quote(dir.string()) + " -o " + shell_quote(obj) + " " + shell_quote(src);
-      const int rc = run(cmd, msg);
-      SINTER_CHECK_T(CompileError, rc == 0, "[export] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n", msg.substr(0, 2000));
-      return obj;
-    }));
-  }
+  for (size_t i = 0; i < sources.size(); ++i)
+    units.push_back(std::async(std::launch::async, [&, i] { return unit_object(cxx, flags, dir, i, sources[i]); }));
   std::string objects;
   std::vector<std::string> names;
   for (auto& u : units) names.push_back(u.get());  // every unit finished (or threw) before the folder goes
-  for (const std::string& o : names) objects += " " + shell_quote(o);
+  for (const std::string& o : names) objects.append(" ").append(shell_quote(o));
   const std::string tmp = out + ".tmp." + std::to_string(getpid());
   std::string msg;
   const int rc = run(shell_quote(cxx) + " " + flags + " -o " + shell_quote(tmp) + objects, msg);

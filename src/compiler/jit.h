@@ -31,8 +31,9 @@ struct JitModule {
 std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string& name, const std::string& symbol = "sinter_graph_run");
 
 // Compiles translation units (generated sources, which include the prelude) into one shared
-// library at `out`, for export: the JIT's flags with -march=`march`, each unit in parallel, then one
-// link; written atomically. Throws CompileError naming the compiler and showing its message.
+// library at `out`, for export: the JIT's flags with -march=`march`, each unit in parallel (its
+// object cached as the JIT's entries are, so a re-export compiles only new units), then one link;
+// written atomically. Throws CompileError naming the compiler and showing its message.
 void compile_library(const std::vector<std::string>& sources, const std::string& out, const std::string& march);
 
 // The content hash the cache keys by, the cache folder, the CPU's feature line, and an atomic
