@@ -10,7 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 subset=${1:-'^(AllOps/OpTable|OpTable|OpTableCoverage|AllOps/CompiledOp|Tokenizer|SafeTensors|Compile\.|CompilePasses|UserKernel|Aot\.|AotBadFiles|OnNan|TrainState|install_downstream|dist_without_mpi|CudaAllocator|CudaBackend|CudaEmulator|emulated_Cuda(Backend|Allocator|Ops|Attention|Sparse24)$)'}
-slow='Compile.TrainingWithACompiledStepTracksEagerTraining'  # 200 steps: the full sanitizer suite runs it
+# A compiled training step run over 200 steps, and over every length 17..128 (112 steps): the main
+# suite and the full sanitizer suite run them; the subset keeps the compiled-step tests of a few steps.
+slow='Compile\.(TrainingWithACompiledStepTracksEagerTraining|ATrainingStepServesEverySequenceLengthWithOneCompile)$'
 scripts/sanitize_build.sh sinter_tests sinter_cli sinter_dist_fault sinter_cuda_emulated sinter_cuda_emulator_test
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" -R "$subset" -E "$slow"

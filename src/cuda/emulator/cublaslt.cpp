@@ -159,8 +159,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const std::vector<double> A = widen(*la, desc->trans_a, a, p), Bt = widen(*lb, bt, b, p);
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < m; ++i) {
+        const double *ai = &A[size_t(i * k)], *bj = &Bt[size_t(j * k)];
         double s = 0;
-        for (int64_t q = 0; q < k; ++q) s += A[size_t(i * k + q)] * Bt[size_t(j * k + q)];
+#pragma omp simd reduction(+ : s)
+        for (int64_t q = 0; q < k; ++q) s += ai[q] * bj[q];
         s *= al;
         if (be != 0) s += be * read(lc->type, c, p * lc->batch_stride + i + j * lc->ld);
         if (bias) s += read(ld->type, desc->bias, i);

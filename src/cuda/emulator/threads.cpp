@@ -40,8 +40,10 @@ struct Barrier {
   bool full_mask = false;  // a waiter named every lane of its warp
 };
 
-// switch_stack(from, to): saves the callee-saved registers and the floating-point control words
-// on the running stack, stores its pointer in *from, and resumes the stack `to`.
+// switch_stack(from, to): saves the callee-saved registers on the running stack, stores its pointer
+// in *from, and resumes the stack `to`. The floating-point control words (MXCSR, x87) are not
+// switched: kernel code has no way to change them, so every fiber runs with the launching
+// thread's (saving and loading them took 80% of a switch, a third of an emulated training step).
 extern "C" void sinter_emulator_switch(void** from, void* to);
 asm(R"(
   .text
@@ -55,14 +57,8 @@ sinter_emulator_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -96,6 +92,7 @@ struct Block {
   size_t scheduler_size = 0;
   void* scheduler_fake = nullptr;
   std::vector<Fiber> fibers;
+  std::vector<void*> stacks;  // each fiber's stack (its lowest address), kept by the launching thread
   std::vector<Place> places;
   std::vector<uint64_t> lanes[2];  // what each thread offers to a shuffle, by its barrier's parity
   std::vector<Barrier> warps;
@@ -165,19 +162,16 @@ void leave(Barrier& bar) {
   __builtin_unreachable();
 }
 
-// A new fiber's stack as sinter_emulator_switch leaves one: control words, six registers, and
-// fiber_main as the return address, entered with the stack aligned as after a call.
-void* fresh_stack(size_t i) {
-  auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(stack(i)) + kStack);
-  uint32_t words[2];
-  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(words[0]), "=m"(words[1]));
+// A new fiber's stack as sinter_emulator_switch leaves one: six registers and fiber_main as the
+// return address, entered with the stack aligned as after a call.
+void* fresh_stack(void* bottom) {
+  auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(bottom) + kStack);
 #ifdef SINTER_EMULATOR_ASAN
-  ASAN_UNPOISON_MEMORY_REGION(stack(i), kStack);  // what an abandoned fiber's frames left poisoned
+  ASAN_UNPOISON_MEMORY_REGION(bottom, kStack);  // what an abandoned fiber's frames left poisoned
 #endif
   top[-2] = reinterpret_cast<uint64_t>(&fiber_main);
   for (int r = 3; r <= 8; ++r) top[-r] = 0;
-  std::memcpy(&top[-9], words, 8);
-  return &top[-9];
+  return &top[-8];
 }
 
 // SINTER_CUDA_EMULATED_ORDER=reverse runs each block's threads last to first between barriers: a
@@ -198,7 +192,7 @@ bool run_block(Block& b) {
     const int lanes = int(std::min<size_t>(32, n - 32 * w));
     b.warps[w] = Barrier{lanes, lanes, 0, 0};
   }
-  for (size_t i = 0; i < n; ++i) b.fibers[i] = Fiber{fresh_stack(i), false};
+  for (size_t i = 0; i < n; ++i) b.fibers[i] = Fiber{fresh_stack(b.stacks[i]), false};
   std::vector<int>& live = b.live;
   live.resize(n);
   for (size_t i = 0; i < n; ++i) live[i] = reversed() ? int(n - 1 - i) : int(i);
@@ -208,7 +202,7 @@ bool run_block(Block& b) {
     for (const int i : live) {
       b.running = i;
       here = &b.places[size_t(i)];
-      leaving(&b.scheduler_fake, stack(size_t(i)), kStack);
+      leaving(&b.scheduler_fake, b.stacks[size_t(i)], kStack);
       sinter_emulator_switch(&b.scheduler, b.fibers[size_t(i)].sp);
       arrived(b.scheduler_fake, nullptr, nullptr);
       if (!b.fibers[size_t(i)].done) live[kept++] = i;
@@ -230,6 +224,8 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const std::functio
   Block b;
   b.body = &body;
   b.fibers.resize(n);
+  b.stacks.resize(n);
+  for (size_t i = 0; i < n; ++i) b.stacks[i] = stack(i);
   b.places.resize(n);
   for (size_t i = 0; i < n; ++i)
     b.places[i] = {{unsigned(i % block.x), unsigned(i / block.x % block.y), unsigned(i / (size_t(block.x) * block.y))}, {}, block, grid};
