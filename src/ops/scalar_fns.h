@@ -134,22 +134,40 @@ SINTER_INLINE float log_f32(float x) {
   return x > 0.0f && x < INFINITY ? res : special;
 }
 
-// sinf and cosf through double for |x| <= 2^19 (kTrigFast): x - n π/2 with π/2 in three parts
-// (the first two of 33 bits: n times each is exact, and so is x minus n times the first), fdlibm's
-// kernels in double, one rounding to float. Branch-free; the functors take libm past 2^19.
+// fdlibm's sin and cos kernels (FreeBSD msun's k_sin.c, k_cos.c) of x + y, x in [-π/4, π/4] and y
+// its tail (|y| < ulp(x); Tail false: y = 0, fdlibm's iy = 0 form), over V: double, or a vector of
+// doubles (the CPU's random draws, cpu/simd/normal.h). Each < 1 ulp.
+template <bool Tail, class V> SINTER_INLINE V sin_kernel(V x, V y) {
+  const V z = x * x, w = z * z, v = z * x;
+  const V r = 8.33333333332248946124e-03 + z * (-1.98412698298579493134e-04 + z * 2.75573137070700676789e-06) +
+              z * w * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10);
+  if constexpr (Tail) return x - ((z * (0.5 * y - v * r) - y) - v * -1.66666666666666324348e-01);
+  else return x + v * (-1.66666666666666324348e-01 + z * r);
+}
+template <bool Tail, class V> SINTER_INLINE V cos_kernel(V x, V y) {
+  const V z = x * x, w = z * z;
+  const V r = z * (4.16666666666666019037e-02 + z * (-1.38888888888741095749e-03 + z * 2.48015872894767294178e-05)) +
+              w * w * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11));
+  const V hz = 0.5 * z, u = 1.0 - hz;
+  if constexpr (Tail) return u + (((1.0 - u) - hz) + (z * r - x * y));
+  else return u + (((1.0 - u) - hz) + z * r);
+}
+// Reduction by π/2: k = round(x * 2/π) by the 1.5 * 2^52 bias (its low bits are k mod 4), and π/2
+// in three parts, the first two of 33 bits, so k times each is exact for |k| < 2^20, as is x minus
+// k times the first.
+inline constexpr double kTwoOverPi = 6.36619772367581382433e-01, kRoundBias = 6755399441055744.0;
+inline constexpr double kHalfPi1 = 1.57079632673412561417e+00, kHalfPi2 = 6.07710050630396597660e-11,
+                        kHalfPi3 = 2.02226624879595063154e-21;
+
+// sinf and cosf through double for |x| <= 2^19 (kTrigFast): x - k π/2, the kernels above, one
+// rounding to float (the tail would not change it). Branch-free; the functors take libm past 2^19.
 inline constexpr float kTrigFast = 524288.0f;
 template <bool Cos> SINTER_INLINE float trig_fast_f32(float xf) {
-  const double x = xf, bias = 6755399441055744.0, biased = x * 6.36619772367581382433e-01 + bias, fn = biased - bias;
+  const double x = xf, biased = x * kTwoOverPi + kRoundBias, k = biased - kRoundBias;
   uint64_t nb;
   std::memcpy(&nb, &biased, 8);
-  const double r = ((x - fn * 1.57079632673412561417e+00) - fn * 6.07710050630396597660e-11) - fn * 2.02226624879595063154e-21;
-  const double z = r * r, w = z * z;
-  const double sp = 8.33333333332248946124e-03 + z * (-1.98412698298579493134e-04 + z * 2.75573137070700676789e-06) +
-                    z * w * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10);
-  const double sn = r + z * r * (-1.66666666666666324348e-01 + z * sp);
-  const double cp = z * (4.16666666666666019037e-02 + z * (-1.38888888888741095749e-03 + z * 2.48015872894767294178e-05)) +
-                    w * w * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11));
-  const double hz = 0.5 * z, u = 1.0 - hz, cs = u + (((1.0 - u) - hz) + z * cp);
+  const double r = ((x - k * kHalfPi1) - k * kHalfPi2) - k * kHalfPi3;
+  const double sn = sin_kernel<false>(r, 0.0), cs = cos_kernel<false>(r, 0.0);
   const uint64_t n = (nb + (Cos ? 1 : 0)) & 3;  // cos x = sin(x + π/2)
   const double v = (n & 1) ? cs : sn;
   return float((n & 2) ? -v : v);

@@ -1,13 +1,15 @@
 #pragma once
 // Random draws a register at a time: Philox4x32-10 over a batch of consecutive blocks (the same
 // numbers as core/philox.h's philox_block), and Box-Muller's log, sin and cos in double on GCC
-// vector types with fdlibm's polynomials (FreeBSD msun's e_log.c, k_sin.c, k_cos.c; < 1 ulp),
-// kept to the arguments the draws produce: log over [2^-32, 1], sin and cos over [0, 2π).
+// vector types with fdlibm's polynomials (FreeBSD msun's e_log.c here; k_sin.c and k_cos.c as
+// ops/scalar_fns.h has them; < 1 ulp), kept to the arguments the draws produce: log over
+// [2^-32, 1], sin and cos over [0, 2π).
 #include <bit>
 #include <cstdint>
 #include <cstring>
 
 #include "cpu/simd/lanes.h"
+#include "ops/scalar_fns.h"
 
 namespace sinter::cpu::simd {
 
@@ -108,31 +110,14 @@ SINTER_INLINE vdouble sqrt(vdouble x) {
 #endif
 }
 
-// sin and cos of x + y, x in [-π/4, π/4] and y its tail (|y| < ulp(x)): fdlibm's kernels.
-SINTER_INLINE vdouble sin_kernel(vdouble x, vdouble y) {
-  const vdouble z = x * x, w = z * z, v = z * x;
-  const vdouble r = 8.33333333332248946124e-03 + z * (-1.98412698298579493134e-04 + z * 2.75573137070700676789e-06) +
-                    z * w * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10);
-  return x - ((z * (0.5 * y - v * r) - y) - v * -1.66666666666666324348e-01);
-}
-SINTER_INLINE vdouble cos_kernel(vdouble x, vdouble y) {
-  const vdouble z = x * x, w = z * z;
-  const vdouble r = z * (4.16666666666666019037e-02 + z * (-1.38888888888741095749e-03 + z * 2.48015872894767294178e-05)) +
-                    w * w * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11));
-  const vdouble hz = 0.5 * z, u = 1.0 - hz;
-  return u + (((1.0 - u) - hz) + (z * r - x * y));
-}
-
-// sin(t) and cos(t) for t in [0, 2π]: r = t - n π/2 (n = round(t * 2/π) <= 4) as a head and a tail,
-// from π/2 in three parts (the first two of 33 bits, so n times each is exact, as is t - n * the first).
+// sin(t) and cos(t) for t in [0, 2π]: t - k π/2 (k <= 4) as a head and a tail, then fdlibm's
+// kernels with the tail (ops/scalar_fns.h, whose f32 functors use them without).
 SINTER_INLINE void sincos_turn(vdouble t, vdouble& sin_out, vdouble& cos_out) {
-  constexpr double bias = 6755399441055744.0;
-  const vdouble biased = t * 6.36619772367581382433e-01 + bias;
-  const vdouble fn = biased - bias;
+  const vdouble biased = t * fn::kTwoOverPi + fn::kRoundBias, k = biased - fn::kRoundBias;
   const vint64 n = std::bit_cast<vint64>(biased) & 3;
-  const vdouble t1 = t - fn * 1.57079632673412561417e+00, p2 = fn * 6.07710050630396597660e-11;
-  const vdouble hi = t1 - p2, lo = ((t1 - hi) - p2) - fn * 2.02226624879595063154e-21;
-  const vdouble s = sin_kernel(hi, lo), c = cos_kernel(hi, lo);
+  const vdouble t1 = t - k * fn::kHalfPi1, p2 = k * fn::kHalfPi2;
+  const vdouble hi = t1 - p2, lo = ((t1 - hi) - p2) - k * fn::kHalfPi3;
+  const vdouble s = fn::sin_kernel<true>(hi, lo), c = fn::cos_kernel<true>(hi, lo);
   const vint64 odd = (n & 1) != 0, neg_sin = (n & 2) != 0, neg_cos = ((n + 1) & 2) != 0;
   const vdouble sv = odd ? c : s, cv = odd ? s : c;
   sin_out = neg_sin ? -sv : sv;
