@@ -232,7 +232,7 @@ TEST(Aot, GraphsWithUserKernelsRunTheirKernelsFromTheExportedLibrary) {
   const std::string dir = temp("user_kernel");
   aot::Options o;
   o.names = {{"w", w}};
-  o.graph = {.name = "f", .dynamic = {{.name = "n", .input = 0, .dim = 0, .min = 1, .max = 9}}};
+  o.graph = {.name = "f", .input_names = {}, .output_names = {}, .dynamic = {{.name = "n", .input = 0, .dim = 0, .min = 1, .max = 9}}};
   aot::export_graph(fn, {zeros({4, 6})}, o, dir);
   Model m(dir);
   ASSERT_NE(m.m, nullptr) << sinter_rt_last_error();

@@ -84,7 +84,8 @@ TEST(Shape, ActsLikeAVectorInlineAndOnTheHeap) {
     c = std::move(d);
     EXPECT_EQ(c.size(), n);
     EXPECT_EQ(c.back(), 42);
-    c = c;  // self-assignment
+    const auto& same = c;
+    c = same;  // self-assignment
     EXPECT_EQ(c.size(), n);
   }
 

@@ -155,7 +155,7 @@ double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M
 void add_unary(std::map<std::string, Spec>& m, const std::string& name, std::function<double(double)> f, bool keep,
                std::function<Tensor(const Shape&)> gen = [](const Shape& s) { return rn(s); }) {
   Spec s;
-  s.cases = [gen, keep] { return unary_cases(gen, true); };
+  s.cases = [gen] { return unary_cases(gen, true); };
   s.ref = [f, keep](const std::vector<R>& in, const Attrs&) {
     return std::vector<R>{map1(in[0], keep ? in[0].dtype : float_of(in[0].dtype), f)};
   };

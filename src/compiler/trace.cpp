@@ -260,7 +260,7 @@ void add_leaf_gradients(Tracer& t, const std::vector<Tensor>& stand_ins, const L
     handed.insert(leaf.impl_ptr().get());
   };
   for (int v : t.g.captured) hand(t.g.values[size_t(v)].captured, {t.g.values[size_t(v)].captured});
-  for (size_t i = 0; i < stand_ins.size(); ++i) hand(stand_ins[i], {.input = int(i)});
+  for (size_t i = 0; i < stand_ins.size(); ++i) hand(stand_ins[i], {.leaf = {}, .input = int(i)});
   for (const auto& [impl, leaf] : seen.cleared)
     if (!handed.count(impl) && !leaf.is_symbolic()) r.leaves_cleared.push_back(leaf);
 }

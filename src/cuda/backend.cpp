@@ -170,7 +170,7 @@ extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach
 #endif
                                             return p;
                                           },
-                                          [](void* p, int64_t n, int device) {
+                                          [](void* p, [[maybe_unused]] int64_t n, int device) {
 #ifdef SINTER_CUDA_EMULATED
                                             cuda::emulator::unguard(p, cuda::CachingAllocator::size_class(n));
 #endif

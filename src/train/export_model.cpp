@@ -41,7 +41,8 @@ aot::Exported export_model(nn::GPT& model_in, const ExportOptions& o) {
   const int64_t limit = model->config().max_position_embeddings;
   const auto [lo, hi] = parse_range(o.dynamic, limit);
   std::vector<nn::KVCache> caches = model->make_caches(1, limit);
-  aot::Options opts{.isa = o.isa, .progress = o.progress};
+  aot::Options opts;
+  opts.isa = o.isa, opts.progress = o.progress;
   for (auto& [name, t] : model->named_parameters()) opts.names[name] = *t;
   for (auto& [name, t] : model->named_buffers()) opts.names[name] = *t;
   for (size_t i = 0; i < caches.size(); ++i) {
@@ -62,7 +63,8 @@ aot::Exported export_model(nn::GPT& model_in, const ExportOptions& o) {
                         {.name = "prefill", .input_names = {"tokens"}, .output_names = {"logits"}, .dynamic = {seq}}});
     else if (g == "decode")
       graphs.push_back({[&m, &caches](const std::vector<Tensor>& in) { return std::vector<Tensor>{m.forward(in[0], &caches)}; },
-                        {zeros({1, 1}, DType::i64)}, {.name = "decode", .input_names = {"tokens"}, .output_names = {"logits"}}});
+                        {zeros({1, 1}, DType::i64)},
+                        {.name = "decode", .input_names = {"tokens"}, .output_names = {"logits"}, .dynamic = {}}});
     else
       SINTER_THROW(ValueError, "[export] --graph takes forward, prefill or decode, got '", g, "'");
   }

@@ -286,10 +286,6 @@ template <int K, class V, class O> SINTER_INLINE void lane_sums(int64_t n, V&& v
   }
 }
 typedef float f32x16 __attribute__((vector_size(64)));
-// Without AVX-512 an f32x16 passed by value changes the ABI, which GCC and clang warn about; these
-// functions are always inlined, so no call passes one.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
 SINTER_INLINE f32x16 load16(const float* p) { f32x16 v; std::memcpy(&v, p, sizeof v); return v; }
 SINTER_INLINE f32x16 load16(const bf16* p) {
   f32x16 v;
@@ -301,6 +297,5 @@ SINTER_INLINE f32x16 load16(const bf16* p) {
 #endif
   return v;
 }
-#pragma GCC diagnostic pop
 
 }  // namespace sinter::cpu::simd

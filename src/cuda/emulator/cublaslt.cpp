@@ -159,7 +159,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const std::vector<double> A = widen(*la, desc->trans_a, a, p), Bt = widen(*lb, bt, b, p);
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < m; ++i) {
-        const double *ai = &A[size_t(i * k)], *bj = &Bt[size_t(j * k)];
+        const double *ai = A.data() + i * k, *bj = Bt.data() + j * k;  // k may be 0: no element to index
         double s = 0;
 #pragma omp simd reduction(+ : s)
         for (int64_t q = 0; q < k; ++q) s += ai[q] * bj[q];
