@@ -15,11 +15,11 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <sstream>
 
 #include "sinter/error.h"
@@ -132,6 +132,27 @@ bool valid_entry(const std::string& so, const std::string& sum) {
   return read_all(sum) == content_hash(read_all(so));
 }
 
+// The cache entry `file` beside its checksum (`sum`), under the lock of `base`: true when a valid
+// one was there; otherwise `build(tmp)` writes it (throwing on failure, tmp removed), then it is
+// renamed into place and its checksum written.
+bool cached_entry(const std::string& base, const std::string& file, const std::string& sum,
+                  const std::function<void(const std::string& tmp)>& build) {
+  FileLock lock(base);
+  if (valid_entry(file, sum)) return true;
+  static std::atomic<uint64_t> serial{0};  // threads of one process build apart
+  const std::string tmp = file + ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++);
+  try {
+    build(tmp);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fs::rename(tmp, file);
+  write_atomic(sum, content_hash(read_all(file)));
+  return false;
+}
+
 }  // namespace
 
 void write_atomic(const std::string& path, const std::string& text) {
@@ -217,31 +238,22 @@ std::shared_ptr<JitModule> jit_load(const std::string& source, const std::string
   SINTER_CHECK_T(CompileError, !ec, "[compile] cannot create the cache folder ", dir, ": ", ec.message());
   const std::string base = dir + "/" + key, so = base + ".so", sum = base + ".sum";
   auto m = std::make_shared<JitModule>();
-  {
-    FileLock lock_file(base);
-    m->from_cache = valid_entry(so, sum);
-    if (!m->from_cache) {
-      // The prelude by its own hash: processes of different versions sharing the cache never swap it.
-      const std::string prelude_name = "sinter_jit_prelude_" + content_hash(kJitPrelude) + ".h";
-      const std::string src = base + ".cpp";
-      if (!fs::exists(dir + "/" + prelude_name, ec)) write_atomic(dir + "/" + prelude_name, kJitPrelude);
-      std::string text = source;
-      const std::string plain = "#include \"sinter_jit_prelude.h\"";
-      if (const size_t at = text.find(plain); at != std::string::npos) text.replace(at, plain.size(), "#include \"" + prelude_name + "\"");
-      write_atomic(src, text);
-      const std::string tmp = base + ".so.tmp." + std::to_string(getpid());
-      const std::string cmd = shell_quote(cxx) + " " + kFlags + " -I" + shell_quote(dir) + " -o " + shell_quote(tmp) + " " + shell_quote(src);
-      debug_write(name + ".cmd", cmd + "\n");
-      std::string out;
-      const int rc = run(cmd, out);
-      if (rc != 0) {
-        fs::remove(tmp, ec);
-        SINTER_THROW(CompileError, "[compile] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n", out.substr(0, 2000));
-      }
-      fs::rename(tmp, so);
-      write_atomic(sum, content_hash(read_all(so)));
-    }
-  }
+  m->from_cache = cached_entry(base, so, sum, [&](const std::string& tmp) {
+    // The prelude by its own hash: processes of different versions sharing the cache never swap it.
+    const std::string prelude_name = "sinter_jit_prelude_" + content_hash(kJitPrelude) + ".h";
+    const std::string src = base + ".cpp";
+    if (!fs::exists(dir + "/" + prelude_name, ec)) write_atomic(dir + "/" + prelude_name, kJitPrelude);
+    std::string text = source;
+    const std::string plain = "#include \"sinter_jit_prelude.h\"";
+    if (const size_t at = text.find(plain); at != std::string::npos) text.replace(at, plain.size(), "#include \"" + prelude_name + "\"");
+    write_atomic(src, text);
+    const std::string cmd = shell_quote(cxx) + " " + kFlags + " -I" + shell_quote(dir) + " -o " + shell_quote(tmp) + " " + shell_quote(src);
+    debug_write(name + ".cmd", cmd + "\n");
+    std::string out;
+    const int rc = run(cmd, out);
+    SINTER_CHECK_T(CompileError, rc == 0, "[compile] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n",
+                   out.substr(0, 2000));
+  });
   m->path = so;
   m->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   SINTER_CHECK_T(CompileError, m->handle != nullptr, "[compile] cannot load ", so, ": ", dlerror());
@@ -259,24 +271,19 @@ namespace {
 // only what changed); otherwise compiled into it, under the key's lock.
 std::string unit_object(const std::string& cxx, const std::string& flags, const fs::path& dir, size_t i, const std::string& source) {
   const std::string key = content_hash(source + "\n" + compiler_identity(cxx) + "\n" + flags + "\n" + kSinterVersion + "\n" + kJitPrelude);
-  const std::string cache = cache_dir();
   std::error_code ec;
-  fs::create_directories(cache, ec);
-  const std::string src = (dir / ("unit" + std::to_string(i) + ".cpp")).string();
-  const std::string base = ec ? src : cache + "/unit-" + key, obj = base + ".o", sum = base + ".sum";
-  std::optional<FileLock> lock;
-  if (!ec) {
-    lock.emplace(base);
-    if (valid_entry(obj, sum)) return obj;
-  }
-  write_atomic(src, source);
-  const std::string tmp = obj + ".tmp." + std::to_string(getpid()) + "." + std::to_string(i);
-  std::string msg;
-  const int rc = run(shell_quote(cxx) + " " + flags + " -c -I" + shell_quote(dir.string()) + " -o " + shell_quote(tmp) + " " + shell_quote(src), msg);
-  if (rc != 0) fs::remove(tmp, ec);
-  SINTER_CHECK_T(CompileError, rc == 0, "[export] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n", msg.substr(0, 2000));
-  fs::rename(tmp, obj);
-  write_atomic(sum, content_hash(read_all(obj)));
+  fs::create_directories(cache_dir(), ec);  // without a cache folder, the export's own one serves
+  const std::string base = ec ? (dir / ("unit-" + key)).string() : cache_dir() + "/unit-" + key, obj = base + ".o";
+  cached_entry(base, obj, base + ".sum", [&](const std::string& tmp) {
+    const std::string src = (dir / ("unit" + std::to_string(i) + ".cpp")).string();
+    write_atomic(src, source);
+    std::string msg;
+    const std::string cmd =
+        shell_quote(cxx) + " " + flags + " -c -I" + shell_quote(dir.string()) + " -o " + shell_quote(tmp) + " " + shell_quote(src);
+    const int rc = run(cmd, msg);
+    SINTER_CHECK_T(CompileError, rc == 0, "[export] the C++ compiler '", cxx, "' failed (exit ", rc, ") on ", src, ":\n",
+                   msg.substr(0, 2000));
+  });
   return obj;
 }
 }  // namespace
