@@ -457,7 +457,10 @@ void add_more_specs(std::map<std::string, Spec>& m) {
   };
   ga.bad = [] {
     return std::vector<Case>{{{rn({4, 5}), ints({2}, 0, 4)}, dim_attr(0)}, {{rn({4, 5}), tensor<int64_t>({4}, {1, 1})}, dim_attr(0)},
-                             {{rn({4, 5}), ints({2, 6}, 0, 4)}, dim_attr(0)}};
+                             {{rn({4, 5}), ints({2, 6}, 0, 4)}, dim_attr(0)},
+                             // rows gathered from rows: each row's indices checked in the threads
+                             {{rn({2, 5}), tensor<int64_t>({0, 1, 5, 2}, {2, 2})}, dim_attr(1)},
+                             {{rn({2, 5}), tensor<int64_t>({0, -1, 4, 2}, {2, 2})}, dim_attr(-1)}};
   };
   ga.grad_cases = [] { return small_f64({{{rn({4, 5}), ints({6, 5}, 0, 4)}, dim_attr(0)}, {{rn({4, 5}), ints({3, 2}, 0, 5)}, dim_attr(1)}}); };
   m["gather"] = ga;

@@ -110,6 +110,8 @@ void cumsum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (x.numel() == 0) return;
   const int64_t dim = x.dim() ? wrap_dim("cumsum", a.i("dim"), x.dim()) : 0;
   Tensor x2 = rows_last(x, x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{});
+  if (out[0].is_contiguous() && (x.dim() == 0 || dim == x.dim() - 1))  // rows as they lie in out
+    return cumsum_rows(x2, raw_reshape_contiguous(out[0], x2.shape()));
   Tensor tmp = Tensor::empty(x2.shape(), out[0].dtype());
   cumsum_rows(x2, tmp);
   scatter_rows_back(tmp, out[0], dim);

@@ -407,41 +407,53 @@ void softmax_backward_rows(const Tensor& g, const Tensor& y, const Tensor& dx, b
 }
 
 namespace {
+// Running sums of two rows of floats or doubles in double, one register of W doubles at a time: a
+// prefix sum inside the register (log2 W shifted adds), plus the carry of the elements before. Each
+// row's carry is a chain of one add per register; the two rows' chains are independent.
+constexpr int kW = simd::kVectorBytes / 8;
+typedef double dvec __attribute__((vector_size(simd::kVectorBytes)));
+
+template <class T> SINTER_INLINE dvec load_f64(const T* p) {
+  typedef T tvec __attribute__((vector_size(kW * sizeof(T))));
+  tvec v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, dvec);
+}
+template <class T> SINTER_INLINE void store_from_f64(T* p, dvec v) {
+  typedef T tvec __attribute__((vector_size(kW * sizeof(T))));
+  const tvec t = __builtin_convertvector(v, tvec);
+  std::memcpy(p, &t, sizeof t);
+}
+SINTER_INLINE dvec prefix(dvec v) {
+  const dvec z = {};
 #if defined(__AVX512F__)
-// Running sums of two rows of floats or doubles in double, eight elements at a time: a prefix sum
-// inside the register (three shifted adds), plus the carry of the elements before. The two rows'
-// carries are independent chains.
-template <class T> SINTER_INLINE __m512d load8_f64(const T* p) {
-  if constexpr (std::is_same_v<T, float>) return _mm512_cvtps_pd(_mm256_loadu_ps(p));
-  else return _mm512_loadu_pd(p);
+  v += __builtin_shufflevector(z, v, 0, 8, 9, 10, 11, 12, 13, 14);
+  v += __builtin_shufflevector(z, v, 0, 1, 8, 9, 10, 11, 12, 13);
+  v += __builtin_shufflevector(z, v, 0, 1, 2, 3, 8, 9, 10, 11);
+#else
+  v += __builtin_shufflevector(z, v, 0, 4, 5, 6);
+  v += __builtin_shufflevector(z, v, 0, 1, 4, 5);
+#endif
+  return v;
 }
-template <class T> SINTER_INLINE void store8(T* p, __m512d v) {
-  if constexpr (std::is_same_v<T, float>) _mm256_storeu_ps(p, _mm512_cvtpd_ps(v));
-  else _mm512_storeu_pd(p, v);
-}
-SINTER_INLINE __m512d prefix8(__m512d v, __m512d carry) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i w = _mm512_castpd_si512(v);
-  v = _mm512_add_pd(v, _mm512_castsi512_pd(_mm512_alignr_epi64(w, zero, 7)));  // + v shifted one lane up
-  w = _mm512_castpd_si512(v);
-  v = _mm512_add_pd(v, _mm512_castsi512_pd(_mm512_alignr_epi64(w, zero, 6)));  // two
-  w = _mm512_castpd_si512(v);
-  v = _mm512_add_pd(v, _mm512_castsi512_pd(_mm512_alignr_epi64(w, zero, 4)));  // four
-  return _mm512_add_pd(v, carry);
+SINTER_INLINE dvec last_lane(dvec v) {
+#if defined(__AVX512F__)
+  return __builtin_shufflevector(v, v, 7, 7, 7, 7, 7, 7, 7, 7);
+#else
+  return __builtin_shufflevector(v, v, 3, 3, 3, 3);
+#endif
 }
 template <class T> void cumsum_two_rows(const T* x0, const T* x1, T* o0, T* o1, int64_t n) {
-  const __m512i last = _mm512_set1_epi64(7);
-  __m512d c0 = _mm512_setzero_pd(), c1 = _mm512_setzero_pd();
+  dvec c0 = {}, c1 = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m512d s0 = prefix8(load8_f64(x0 + i), c0), s1 = prefix8(load8_f64(x1 + i), c1);
-    store8(o0 + i, s0), store8(o1 + i, s1);
-    c0 = _mm512_permutexvar_pd(last, s0), c1 = _mm512_permutexvar_pd(last, s1);
+  for (; i + kW <= n; i += kW) {
+    const dvec p0 = prefix(load_f64(x0 + i)), p1 = prefix(load_f64(x1 + i));
+    store_from_f64(o0 + i, p0 + c0), store_from_f64(o1 + i, p1 + c1);
+    c0 += last_lane(p0), c1 += last_lane(p1);
   }
-  double a0 = _mm512_cvtsd_f64(c0), a1 = _mm512_cvtsd_f64(c1);
+  double a0 = c0[0], a1 = c1[0];
   for (; i < n; ++i) o0[i] = T(a0 += double(x0[i])), o1[i] = T(a1 += double(x1[i]));
 }
-#endif
 }  // namespace
 
 void cumsum_rows(const Tensor& x, const Tensor& out) {
@@ -456,14 +468,12 @@ void cumsum_rows(const Tensor& x, const Tensor& out) {
       parallel_for(0, (outer + K - 1) / K, std::max<int64_t>(1, row_grain(inner) / K), [&](int64_t lo, int64_t hi) {
         for (int64_t g = lo; g < hi; ++g) {
           const int64_t r0 = g * K, k = std::min(K, outer - r0);
-#if defined(__AVX512F__)
           if constexpr (std::is_same_v<T, O> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
             if (k == K) {
               cumsum_two_rows(px + r0 * inner, px + (r0 + 1) * inner, po + r0 * inner, po + (r0 + 1) * inner, inner);
               continue;
             }
           }
-#endif
           for (int64_t r = r0; r < r0 + k; ++r) {
             A acc = 0;
             for (int64_t i = 0; i < inner; ++i) {
