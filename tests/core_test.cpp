@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "cpu/simd/bf16.h"
 #include "cpu/simd/normal.h"
 #include "ops/scalar_fns.h"
 #include "test_util.h"
@@ -279,13 +280,15 @@ TEST(Kernels, LongReductionsGiveTheLoopsResultAtAnyThreadCount) {
   const int64_t n = 50000;
   std::vector<float> v = (rand({2, n}) - 2.0).to_vector<float>();  // in [-2, -1)
   float* r1 = v.data() + n;
-  r1[100] = -0.0f, r1[20000] = 0.0f, r1[40000] = 0.0f;  // row 1's max: three zeros; the first (-0) wins
+  // row 1's max: four zeros; the first (-0) wins, across chunks and across the kernel's two sets of
+  // registers (108 and 116 fall in different sets with 8 or 16 lanes)
+  r1[108] = -0.0f, r1[116] = 0.0f, r1[20000] = 0.0f, r1[40000] = 0.0f;
   Tensor x = tensor(v, {2, n});
   double loop = 0;
   for (int64_t i = 0; i < n; ++i) loop += double(v[size_t(i)]);
   EXPECT_NEAR(sum(x, {1}).to_vector<float>()[0], loop, 1e-6 * std::abs(loop));
   const auto m = max(x, 1);
-  EXPECT_EQ(m.indices.to_vector<int64_t>()[1], 100);
+  EXPECT_EQ(m.indices.to_vector<int64_t>()[1], 108);
   EXPECT_TRUE(std::signbit(m.values.to_vector<float>()[1]));
   const std::vector<float> row0(v.begin(), v.begin() + n);
   EXPECT_EQ(argmin(x, 1).to_vector<int64_t>()[0], std::min_element(row0.begin(), row0.end()) - row0.begin());
@@ -328,7 +331,8 @@ TEST(Kernels, ATransposingCopyPutsEveryElementWhereALoopDoes) {
   EXPECT_TRUE(test::bitwise_equal(m.t().contiguous().t().contiguous(), m));
 }
 
-// bf16 elementwise ops and softmax run through float blocks (src/cpu/loops.h), their reductions
+// bf16 elementwise ops and softmax run through float blocks (src/cpu/loops.h) or, for + - * /, in
+// registers (src/cpu/simd/bf16.h), rounded as bf16(float) rounds (NaN, inf, subnormals); reductions
 // and argmax on widened registers: each gives what the f32 kernel gives on the widened values,
 // rounded once; x.pow(2) is x * x; clamp keeps NaN.
 TEST(Kernels, HalfPrecisionOpsComputeInFloatAsTheF32KernelsDo) {
@@ -349,6 +353,13 @@ TEST(Kernels, HalfPrecisionOpsComputeInFloatAsTheF32KernelsDo) {
   std::vector<float> with_nan = v;
   with_nan[1000] = NAN;  // row 1, column 300
   const Tensor nb = tensor(with_nan, {3, 700}).to(DType::bf16);
+  std::vector<float> odd = with_nan;
+  odd[5] = -NAN, odd[6] = INFINITY, odd[7] = 3e38f, odd[8] = 1e-40f;  // in the register-wide part of row 0
+  const Tensor ob = tensor(odd, {3, 700}).to(DType::bf16), of = ob.to(DType::f32);
+  EXPECT_TRUE(test::bitwise_equal(mul(ob, wb), mul(of, wf).to(DType::bf16)));  // NaNs keep sign and payload, overflow is inf
+  EXPECT_TRUE(test::bitwise_equal(div(ob, wb), div(of, wf).to(DType::bf16)));
+  EXPECT_TRUE(test::bitwise_equal(sub(ob, 0.5), sub(of, 0.5).to(DType::bf16)));
+  EXPECT_TRUE(test::bitwise_equal(silu(ob), silu(of).to(DType::bf16)));
   const std::vector<int64_t> am = argmax(nb, 1).to_vector<int64_t>();
   EXPECT_EQ(am[1], 300);
   for (int64_t r : {0, 2}) {
@@ -485,6 +496,31 @@ TEST(Kernels, FloatSumsInBlocksStayWithinTheLoopsBound) {
   EXPECT_EQ(specials[3], INFINITY);
   EXPECT_EQ(specials[6], 0.0f);
   EXPECT_EQ(arange(-5, 3000000, 3).to_vector<int64_t>()[999999], -5 + 3 * 999999);
+}
+
+// The register-wide bf16 narrowing (cpu/simd/bf16.h) gives bf16(float)'s bits on patterns across
+// the range: ties to even, NaNs whose low half would carry into the sign, infinities, subnormals.
+TEST(Kernels, RegisterWideBf16RoundingIsTheScalarOne) {
+#if defined(__AVX2__)
+  std::vector<float> v;
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 40009) v.push_back(std::bit_cast<float>(uint32_t(b)));
+  for (const uint32_t b : {0x7fffffffu, 0xffffffffu, 0x7f800001u, 0x7fc0ffffu, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00008000u})
+    v.push_back(std::bit_cast<float>(b));
+  while (v.size() % 16) v.push_back(0.0f);
+  std::vector<bf16> natural(v.size()), unpacked(v.size());
+  for (size_t i = 0; i < v.size(); i += 16) {
+    cpu::simd::narrow16(natural.data() + i, _mm256_loadu_ps(&v[i]), _mm256_loadu_ps(&v[i + 8]));
+    std::vector<bf16> in(16);
+    for (size_t j = 0; j < 16; ++j) in[j].bits = uint16_t(std::bit_cast<uint32_t>(v[i + j]) >> 16);
+    __m256 lo, hi;  // unpack then pack: each value comes back where it was, as bf16(float(x)) (NaNs quieted)
+    cpu::simd::unpack16(in.data(), lo, hi);
+    cpu::simd::pack16(unpacked.data() + i, lo, hi);
+    for (size_t j = 0; j < 16; ++j) ASSERT_EQ(unpacked[i + j].bits, bf16(float(in[j])).bits) << i + j;
+  }
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(natural[i].bits, bf16(v[i]).bits) << std::bit_cast<uint32_t>(v[i]);
+#else
+  GTEST_SKIP() << "built without AVX2: the register-wide bf16 path is not compiled";
+#endif
 }
 
 // sin and cos of floats run a branch-free pass in double up to 2^19 and libm past it

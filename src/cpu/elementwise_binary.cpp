@@ -5,6 +5,7 @@
 #include "core/dispatch.h"
 #include "cpu/cpu.h"
 #include "cpu/loops.h"
+#include "cpu/simd/bf16.h"
 #include "ops/scalar_fns.h"
 
 namespace sinter::cpu {
@@ -21,6 +22,27 @@ template <class F, class T> constexpr bool binary_ok() {
   else return true;
 }
 
+// + - * /: bf16 runs of these go through eight-float registers without a trip through memory
+template <class F> constexpr bool arithmetic() {
+  return std::is_same_v<F, fn::Add> || std::is_same_v<F, fn::Sub> || std::is_same_v<F, fn::Mul> || std::is_same_v<F, fn::Div>;
+}
+
+#if defined(__AVX2__)
+// o = f(x, y) over n bf16, y one value where `scalar`: sixteen at a time in registers, widened,
+// computed and narrowed in the unpack order (elementwise, so no lane-crossing shuffle). Through
+// float blocks in memory this ran at 0.8x PyTorch (bf16 mul by a row, Zen 3).
+template <class F> void bf16_arithmetic(const F& f, bf16* o, const bf16* x, const bf16* y, bool scalar, int64_t n) {
+  __m256 yl = _mm256_set1_ps(float(y[0])), yh = yl, xl, xh;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    simd::unpack16(x + i, xl, xh);
+    if (!scalar) simd::unpack16(y + i, yl, yh);
+    simd::pack16(o + i, f(xl, yl), f(xh, yh));
+  }
+  for (; i < n; ++i) o[i] = bf16(f(float(x[i]), float(y[scalar ? 0 : i])));
+}
+#endif
+
 template <class F, class T, class O> void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
   using C = compute_t<T>;
   const F f;
@@ -32,6 +54,11 @@ template <class F, class T, class O> void binary_loop(const Tensor& a, const Ten
     O* o = reinterpret_cast<O*>(p[0]);
     const T* x = reinterpret_cast<const T*>(p[1]);
     const T* y = reinterpret_cast<const T*>(p[2]);
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<T, bf16> && std::is_same_v<O, T> && arithmetic<F>()) {
+      if (s[0] == sizeof(O) && s[1] == sizeof(T) && (s[2] == sizeof(T) || s[2] == 0)) return bf16_arithmetic(f, o, x, y, s[2] == 0, n);
+    }
+#endif
     if constexpr (is_half_v<T> && std::is_same_v<O, T>) {
       if (s[0] == sizeof(O) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
         through_float_blocks(o, std::array<const T*, 2>{x, y}, n, [&](float* const* in, float* r, int64_t m) {

@@ -9,6 +9,7 @@
 
 #include "core/parallel.h"
 #include "core/small_vector.h"
+#include "cpu/simd/bf16.h"
 #include "ops/scalar_fns.h"
 #include "sinter/tensor.h"
 
@@ -45,7 +46,12 @@ SINTER_INLINE void through_float_blocks(T* out, std::array<const T*, N> in, int6
     for (size_t k = 0; k < N; ++k)
       for (int64_t j = 0; j < m; ++j) buf[k][j] = float(in[k][i0 + j]);
     block(ins, buf[N], m);
-    for (int64_t j = 0; j < m; ++j) out[i0 + j] = T(buf[N][j]);
+    int64_t j = 0;
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<T, bf16>)  // GCC's vectorized T(float) took a third more instructions
+      for (; j + 16 <= m; j += 16) simd::narrow16(out + i0 + j, _mm256_loadu_ps(buf[N] + j), _mm256_loadu_ps(buf[N] + j + 8));
+#endif
+    for (; j < m; ++j) out[i0 + j] = T(buf[N][j]);
   }
 }
 

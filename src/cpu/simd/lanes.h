@@ -65,25 +65,28 @@ template <class C> SINTER_INLINE C max_of(const C* p, int64_t n) {
 }
 
 // The first max (Max) or min of p[0, n < 2^31) and its index, NaNs skipped ({-inf or inf, 0} where
-// all are), and whether one was NaN. Each lane keeps its extreme and where it first saw it; the
-// lanes' extremes then meet, the smallest index among equals winning.
+// all are), and whether one was NaN. Each lane keeps its extreme and where it first saw it, in two
+// sets of registers (even and odd vectors: each compare-and-blend chain waits on itself, so one set
+// ran at its latency); the lanes' extremes then meet, the smallest index among equals winning.
 template <bool Max, class C> SINTER_INLINE std::pair<C, int64_t> arg_extreme(const C* p, int64_t n, bool& nan) {
   constexpr int lanes = kVectorBytes / int(sizeof(C));
   constexpr C none = Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
   using I = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;
   typedef C vec __attribute__((vector_size(kVectorBytes)));
   typedef I ivec __attribute__((vector_size(kVectorBytes)));
-  vec acc, bad = {};
-  ivec at = {}, cur;
-  for (int l = 0; l < lanes; ++l) acc[l] = none, cur[l] = I(l);
+  vec acc[2];
+  ivec at[2] = {}, cur, bad = {};
+  for (int l = 0; l < lanes; ++l) acc[0][l] = acc[1][l] = none, cur[l] = I(l);
   int64_t i = 0;
-  for (; i + lanes <= n; i += lanes, cur += I(lanes)) {
-    vec v;
-    std::memcpy(&v, p + i, sizeof v);
-    bad = v != v ? v : bad;  // a NaN lane stays NaN
-    const auto better = Max ? v > acc : v < acc;
-    acc = better ? v : acc;
-    at = better ? cur : at;
+  for (; i + 2 * lanes <= n; i += 2 * lanes, cur += I(2 * lanes)) {
+    for (int k = 0; k < 2; ++k) {
+      vec v;
+      std::memcpy(&v, p + i + k * lanes, sizeof v);
+      bad |= v != v;  // all ones in a lane that saw a NaN
+      const auto better = Max ? v > acc[k] : v < acc[k];
+      acc[k] = better ? v : acc[k];
+      at[k] = better ? cur + I(k * lanes) : at[k];
+    }
   }
   C m = none;
   int64_t mi = 0;
@@ -91,7 +94,7 @@ template <bool Max, class C> SINTER_INLINE std::pair<C, int64_t> arg_extreme(con
   auto take = [&](C v, int64_t j) {
     if ((Max ? v > m : v < m) || (v == m && j < mi)) m = v, mi = j;
   };
-  for (int l = 0; l < lanes; ++l) nan = nan || bad[l] != bad[l], take(acc[l], at[l]);
+  for (int l = 0; l < lanes; ++l) nan = nan || bad[l] != 0, take(acc[0][l], at[0][l]), take(acc[1][l], at[1][l]);
   for (; i < n; ++i) nan = nan || p[i] != p[i], take(p[i], i);
   return {m, mi};
 }
