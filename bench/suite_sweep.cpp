@@ -97,8 +97,8 @@ void row_op_rows(Report& r) {
 }
 
 // Reductions over each kind of dim, argmax over a vocabulary, cumsum, a transposing copy, softmax
-// over the leading dim, bf16 elementwise ops, indexing, topk, tril, and an embedding's and a
-// layer_norm's forward + backward (the embedding's gradient a whole vocabulary's rows).
+// over the leading dim, bf16 elementwise ops, indexing, topk, tril, log, sin, cos, and an
+// embedding's and a layer_norm's forward + backward (the embedding's gradient a whole vocabulary's rows).
 void tensor_op_rows(Report& r) {
   const Tensor x = randn({2048, 768}), x3 = randn({8, 256, 768}), logits = randn({1, 50257}), sq = randn({4096, 4096});
   const Tensor logits4 = randn({4, 50257}), sq2 = randn({2048, 2048});
@@ -128,6 +128,8 @@ void tensor_op_rows(Report& r) {
     r.ours_only("tril f32 2048x2048", time_it([&] { (void)tril(sq2); }));
     const Tensor xp = rand({2048, 768}) + 0.5;
     r.ours_only("log f32 2048x768", time_it([&] { (void)log(xp); }));
+    r.ours_only("sin f32 2048x768", time_it([&] { (void)sin(x); }));
+    r.ours_only("cos f32 2048x768", time_it([&] { (void)cos(x); }));
     r.ours_only("logsumexp f32 2048x768 dim 1", time_it([&] { (void)logsumexp(x, {1}); }));
     r.ours_only("randn f32 1M", time_it([&] { (void)randn({1024, 1024}); }));
     r.ours_only("randint i64 1M", time_it([&] { (void)randint(0, 1000, {1024, 1024}); }));

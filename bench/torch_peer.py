@@ -356,6 +356,7 @@ def suite_sweep(a, rows):
                               ("scatter_add f32 2048x768 dim 1 64 a row", lambda: x.scatter_add(1, cols, src), 15),
                               ("topk 50 f32 4x50257", lambda: logits4.topk(50), 15), ("tril f32 2048x2048", lambda: sq2.tril(), 15),
                               ("log f32 2048x768", lambda: xp.log(), 15),
+                              ("sin f32 2048x768", lambda: x.sin(), 15), ("cos f32 2048x768", lambda: x.cos(), 15),
                               ("logsumexp f32 2048x768 dim 1", lambda: torch.logsumexp(x, 1), 15),
                               ("randn f32 1M", lambda: torch.randn(1024, 1024), 15),
                               ("randint i64 1M", lambda: torch.randint(0, 1000, (1024, 1024)), 15),
