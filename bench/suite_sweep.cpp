@@ -199,7 +199,7 @@ void suite_sweep(const Options& o, Report& r) {
     blocks.push_back({llama, 96, 6, 2, 37, 3});
     if (!o.quick) blocks.push_back({llama, 512, 8, 2, 128, 4}), blocks.push_back({llama, 1024, 16, 4, 512, 1});
   }
-  r.expect(o.quick ? 162 : 358);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 27, blocks 4 or 12
+  r.expect(o.quick ? 164 : 360);  // attention 56 or 224, linear and 2:4 60 or 80, row ops 15, tensor ops 29, blocks 4 or 12
   sdpa_rows(o, r);
   linear_rows(o, r);
   row_op_rows(r);
