@@ -28,10 +28,12 @@ namespace sinter::fn {
 
 SINTER_INLINE float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-// a * b + c for floats: fused where SINTER_FUNCTORS_FMA (the same result in every kernel that uses it).
-SINTER_INLINE float madd(float a, float b, float c) {
+// a * b + c for floats and doubles: fused where SINTER_FUNCTORS_FMA (the same result in every
+// kernel that uses it).
+template <class T> SINTER_INLINE T madd(T a, T b, T c) {
 #if SINTER_FUNCTORS_FMA
-  return __builtin_fmaf(a, b, c);
+  if constexpr (std::is_same_v<T, float>) return __builtin_fmaf(a, b, c);
+  else return __builtin_fma(a, b, c);
 #else
   return a * b + c;
 #endif
@@ -158,15 +160,6 @@ template <bool Tail, class V> SINTER_INLINE V cos_kernel(V x, V y) {
 inline constexpr double kTwoOverPi = 6.36619772367581382433e-01, kRoundBias = 6755399441055744.0;
 inline constexpr double kHalfPi1 = 1.57079632673412561417e+00, kHalfPi2 = 6.07710050630396597660e-11,
                         kHalfPi3 = 2.02226624879595063154e-21;
-
-// a * b + c for doubles, fused as madd(float) is
-SINTER_INLINE double madd(double a, double b, double c) {
-#if SINTER_FUNCTORS_FMA
-  return __builtin_fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
 
 // sin and cos of x in [-π/4, π/4] for a float result, in double: FreeBSD msun's float kernels
 // (k_sinf.c: within 2^-37.5 relative; k_cosf.c: within 2^-34.1), far inside a float's half ulp
