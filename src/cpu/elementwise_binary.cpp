@@ -22,7 +22,7 @@ template <class F, class T> constexpr bool binary_ok() {
   else return true;
 }
 
-// + - * /: bf16 runs of these go through eight-float registers without a trip through memory
+// + - * /: bf16 runs of these go through registers (sixteen values in two) without a trip through memory
 template <class F> constexpr bool arithmetic() {
   return std::is_same_v<F, fn::Add> || std::is_same_v<F, fn::Sub> || std::is_same_v<F, fn::Mul> || std::is_same_v<F, fn::Div>;
 }
