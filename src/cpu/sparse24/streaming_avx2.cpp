@@ -16,9 +16,13 @@ namespace {
 // in flight than one stream gives it (a plain 2-thread read here: 19 / 28 / 38 GB/s with 1 / 2 / 4
 // streams per thread; in this kernel, from cold on the three bench shapes, 2 beat 4 for f32 values).
 template <int M, int S, class V>
+__attribute__((noinline))  // inlined into small_m's loop, one pass's registers moved with the others' code (up to 25%)
 void small_m_rows_lanes(const float* x, const float* xr, int64_t K, const V* values, const uint8_t* meta, int64_t n0, int64_t n1,
                         float* dots) {
-  constexpr int U = S == 1 ? 4 : 2;  // 16-column steps per pass: S x U accumulator chains per row of x hide the FMA latency
+  // U steps a pass: S x U accumulator chains per row of x hide the FMA latency. At M = 3 and 4
+  // (S = 1), U = 2 keeps the 6 or 8 chains in registers; U = 4 spilled half of them to the stack
+  // (5-17% slower at M = 3-4 in cache, 2-8% on a weight streamed from memory, on Zen 3).
+  constexpr int U = S == 1 && M < 3 ? 4 : 2;
   const int64_t chunks = K / 16, K2 = K / 2, K8 = K / 8, nb = n1 - n0, run = (nb + S - 1) / S;
   const __m256i sh_a = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh_b = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
   auto pick = [](const float* xc, __m256i idx) {  // x of 8 kept values from 16 rearranged columns
