@@ -218,6 +218,7 @@ void flash_forward(const Geometry& g, DType dtype, const void* q, const void* k,
   check_dims(g, "sdpa");
   if (g.B * g.Hq * g.Lq == 0) return;
   if (g.Lq == 1 && g.dropout == 0) return flash_decode(g, dtype, q, k, v, x, o, lse, device);
+  if (flash_tc_takes(g, dtype)) return flash_forward_tc(g, q, k, v, x, o, lse, device);
   with_storage(dtype, "sdpa", [&]<class S>(S) {
     const size_t smem = forward_smem(g.D, g.Dv);
     allow_smem(flash_forward_k<S>, smem);

@@ -24,6 +24,11 @@ void flash_forward(const detail::Geometry& g, DType dtype, const void* q, const 
 // their partial softmax sums combined by a second kernel (flash_forward calls it for Lq = 1).
 void flash_decode(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, FlashExtras x, void* o,
                   float* lse, int device);
+// The bf16 forward on the tensor cores (flash_tc.cu), for the calls flash_tc_takes (head dims 64, 80,
+// 96 and 128, more than one query row): P is rounded to bf16 for its product with V, as cuDNN's is.
+bool flash_tc_takes(const detail::Geometry& g, DType dtype);
+void flash_forward_tc(const detail::Geometry& g, const void* q, const void* k, const void* v, FlashExtras x, void* o, float* lse,
+                      int device);
 // dq_acc: f32 (B, Hq, Lq, D) contiguous, zeroed; delta: f32 (B, Hq, Lq) scratch; dk, dv laid out
 // by g.ldk, g.ldv. lse and dlse f32 contiguous.
 void flash_backward(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, const void* o,

@@ -81,6 +81,14 @@ __device__ inline void record_fault(DeviceFault* fault, const DeviceFault& f) {
   __threadfence_system();
 }
 
+// `#pragma unroll` under nvcc (register arrays indexed by the loop stay in registers); nothing in
+// the emulated build, where clang's ASan build took over ten minutes on one unrolled kernel file.
+#ifdef SINTER_CUDA_EMULATED
+#define SINTER_UNROLL
+#else
+#define SINTER_UNROLL _Pragma("unroll")
+#endif
+
 #define SINTER_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
 

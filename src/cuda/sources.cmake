@@ -9,6 +9,7 @@ set(SINTER_CUDA_SOURCES
   factory.cu
   flash.cu
   flash_decode.cu
+  flash_tc.cu
   gemm.cpp
   index.cu
   linalg.cpp

@@ -42,6 +42,11 @@ void sync_warp(unsigned members);  // __syncwarp(members)
 // The value `bits` of lane (this lane ^ lane_mask) of this warp, each lane offering its own. A
 // full member mask while lanes of the warp have returned fails the launch (undefined on the device).
 uint64_t exchange_xor(uint64_t bits, unsigned lane_mask, unsigned members);
+// mma.sync m16n8k16 with bf16 A and B and f32 C (cuda/mma.cuh has the fragment layout): gathers
+// the warp's fragments at one warp barrier (lanes that returned fail the launch), then adds this
+// lane's four sums, k in order, to c. Out of line: inlined into unrolled kernels it made clang's
+// ASan build of one kernel file take minutes.
+void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 
 // Under AddressSanitizer: the bytes of a device block past what a tensor asked for are poisoned
 // while it holds the block, so a kernel reading or writing past its tensor is reported (the

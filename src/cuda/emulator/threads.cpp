@@ -33,6 +33,7 @@ thread_local const Place* here [[gnu::tls_model("initial-exec")]] = nullptr;
 namespace {
 
 constexpr size_t kStack = size_t(256) << 10, kGuard = 4096;  // per fiber; an overflow hits the guard page
+constexpr size_t kGatherWords = 4;  // the words each lane offers to an mma
 
 struct Barrier {
   int size = 0, live = 0, arrived = 0;  // threads at the launch, not yet returned, waiting
@@ -95,6 +96,7 @@ struct Block {
   std::vector<void*> stacks;  // each fiber's stack (its lowest address), kept by the launching thread
   std::vector<Place> places;
   std::vector<uint64_t> lanes[2];  // what each thread offers to a shuffle, by its barrier's parity
+  std::vector<uint64_t> gathered[2];  // and to an mma, kGatherWords each
   std::vector<Barrier> warps;
   Barrier all;
   std::vector<unsigned char> shared;
@@ -230,6 +232,7 @@ void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const std::functio
   for (size_t i = 0; i < n; ++i)
     b.places[i] = {{unsigned(i % block.x), unsigned(i / block.x % block.y), unsigned(i / (size_t(block.x) * block.y))}, {}, block, grid};
   b.lanes[0].resize(n), b.lanes[1].resize(n);
+  b.gathered[0].resize(n * kGatherWords), b.gathered[1].resize(n * kGatherWords);
   b.warps.resize((n + 31) / 32);
   b.shared.assign(smem, 0xFF);  // uninitialized, as on the device: NaN bytes show a read before a write
   Block* outer = t_block;
@@ -279,6 +282,38 @@ uint64_t exchange_xor(uint64_t bits, unsigned lane_mask, unsigned members) {
   lanes[i] = bits;
   arrive_and_wait(warp);
   return from < lanes.size() ? lanes[from] : bits;
+}
+
+namespace {
+// Every lane of the warp offers `words` words (at most kGatherWords); returns the warp's offers,
+// lane i's at [kGatherWords i ...], readable until this lane's next warp operation.
+const uint64_t* gather_warp(const uint64_t* mine, size_t words) {
+  Block& b = *t_block;
+  const size_t i = size_t(b.running);
+  Barrier& warp = b.warps[i / 32];
+  warp.full_mask = true;
+  std::vector<uint64_t>& slots = b.gathered[warp.generation & 1];
+  for (size_t w = 0; w < words; ++w) slots[i * kGatherWords + w] = mine[w];
+  arrive_and_wait(warp);
+  return slots.data() + i / 32 * 32 * kGatherWords;
+}
+}  // namespace
+
+void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  const uint64_t mine[3] = {a[0] | uint64_t(a[1]) << 32, a[2] | uint64_t(a[3]) << 32, b[0] | uint64_t(b[1]) << 32};
+  const uint64_t* warp = gather_warp(mine, 3);
+  auto half = [&](int lane, int reg, int k) {  // element k % 2 of register `reg` (A: 0-3, B: 4-5) of `lane`
+    const uint32_t word = uint32_t(warp[kGatherWords * size_t(lane) + size_t(reg / 2)] >> (32 * (reg % 2)));
+    return __uint_as_float((k % 2 ? word >> 16 : word & 0xffffu) << 16);
+  };
+  const int lane = int(t_block->running % 32), g = lane / 4, t = lane % 4;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+    float acc = c[r];
+    for (int k = 0; k < 16; ++k)
+      acc += half(row % 8 * 4 + k % 8 / 2, row / 8 + 2 * (k / 8), k) * half(col * 4 + k % 8 / 2, 4 + k / 8, k);
+    c[r] = acc;
+  }
 }
 
 }  // namespace sinter::cuda::emulator
