@@ -143,3 +143,28 @@ TEST(CudaAttention, ADecodeStepReadsTheCacheLengthOnTheDevice) {
                                                   SDPABackend::automatic, 0, n.to(kGpu));
   EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), 1e-5);
 }
+
+// The bf16 tensor-core forward with what cuDNN is not given: dropout (the CPU's Philox draws, so
+// both devices drop the same elements) and a KV cache's length with a chunk of queries. Against
+// the CPU on the same bf16-rounded inputs in f32, within bf16 rounding.
+TEST(CudaAttention, TheBf16TensorCoreForwardTakesDropoutAndACacheLength) {
+  NEEDS_GPU();
+  auto bf = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
+  manual_seed(9);
+  const Tensor q = bf(randn({1, 4, 70, 64})), k = bf(randn({1, 2, 130, 64})), v = bf(randn({1, 2, 130, 64}));
+  auto gpu = [](const Tensor& t) { return t.to(DType::bf16).to(kGpu); };
+  const std::string why = sdpa_choose(gpu(q), gpu(k), {}, 0.2).reason;
+  EXPECT_NE(why.find("tensor-core"), std::string::npos) << why;
+  for (const double p : {0.0, 0.2}) {
+    manual_seed(11);
+    const Tensor got = scaled_dot_product_attention(gpu(q), gpu(k), gpu(v), {}, p, true, std::nullopt, true);
+    manual_seed(11);
+    const Tensor want = scaled_dot_product_attention(q, k, v, {}, p, true, std::nullopt, true, SDPABackend::flash);
+    EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), std::ldexp(1.0, -7)) << "dropout " << p;
+  }
+  const Tensor chunk = q.narrow(2, 0, 5), n = scalar_tensor(37, DType::i64);  // 5 queries at positions 32-36 of a cache holding 37
+  const Tensor got = scaled_dot_product_attention(gpu(chunk), gpu(k), gpu(v), {}, 0.0, true, std::nullopt, true, SDPABackend::automatic,
+                                                  0, n.to(kGpu));
+  const Tensor want = scaled_dot_product_attention(chunk, k, v, {}, 0.0, true, std::nullopt, true, SDPABackend::automatic, 0, n);
+  EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), std::ldexp(1.0, -7));
+}

@@ -1,6 +1,6 @@
 // The CUDA kernels of sdpa and sdpa_flash_backward. Where detail::choose_sdpa picks flash (f32 and
 // bf16, head dims up to 256): cuDNN's fused attention for the bf16 calls it takes (cudnn_sdpa.h),
-// the FlashAttention-2 kernels (flash.cu; flash_tc.cu for bf16 on the tensor cores) for the rest; the math reference (src/attention/sdpa.cpp,
+// the FlashAttention-2 kernels (flash.cu; flash_tc.cu, bf16 on the tensor cores) for the rest; the math reference (src/attention/sdpa.cpp,
 // in ops that run on the CUDA kernels) otherwise.
 // A KV cache's length (`kv_len`, a tensor on the device) is never read by the host: flash reads it
 // on the device; the reference runs over the whole cache with the positions past it, and the
@@ -62,7 +62,8 @@ std::string flash_detail(std::span<const TensorMeta> in, const Attrs& a) {
   if (why.empty() && mask && (in.size() < 4 || in[3].dtype != in[0].dtype)) why = "the mask is not additive in q's dtype";
   if (why.empty() && a.b_or("kv_len", false)) why = "a KV cache's length";
   if (why.empty()) return "cuDNN's fused attention runs it (where the layouts suit cuDNN)";
-  return std::string(flash_tc_takes(g, in[0].dtype) ? "Sinter's tensor-core flash kernel" : "Sinter's flash kernel") + " runs it (not cuDNN: " + why + ")";
+  std::string out = flash_tc_takes(g, in[0].dtype) ? "Sinter's tensor-core flash kernel" : "Sinter's flash kernel";
+  return out.append(" runs it (not cuDNN: ").append(why).append(")");
 }
 
 using detail::layout_of;
