@@ -54,7 +54,7 @@ struct Sizes {
     return s;
   }
   int rows() const {
-    return int(gemm_m.size() * gemm_kn.size() + 2 + 2 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 3);
+    return int(gemm_m.size() * gemm_kn.size() + 2 + 3 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 3);
   }
 };
 
@@ -109,7 +109,9 @@ void elementwise_rows(const Sizes& z, Report& r) {
 
 // Causal bf16 attention (B=4, H=32, D=128 on a GPU): forward, and forward with backward, in TFLOP/s
 // (causal: half of the forward's 4 B H S^2 D; the backward 2.5 times the forward, as FlashAttention-2
-// counts). PyTorch's SDPA backends are the peers (bench/torch_peer.py).
+// counts). PyTorch's SDPA backends are the peers (bench/torch_peer.py); Sinter's own forward kernel
+// (cuDNN turned off: the tensor-core flash kernel) is held to the forward row, which cuDNN runs
+// where it is found.
 void attention_rows(const Sizes& z, Report& r) {
   const int64_t B = z.attn_b, H = z.attn_h, D = z.attn_d;
   for (int64_t S : z.attn_s) {
@@ -119,7 +121,7 @@ void attention_rows(const Sizes& z, Report& r) {
                              " D=" + std::to_string(D);
     const double fwd = 2.0 * double(B * H * D) * double(S) * double(S);
     const int n = S >= 16384 ? 2 : S >= 4096 ? 5 : 20;
-    char note[96];
+    char note[160];
     Timing t;
     {
       NoGradGuard no_grad;
@@ -127,6 +129,19 @@ void attention_rows(const Sizes& z, Report& r) {
     }
     std::snprintf(note, sizeof note, "%.0f TFLOP/s; %s", fwd / (t.best_ms * 1e-3) / 1e12, sdpa_choose(q, k, {}, 0.0).reason.c_str());
     r.ours_only(name + " forward", t, note);
+    {
+      NoGradGuard no_grad;
+      const char* was = std::getenv("SINTER_CUDNN_ATTENTION");
+      const std::string before = was ? was : "";
+      setenv("SINTER_CUDNN_ATTENTION", "0", 1);
+      const Timing own = gpu_time(z, [&] { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, n, 5);
+      char own_note[160];
+      std::snprintf(own_note, sizeof own_note, "%.0f TFLOP/s; %s", fwd / (own.best_ms * 1e-3) / 1e12,
+                    sdpa_choose(q, k, {}, 0.0).reason.c_str());
+      if (was) setenv("SINTER_CUDNN_ATTENTION", before.c_str(), 1);
+      else unsetenv("SINTER_CUDNN_ATTENTION");
+      r.add(name + " forward, Sinter's flash kernel", own, "the forward row's call", t, own_note);
+    }
     const Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
     t = gpu_time(z, [&] { (void)autograd::grad({scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true)}, {qg, kg, vg}, {g}); }, n, 5);
     std::snprintf(note, sizeof note, "%.0f TFLOP/s", 3.5 * fwd / (t.best_ms * 1e-3) / 1e12);
