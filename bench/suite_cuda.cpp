@@ -122,26 +122,21 @@ void attention_rows(const Sizes& z, Report& r) {
     const double fwd = 2.0 * double(B * H * D) * double(S) * double(S);
     const int n = S >= 16384 ? 2 : S >= 4096 ? 5 : 20;
     char note[160];
-    Timing t;
-    {
+    auto forward = [&] {  // the forward's time; its rate and kernel in `note`
       NoGradGuard no_grad;
-      t = gpu_time(z, [&] { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, n, 5);
-    }
-    std::snprintf(note, sizeof note, "%.0f TFLOP/s; %s", fwd / (t.best_ms * 1e-3) / 1e12, sdpa_choose(q, k, {}, 0.0).reason.c_str());
+      const Timing t = gpu_time(z, [&] { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, n, 5);
+      std::snprintf(note, sizeof note, "%.0f TFLOP/s; %s", fwd / (t.best_ms * 1e-3) / 1e12, sdpa_choose(q, k, {}, 0.0).reason.c_str());
+      return t;
+    };
+    Timing t = forward();
     r.ours_only(name + " forward", t, note);
-    {
-      NoGradGuard no_grad;
-      const char* was = std::getenv("SINTER_CUDNN_ATTENTION");
-      const std::string before = was ? was : "";
-      setenv("SINTER_CUDNN_ATTENTION", "0", 1);
-      const Timing own = gpu_time(z, [&] { (void)scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, n, 5);
-      char own_note[160];
-      std::snprintf(own_note, sizeof own_note, "%.0f TFLOP/s; %s", fwd / (own.best_ms * 1e-3) / 1e12,
-                    sdpa_choose(q, k, {}, 0.0).reason.c_str());
-      if (was) setenv("SINTER_CUDNN_ATTENTION", before.c_str(), 1);
-      else unsetenv("SINTER_CUDNN_ATTENTION");
-      r.add(name + " forward, Sinter's flash kernel", own, "the forward row's call", t, own_note);
-    }
+    const char* was = std::getenv("SINTER_CUDNN_ATTENTION");
+    const std::string before = was ? was : "";
+    setenv("SINTER_CUDNN_ATTENTION", "0", 1);
+    const Timing own = forward();
+    if (was) setenv("SINTER_CUDNN_ATTENTION", before.c_str(), 1);
+    else unsetenv("SINTER_CUDNN_ATTENTION");
+    r.add(name + " forward, Sinter's flash kernel", own, "the forward row's call", t, note);
     const Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
     t = gpu_time(z, [&] { (void)autograd::grad({scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true)}, {qg, kg, vg}, {g}); }, n, 5);
     std::snprintf(note, sizeof note, "%.0f TFLOP/s", 3.5 * fwd / (t.best_ms * 1e-3) / 1e12);

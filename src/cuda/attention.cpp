@@ -1,7 +1,7 @@
 // The CUDA kernels of sdpa and sdpa_flash_backward. Where detail::choose_sdpa picks flash (f32 and
 // bf16, head dims up to 256): cuDNN's fused attention for the bf16 calls it takes (cudnn_sdpa.h),
-// the FlashAttention-2 kernels (flash.cu; flash_tc.cu, bf16 on the tensor cores) for the rest; the math reference (src/attention/sdpa.cpp,
-// in ops that run on the CUDA kernels) otherwise.
+// the FlashAttention-2 kernels (flash.cu; flash_tc.cu, bf16 on the tensor cores) for the rest;
+// the math reference (src/attention/sdpa.cpp, in ops that run on the CUDA kernels) otherwise.
 // A KV cache's length (`kv_len`, a tensor on the device) is never read by the host: flash reads it
 // on the device; the reference runs over the whole cache with the positions past it, and the
 // causal rule, as a mask built on the device.

@@ -194,12 +194,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t d = part; d < Dv; d += kParts) store(dvrow + d, j < n ? sdv[cc * (Dv + 1) + d] : 0.0f);
 }
 
-// Opts a kernel into more than 48 KiB of dynamic shared memory (a host call before each launch that
-// needs it: head dims past about 64).
-template <class K> void allow_smem(K kernel, size_t bytes) {
-  if (bytes > 48 * 1024) SINTER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <class Fn> void with_storage(DType dt, const char* op, Fn&& fn) {
   if (dt == DType::f32) return fn(float{});
   if (dt == DType::bf16) return fn(BF16{});

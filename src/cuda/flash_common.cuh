@@ -44,6 +44,12 @@ __device__ __forceinline__ float mask_at(const Call& c, int64_t b, int64_t h, in
   return c.x.mask ? c.x.mask[b * g.ms[0] + h * g.ms[1] + i * g.ms[2] + j * g.ms[3]] : 0.0f;
 }
 
+// Opts a kernel into more than 48 KiB of dynamic shared memory (a host call before each launch that
+// needs it: head dims past about 64).
+template <class K> void allow_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024) SINTER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 // Row (b, h, i) of an operand laid out by l.
 template <class S> __device__ __forceinline__ S* row(const RowLayout& l, S* base, int64_t b, int64_t h, int64_t i) {
   return base + b * l.b + h * l.h + i * l.r;

@@ -139,8 +139,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
 template <int D> void launch_tc(const Geometry& g, const void* q, const void* k, const void* v, FlashExtras x, void* o, float* lse,
                                 int device) {
   const size_t smem = tc_smem(D);
-  if (smem > 48 * 1024)
-    SINTER_CUDA_CHECK(cudaFuncSetAttribute(flash_tc_forward_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_smem(flash_tc_forward_k<D>, smem);
   const dim3 grid(unsigned(g.B * g.Hq), unsigned((g.Lq + kRows - 1) / kRows));
   launch_kernel("sdpa", flash_tc_forward_k<D>, grid, kThreads, smem, stream(device), Call{g, x}, static_cast<const BF16*>(q),
                 static_cast<const BF16*>(k), static_cast<const BF16*>(v), static_cast<BF16*>(o), lse);

@@ -33,7 +33,7 @@ thread_local const Place* here [[gnu::tls_model("initial-exec")]] = nullptr;
 namespace {
 
 constexpr size_t kStack = size_t(256) << 10, kGuard = 4096;  // per fiber; an overflow hits the guard page
-constexpr size_t kGatherWords = 4;  // the words each lane offers to an mma
+constexpr size_t kGatherWords = 3;  // the words each lane offers to an mma: A (4 x 32 bits), B (2 x 32)
 
 struct Barrier {
   int size = 0, live = 0, arrived = 0;  // threads at the launch, not yet returned, waiting
@@ -285,23 +285,23 @@ uint64_t exchange_xor(uint64_t bits, unsigned lane_mask, unsigned members) {
 }
 
 namespace {
-// Every lane of the warp offers `words` words (at most kGatherWords); returns the warp's offers,
-// lane i's at [kGatherWords i ...], readable until this lane's next warp operation.
-const uint64_t* gather_warp(const uint64_t* mine, size_t words) {
+// Every lane of the warp offers its words; returns the warp's offers, lane i's at
+// [kGatherWords i ...], readable until this lane's next warp operation.
+const uint64_t* gather_warp(const uint64_t (&mine)[kGatherWords]) {
   Block& b = *t_block;
   const size_t i = size_t(b.running);
   Barrier& warp = b.warps[i / 32];
   warp.full_mask = true;
   std::vector<uint64_t>& slots = b.gathered[warp.generation & 1];
-  for (size_t w = 0; w < words; ++w) slots[i * kGatherWords + w] = mine[w];
+  for (size_t w = 0; w < kGatherWords; ++w) slots[i * kGatherWords + w] = mine[w];
   arrive_and_wait(warp);
   return slots.data() + i / 32 * 32 * kGatherWords;
 }
 }  // namespace
 
 void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
-  const uint64_t mine[3] = {a[0] | uint64_t(a[1]) << 32, a[2] | uint64_t(a[3]) << 32, b[0] | uint64_t(b[1]) << 32};
-  const uint64_t* warp = gather_warp(mine, 3);
+  const uint64_t mine[kGatherWords] = {a[0] | uint64_t(a[1]) << 32, a[2] | uint64_t(a[3]) << 32, b[0] | uint64_t(b[1]) << 32};
+  const uint64_t* warp = gather_warp(mine);
   auto half = [&](int lane, int reg, int k) {  // element k % 2 of register `reg` (A: 0-3, B: 4-5) of `lane`
     const uint32_t word = uint32_t(warp[kGatherWords * size_t(lane) + size_t(reg / 2)] >> (32 * (reg % 2)));
     return __uint_as_float((k % 2 ? word >> 16 : word & 0xffffu) << 16);
