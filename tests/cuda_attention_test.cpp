@@ -23,9 +23,10 @@ struct AttnCase {
 };
 
 std::string describe(const AttnCase& c) {
-  return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) + " Lq" + std::to_string(c.Lq) +
-         " Lkv" + std::to_string(c.Lkv) + " D" + std::to_string(c.D) + (c.causal ? " causal" : "") + " mask " + c.mask +
-         (c.window ? " window " + std::to_string(c.window) : "");
+  char s[160];
+  std::snprintf(s, sizeof s, "B%lld Hq%lld Hkv%lld Lq%lld Lkv%lld D%lld%s mask %s", (long long)c.B, (long long)c.Hq, (long long)c.Hkv,
+                (long long)c.Lq, (long long)c.Lkv, (long long)c.D, c.causal ? " causal" : "", c.mask);
+  return c.window ? std::string(s).append(" window ").append(std::to_string(c.window)) : std::string(s);
 }
 
 struct Inputs {
@@ -104,8 +105,8 @@ TEST(CudaAttention, F32ForwardAndGradientsMatchTheCpuFlashKernelAndTheF64Referen
 }
 
 // bf16 through each CUDA kernel: Sinter's flash kernels within 2^-7 of the largest value (the
-// f32-tile kernels keep P and dS in f32; the tensor-core forward, head dims 64-128, rounds P to
-// bf16 for P V and measures within 2^-8); cuDNN, which also rounds dS, within 2^-6 where it is found.
+// f32-tile kernels keep P and dS in f32; the tensor-core kernels, head dims 64-128, round P and dS
+// to bf16 for their products and measure within 2^-7.8); cuDNN within 2^-6 where it is found.
 TEST(CudaAttention, Bf16ForwardAndGradientsAreWithinBf16RoundingOfTheReference) {
   NEEDS_GPU();
   const Tensor probe = randn({1, 2, 8, 64}, DType::bf16, kGpu);
@@ -144,23 +145,33 @@ TEST(CudaAttention, ADecodeStepReadsTheCacheLengthOnTheDevice) {
   EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), 1e-5);
 }
 
-// The bf16 tensor-core forward with what cuDNN is not given: dropout (the CPU's Philox draws, so
-// both devices drop the same elements) and a KV cache's length with a chunk of queries. Against
-// the CPU on the same bf16-rounded inputs in f32, within bf16 rounding.
-TEST(CudaAttention, TheBf16TensorCoreForwardTakesDropoutAndACacheLength) {
+// The bf16 tensor-core kernels with what cuDNN is not given: dropout (the CPU's Philox draws, so
+// both devices drop the same elements), forward and the three gradients, and a KV cache's length
+// with a chunk of queries. Against the CPU on the same bf16-rounded inputs in f32, within bf16
+// rounding.
+TEST(CudaAttention, TheBf16TensorCoreKernelsTakeDropoutAndACacheLength) {
   NEEDS_GPU();
   auto bf = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
   manual_seed(9);
   const Tensor q = bf(randn({1, 4, 70, 64})), k = bf(randn({1, 2, 130, 64})), v = bf(randn({1, 2, 130, 64}));
+  const Tensor dout = bf(randn({1, 4, 70, 64}));
   auto gpu = [](const Tensor& t) { return t.to(DType::bf16).to(kGpu); };
   const std::string why = sdpa_choose(gpu(q), gpu(k), {}, 0.2).reason;
   EXPECT_NE(why.find("tensor-core"), std::string::npos) << why;
   for (const double p : {0.0, 0.2}) {
-    manual_seed(11);
-    const Tensor got = scaled_dot_product_attention(gpu(q), gpu(k), gpu(v), {}, p, true, std::nullopt, true);
-    manual_seed(11);
-    const Tensor want = scaled_dot_product_attention(q, k, v, {}, p, true, std::nullopt, true, SDPABackend::flash);
-    EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), std::ldexp(1.0, -7)) << "dropout " << p;
+    auto attend = [&](Device dev, auto cast) {  // o, dq, dk, dv as f64 on the host
+      const Tensor ql = cast(q).detach().requires_grad_(), kl = cast(k).detach().requires_grad_(), vl = cast(v).detach().requires_grad_();
+      manual_seed(11);
+      const Tensor o = scaled_dot_product_attention(ql, kl, vl, {}, p, true, std::nullopt, true,
+                                                    dev == Device::cpu() ? SDPABackend::flash : SDPABackend::automatic);
+      sum(o * cast(dout)).backward();
+      std::vector<Tensor> r;
+      for (const Tensor& t : {o, ql.grad(), kl.grad(), vl.grad()}) r.push_back(t.to(Device::cpu()).to(DType::f64));
+      return r;
+    };
+    const std::vector<Tensor> got = attend(kGpu, gpu), want = attend(Device::cpu(), [](const Tensor& t) { return t; });
+    const char* names[] = {"o", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) EXPECT_LE(relative_error(got[i], want[i], 0.0), std::ldexp(1.0, -7)) << names[i] << ", dropout " << p;
   }
   const Tensor chunk = q.narrow(2, 0, 5), n = scalar_tensor(37, DType::i64);  // 5 queries at positions 32-36 of a cache holding 37
   const Tensor got = scaled_dot_product_attention(gpu(chunk), gpu(k), gpu(v), {}, 0.0, true, std::nullopt, true, SDPABackend::automatic,

@@ -112,11 +112,6 @@ size_t backward_smem(int64_t D, int64_t Dv) {
   return sizeof(float) * size_t(2 * kBc * (D + 1) + 2 * kBc * (Dv + 1) + kBr * (D + 1) + kBr * (Dv + 1) + 2 * kBr * (kBc + 1) + 2 * kBr);
 }
 
-struct BackwardPtrs {
-  const float *lse, *delta;
-  float* dq_acc;
-};
-
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_k(Call c, const S* q, const S* k, const S* v, const S* dout, BackwardPtrs bp, S* dk, S* dv) {
@@ -233,6 +228,8 @@ void flash_backward(const Geometry& g, DType dtype, const void* q, const void* k
       launch_kernel("sdpa_flash_backward", flash_delta_k<S>, unsigned((rows + 7) / 8), 256, 0, s, g, static_cast<const S*>(o),
                     static_cast<const S*>(dout), dlse, delta);
     }
+    if (flash_tc_backward_takes(g, dtype))
+      return flash_backward_tc(g, q, k, v, dout, BackwardPtrs{lse, delta, dq_acc}, x, dk, dv, device);
     const size_t smem = backward_smem(g.D, g.Dv);
     allow_smem(flash_backward_k<S>, smem);
     const dim3 grid(unsigned(g.B * g.Hkv), unsigned((g.Lkv + kBc - 1) / kBc));

@@ -30,9 +30,24 @@ bool flash_tc_takes(const detail::Geometry& g, DType dtype);
 void flash_forward_tc(const detail::Geometry& g, const void* q, const void* k, const void* v, FlashExtras x, void* o, float* lse,
                       int device);
 // dq_acc: f32 (B, Hq, Lq, D) contiguous, zeroed; delta: f32 (B, Hq, Lq) scratch; dk, dv laid out
-// by g.ldk, g.ldv. lse and dlse f32 contiguous.
+// by g.ldk, g.ldv. lse and dlse f32 contiguous. bf16 calls flash_tc_backward_takes run on the
+// tensor cores.
 void flash_backward(const detail::Geometry& g, DType dtype, const void* q, const void* k, const void* v, const void* o,
                     const float* lse, const void* dout, const float* dlse, FlashExtras x, float* delta, float* dq_acc, void* dk,
                     void* dv, int device);
+
+// The backward's f32 inputs and dQ's accumulator (B, Hq, Lq[, D]), contiguous: the forward's
+// log-sum-exp, delta = rowsum(dO O) - dLSE, and the zeroed dQ.
+struct BackwardPtrs {
+  const float *lse, *delta;
+  float* dq_acc;
+};
+
+// The bf16 backward on the tensor cores (flash_tc_backward.cu), head dims 64, 80, 96 and 128: P and
+// dS are rounded to bf16 for their products, as FlashAttention-2's and cuDNN's are. flash_backward
+// computes delta first.
+bool flash_tc_backward_takes(const detail::Geometry& g, DType dtype);
+void flash_backward_tc(const detail::Geometry& g, const void* q, const void* k, const void* v, const void* dout, BackwardPtrs bp,
+                       FlashExtras x, void* dk, void* dv, int device);
 
 }  // namespace sinter::cuda

@@ -1,7 +1,8 @@
 #pragma once
-// What the CUDA flash kernels (flash.cu, flash_decode.cu) share: the call as a kernel sees it, the
-// visible key range of a query row, the dropout multiplier and mask value of an element, and row
-// addressing, each as attention/attention.h defines it for every backend.
+// What the CUDA flash kernels (flash.cu, flash_decode.cu, flash_tc.cu, flash_tc_backward.cu) share:
+// the call as a kernel sees it, the visible key range of a query row, the dropout multiplier and
+// mask value of an element, row addressing (each as attention/attention.h defines it for every
+// backend), and the bf16 tile loads of the tensor-core kernels.
 #define SINTER_HD __host__ __device__
 #include "core/philox.h"
 #include "cuda/flash.h"
@@ -53,6 +54,17 @@ template <class K> void allow_smem(K kernel, size_t bytes) {
 // Row (b, h, i) of an operand laid out by l.
 template <class S> __device__ __forceinline__ S* row(const RowLayout& l, S* base, int64_t b, int64_t h, int64_t i) {
   return base + b * l.b + h * l.h + i * l.r;
+}
+
+// Rows [r0, r0 + n) of one (b, h) matrix laid out by l, as bf16 bits in dst[n][Ld] by `Threads`
+// threads (the tensor-core kernels' tiles); rows at or past `valid` are zeros.
+template <int D, int Ld, int Threads>
+__device__ void load_bf16_rows(uint16_t* dst, const BF16* base, const RowLayout& l, int64_t b, int64_t h, int64_t r0, int64_t valid,
+                               int n) {
+  for (int e = int(threadIdx.x); e < n * D; e += Threads) {
+    const int r = e / D, d = e % D;
+    dst[r * Ld + d] = r0 + r < valid ? row(l, base, b, h, r0 + r)[d].bits : uint16_t(0);
+  }
 }
 
 }  // namespace sinter::cuda::flash

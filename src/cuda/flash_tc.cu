@@ -18,19 +18,12 @@ constexpr int kWarps = 4, kRows = 16 * kWarps, kKeys = 64, kPad = 8, kThreads = 
 
 template <int D> constexpr int kLd = D + kPad;  // a tile row's stride in bf16 elements
 
-size_t tc_smem(int64_t D) { return sizeof(uint16_t) * size_t((kRows + 2 * kKeys) * (D + kPad)); }
-
-// Rows [r0, r0 + n) of one (b, h) matrix laid out by l, as bf16 bits in dst[n][D + kPad]; rows at
-// or past `valid` are zeros.
 template <int D>
 __device__ void load_rows(uint16_t* dst, const BF16* base, const RowLayout& l, int64_t b, int64_t h, int64_t r0, int64_t valid, int n) {
-  for (int e = int(threadIdx.x); e < n * D; e += kThreads) {
-    const int r = e / D, d = e % D;
-    dst[r * kLd<D> + d] = r0 + r < valid ? row(l, base, b, h, r0 + r)[d].bits : uint16_t(0);
-  }
+  load_bf16_rows<D, kLd<D>, kThreads>(dst, base, l, b, h, r0, valid, n);
 }
 
-__device__ __forceinline__ uint32_t pair(const uint16_t* p) { return pack_bf16(p[0], p[1]); }
+size_t tc_smem(int64_t D) { return sizeof(uint16_t) * size_t((kRows + 2 * kKeys) * (D + kPad)); }
 
 // One query row's online softmax state (this lane's two rows: g and g + 8 of the warp's 16).
 struct RowState {
@@ -147,9 +140,11 @@ template <int D> void launch_tc(const Geometry& g, const void* q, const void* k,
 
 }  // namespace
 
-bool flash_tc_takes(const Geometry& g, DType dtype) {
-  return dtype == DType::bf16 && g.D == g.Dv && (g.D == 64 || g.D == 80 || g.D == 96 || g.D == 128) && g.Lq > 1;
+bool flash_tc_backward_takes(const Geometry& g, DType dtype) {
+  return dtype == DType::bf16 && g.D == g.Dv && (g.D == 64 || g.D == 80 || g.D == 96 || g.D == 128);
 }
+
+bool flash_tc_takes(const Geometry& g, DType dtype) { return flash_tc_backward_takes(g, dtype) && g.Lq > 1; }
 
 void flash_forward_tc(const Geometry& g, const void* q, const void* k, const void* v, FlashExtras x, void* o, float* lse, int device) {
   switch (g.D) {

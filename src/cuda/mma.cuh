@@ -15,6 +15,9 @@ namespace sinter::cuda {
 
 __device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
+// Two consecutive bf16 (a fragment register's pair along a contiguous row).
+__device__ __forceinline__ uint32_t pair(const uint16_t* p) { return pack_bf16(p[0], p[1]); }
+
 // f32 to bf16 bits, to nearest even (strided.cuh's store).
 __device__ __forceinline__ uint16_t bf16_bits(float v) {
   BF16 b;

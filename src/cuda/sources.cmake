@@ -10,6 +10,7 @@ set(SINTER_CUDA_SOURCES
   flash.cu
   flash_decode.cu
   flash_tc.cu
+  flash_tc_backward.cu
   gemm.cpp
   index.cu
   linalg.cpp
