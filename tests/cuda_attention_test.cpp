@@ -145,37 +145,48 @@ TEST(CudaAttention, ADecodeStepReadsTheCacheLengthOnTheDevice) {
   EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), 1e-5);
 }
 
-// The bf16 tensor-core kernels with what cuDNN is not given: dropout (the CPU's Philox draws, so
-// both devices drop the same elements), forward and the three gradients, and a KV cache's length
-// with a chunk of queries. Against the CPU on the same bf16-rounded inputs in f32, within bf16
-// rounding.
-TEST(CudaAttention, TheBf16TensorCoreKernelsTakeDropoutAndACacheLength) {
+// The bf16 tensor-core kernels (cuDNN turned off where it is found) with what cuDNN is not given:
+// dropout (the CPU's Philox draws, so both devices drop the same elements), forward and the three
+// gradients, from operands whose rows are 16-byte aligned (whole-chunk loads) and from views whose
+// rows are not (element loads); and a KV cache's length with a chunk of queries. Against the CPU
+// on the same bf16-rounded inputs in f32, within bf16 rounding.
+TEST(CudaAttention, TheBf16TensorCoreKernelsTakeDropoutUnalignedRowsAndACacheLength) {
   NEEDS_GPU();
+  setenv("SINTER_CUDNN_ATTENTION", "0", 1);
   auto bf = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
   manual_seed(9);
   const Tensor q = bf(randn({1, 4, 70, 64})), k = bf(randn({1, 2, 130, 64})), v = bf(randn({1, 2, 130, 64}));
   const Tensor dout = bf(randn({1, 4, 70, 64}));
   auto gpu = [](const Tensor& t) { return t.to(DType::bf16).to(kGpu); };
+  auto unaligned = [](const Tensor& t) {  // rows 65 elements apart, the first 2 bytes past the buffer's start
+    return cat({zeros({t.size(0), t.size(1), t.size(2), 1}), t}, 3).to(DType::bf16).to(kGpu).narrow(3, 1, t.size(3));
+  };
   const std::string why = sdpa_choose(gpu(q), gpu(k), {}, 0.2).reason;
   EXPECT_NE(why.find("tensor-core"), std::string::npos) << why;
-  for (const double p : {0.0, 0.2}) {
-    auto attend = [&](Device dev, auto cast) {  // o, dq, dk, dv as f64 on the host
-      const Tensor ql = cast(q).detach().requires_grad_(), kl = cast(k).detach().requires_grad_(), vl = cast(v).detach().requires_grad_();
-      manual_seed(11);
-      const Tensor o = scaled_dot_product_attention(ql, kl, vl, {}, p, true, std::nullopt, true,
-                                                    dev == Device::cpu() ? SDPABackend::flash : SDPABackend::automatic);
-      sum(o * cast(dout)).backward();
-      std::vector<Tensor> r;
-      for (const Tensor& t : {o, ql.grad(), kl.grad(), vl.grad()}) r.push_back(t.to(Device::cpu()).to(DType::f64));
-      return r;
-    };
-    const std::vector<Tensor> got = attend(kGpu, gpu), want = attend(Device::cpu(), [](const Tensor& t) { return t; });
-    const char* names[] = {"o", "dq", "dk", "dv"};
-    for (int i = 0; i < 4; ++i) EXPECT_LE(relative_error(got[i], want[i], 0.0), std::ldexp(1.0, -7)) << names[i] << ", dropout " << p;
-  }
+  for (const bool aligned : {true, false})
+    for (const double p : {0.0, 0.2}) {
+      auto attend = [&](Device dev, auto cast) {  // o, dq, dk, dv as f64 on the host
+        const Tensor ql = cast(q).detach().requires_grad_(), kl = cast(k).detach().requires_grad_();
+        const Tensor vl = cast(v).detach().requires_grad_();
+        manual_seed(11);
+        const Tensor o = scaled_dot_product_attention(ql, kl, vl, {}, p, true, std::nullopt, true,
+                                                      dev == Device::cpu() ? SDPABackend::flash : SDPABackend::automatic);
+        sum(o * cast(dout)).backward();
+        std::vector<Tensor> r;
+        for (const Tensor& t : {o, ql.grad(), kl.grad(), vl.grad()}) r.push_back(t.to(Device::cpu()).to(DType::f64));
+        return r;
+      };
+      const std::vector<Tensor> got = aligned ? attend(kGpu, gpu) : attend(kGpu, unaligned);
+      const std::vector<Tensor> want = attend(Device::cpu(), [](const Tensor& t) { return t; });
+      const char* names[] = {"o", "dq", "dk", "dv"};
+      for (int i = 0; i < 4; ++i)
+        EXPECT_LE(relative_error(got[i], want[i], 0.0), std::ldexp(1.0, -7))
+            << names[i] << ", dropout " << p << (aligned ? "" : ", unaligned rows");
+    }
   const Tensor chunk = q.narrow(2, 0, 5), n = scalar_tensor(37, DType::i64);  // 5 queries at positions 32-36 of a cache holding 37
   const Tensor got = scaled_dot_product_attention(gpu(chunk), gpu(k), gpu(v), {}, 0.0, true, std::nullopt, true, SDPABackend::automatic,
                                                   0, n.to(kGpu));
   const Tensor want = scaled_dot_product_attention(chunk, k, v, {}, 0.0, true, std::nullopt, true, SDPABackend::automatic, 0, n);
   EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), std::ldexp(1.0, -7));
+  unsetenv("SINTER_CUDNN_ATTENTION");
 }

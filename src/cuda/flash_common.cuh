@@ -57,13 +57,26 @@ template <class S> __device__ __forceinline__ S* row(const RowLayout& l, S* base
 }
 
 // Rows [r0, r0 + n) of one (b, h) matrix laid out by l, as bf16 bits in dst[n][Ld] by `Threads`
-// threads (the tensor-core kernels' tiles); rows at or past `valid` are zeros.
+// threads (the tensor-core kernels' tiles; dst 16-byte aligned): 16 bytes a load where the row's
+// address allows, else element by element; rows at or past `valid` are zeros.
 template <int D, int Ld, int Threads>
 __device__ void load_bf16_rows(uint16_t* dst, const BF16* base, const RowLayout& l, int64_t b, int64_t h, int64_t r0, int64_t valid,
                                int n) {
-  for (int e = int(threadIdx.x); e < n * D; e += Threads) {
-    const int r = e / D, d = e % D;
-    dst[r * Ld + d] = r0 + r < valid ? row(l, base, b, h, r0 + r)[d].bits : uint16_t(0);
+  static_assert(D % 8 == 0 && Ld % 8 == 0, "tile rows of whole 16-byte chunks");
+  using Chunk = Pack<BF16>;
+  for (int e = int(threadIdx.x); e < n * (D / 8); e += Threads) {
+    const int r = e / (D / 8), c = e % (D / 8);
+    Chunk* to = reinterpret_cast<Chunk*>(dst + r * Ld + c * 8);
+    if (r0 + r >= valid) {
+      *to = Chunk{};
+      continue;
+    }
+    const BF16* from = row(l, base, b, h, r0 + r) + c * 8;
+    if (reinterpret_cast<uintptr_t>(from) % 16 == 0) {
+      *to = *reinterpret_cast<const Chunk*>(from);
+    } else {
+      for (int d = 0; d < 8; ++d) to->v[d] = from[d];
+    }
   }
 }
 

@@ -33,6 +33,12 @@ template <> __device__ __forceinline__ void store<BF16>(BF16* p, float v) {
 }
 template <> __device__ __forceinline__ void store<F16>(F16* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
 
+// 16 bytes of S (elements of up to 8 bytes) as one load or store, where the address is 16-byte aligned.
+template <class S> constexpr int kVec = sizeof(S) <= 8 ? int(16 / sizeof(S)) : 1;
+template <class S> struct alignas(16) Pack {
+  S v[kVec<S>];
+};
+
 // v as O's compute type, by the CPU's rule (core/dispatch.h: convert): a float to an integer
 // truncates toward zero, NaN gives 0, and past int64 it saturates before narrowing.
 template <class O, class V> __device__ __forceinline__ compute_t<O> convert_to(V v) {
