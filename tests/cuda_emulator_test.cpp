@@ -1,6 +1,6 @@
 // The CUDA emulator's own rules (src/cuda/emulator/), against plain loops: thread and block
 // indices, block barriers, warp shuffles, dynamic shared memory, a barrier some threads cannot
-// reach (the launch fails naming the block), and the device memory budget.
+// reach (the launch fails naming the block), ldmatrix's fragments, and the device memory budget.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -104,6 +104,37 @@ TEST(CudaEmulator, AFullMaskShuffleAfterLanesReturnedFailsTheLaunch) {
   });
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(out[0], 2.0f);
+}
+
+// ldmatrix.x4 as PTX documents it: in shared memory four 8 x 8 matrices of 16-bit values coding
+// (matrix, row, column), rows 24 elements apart; lane l names row l % 8 of matrix l / 8, and its
+// register m holds matrix m's (row l / 4, columns 2 (l % 4) + {0, 1}), or transposed (rows
+// 2 (l % 4) + {0, 1}, column l / 4), the lower index in the low half. A row off 16 bytes fails.
+TEST(CudaEmulator, LdmatrixGivesEachLaneItsMatricesElementsAndRefusesAnUnalignedRow) {
+  constexpr int kLd = 24;
+  auto code = [](int m, int r, int c) { return uint32_t(m * 64 + r * 8 + c); };
+  for (const bool trans : {false, true}) {
+    std::vector<uint32_t> got(32 * 4, 0);
+    run(1, 32, sizeof(uint16_t) * 32 * kLd, [&] {
+      auto* s = static_cast<uint16_t*>(emu::dynamic_shared());
+      const int l = int(threadIdx.x);
+      for (int c = 0; c < 8; ++c) s[l * kLd + c] = uint16_t(code(l / 8, l % 8, c));  // lane l writes its own row
+      __syncthreads();
+      emu::ldmatrix_x4(&got[size_t(l) * 4], s + l * kLd, trans);
+    });
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    for (int l = 0; l < 32; ++l)
+      for (int m = 0; m < 4; ++m) {
+        const int g = l / 4, t = l % 4;
+        const uint32_t lo = trans ? code(m, 2 * t, g) : code(m, g, 2 * t), hi = trans ? code(m, 2 * t + 1, g) : code(m, g, 2 * t + 1);
+        EXPECT_EQ(got[size_t(l) * 4 + size_t(m)], lo | hi << 16) << "lane " << l << " register " << m << (trans ? " transposed" : "");
+      }
+  }
+  uint32_t r[4];
+  run(1, 32, 32 * 32, [&] { emu::ldmatrix_x4(r, static_cast<uint16_t*>(emu::dynamic_shared()) + 1 + threadIdx.x * 16, false); });
+  const cudaError_t e = cudaGetLastError();
+  EXPECT_EQ(e, cudaErrorLaunchFailure);
+  EXPECT_NE(std::string(cudaGetErrorString(e)).find("ldmatrix"), std::string::npos);
 }
 
 TEST(CudaEmulator, AllocationsPastTheDeviceBudgetFailAndTheBudgetRecovers) {

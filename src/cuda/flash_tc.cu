@@ -59,13 +59,14 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
     float s[kKeys / 8][4] = {};
     SINTER_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {  // S = Q K^T over 16 of the head dim at a time
-      const uint16_t* qa = qw + gr * kLd<D> + kk * 16 + 2 * t;
-      const uint32_t a[4] = {pair(qa), pair(qa + 8 * kLd<D>), pair(qa + 8), pair(qa + 8 * kLd<D> + 8)};
+      uint32_t a[4];
+      load_a(a, qw, kLd<D>, kk * 16);
       SINTER_UNROLL
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-        const uint16_t* kb = sk + (nt * 8 + gr) * kLd<D> + kk * 16 + 2 * t;
-        const uint32_t bb[2] = {pair(kb), pair(kb + 8)};
-        mma_bf16_16816(s[nt], a, bb);
+      for (int nt = 0; nt < kKeys / 8; nt += 2) {
+        uint32_t bb[2][2];
+        load_b_nk(bb, sk, kLd<D>, nt * 8, kk * 16);
+        mma_bf16_16816(s[nt], a, bb[0]);
+        mma_bf16_16816(s[nt + 1], a, bb[1]);
       }
     }
     float alpha[2];
@@ -108,12 +109,12 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
       const float *p0 = s[2 * kt], *p1 = s[2 * kt + 1];
       const uint32_t a[4] = {pack_bf16(bf16_bits(p0[0]), bf16_bits(p0[1])), pack_bf16(bf16_bits(p0[2]), bf16_bits(p0[3])),
                              pack_bf16(bf16_bits(p1[0]), bf16_bits(p1[1])), pack_bf16(bf16_bits(p1[2]), bf16_bits(p1[3]))};
-      const uint16_t* vb = sv + (kt * 16 + 2 * t) * kLd<D> + gr;
       SINTER_UNROLL
-      for (int nd = 0; nd < D / 8; ++nd) {
-        const uint16_t* col = vb + nd * 8;
-        const uint32_t bb[2] = {pack_bf16(col[0], col[kLd<D>]), pack_bf16(col[8 * kLd<D>], col[9 * kLd<D>])};
-        mma_bf16_16816(acc[nd], a, bb);
+      for (int nd = 0; nd < D / 8; nd += 2) {
+        uint32_t bb[2][2];
+        load_b_kn(bb, sv, kLd<D>, kt * 16, nd * 8);
+        mma_bf16_16816(acc[nd], a, bb[0]);
+        mma_bf16_16816(acc[nd + 1], a, bb[1]);
       }
     }
   }

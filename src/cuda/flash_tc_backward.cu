@@ -29,18 +29,6 @@ __device__ void load_rows(uint16_t* dst, const BF16* base, const RowLayout& l, i
   load_bf16_rows<D, kLd<D>, kThreads>(dst, base, l, b, h, r0, valid, n);
 }
 
-// The A fragment of rows [0, 16) x columns [k0, k0 + 16) of a row-major bf16 tile with stride ld.
-__device__ __forceinline__ void a_rows(uint32_t a[4], const uint16_t* tile, int ld, int k0, int gr, int t) {
-  const uint16_t* p = tile + gr * ld + k0 + 2 * t;
-  a[0] = pair(p), a[1] = pair(p + 8 * ld), a[2] = pair(p + 8), a[3] = pair(p + 8 * ld + 8);
-}
-
-// The B fragment of rows [k0, k0 + 16) x column c of a row-major bf16 tile (the product's k runs down the tile).
-__device__ __forceinline__ void b_column(uint32_t bb[2], const uint16_t* tile, int ld, int k0, int c, int t) {
-  const uint16_t* p = tile + (k0 + 2 * t) * ld + c;
-  bb[0] = pack_bf16(p[0], p[ld]), bb[1] = pack_bf16(p[8 * ld], p[9 * ld]);
-}
-
 // The A fragment of k-step kt from two C fragments (n-tiles 2 kt and 2 kt + 1), rounded to bf16.
 __device__ __forceinline__ void a_from_c(uint32_t a[4], const float* c0, const float* c1) {
   a[0] = pack_bf16(bf16_bits(c0[0]), bf16_bits(c0[1])), a[1] = pack_bf16(bf16_bits(c0[2]), bf16_bits(c0[3]));
@@ -85,19 +73,61 @@ __device__ void add_dq(const Tile& tl, const uint16_t* sk, float* dq_rows, int64
   const int m0 = 16 * (warp % 2), nd0 = (warp / 2) * (D / 16);
   uint32_t a[kKeys / 16][4];
   SINTER_UNROLL
-  for (int kt = 0; kt < kKeys / 16; ++kt) a_rows(a[kt], tl.ds + m0 * kLdS, kLdS, kt * 16, gr, t);
+  for (int kt = 0; kt < kKeys / 16; ++kt) load_a(a[kt], tl.ds + m0 * kLdS, kLdS, kt * 16);
   for (int nd = nd0; nd < nd0 + D / 16; ++nd) {
     float acc[4] = {};
     SINTER_UNROLL
-    for (int kt = 0; kt < kKeys / 16; ++kt) {
-      uint32_t bb[2];
-      b_column(bb, sk, kLd<D>, kt * 16, nd * 8 + gr, t);
-      mma_bf16_16816(acc, a[kt], bb);
+    for (int kt = 0; kt < kKeys / 16; kt += 2) {
+      uint32_t bb[2][2];
+      load_b_kn_2k(bb, sk, kLd<D>, kt * 16, nd * 8);
+      mma_bf16_16816(acc, a[kt], bb[0]);
+      mma_bf16_16816(acc, a[kt + 1], bb[1]);
     }
     SINTER_UNROLL
     for (int r = 0; r < 4; ++r) {
       const int rr = m0 + gr + 8 * (r / 2);
       if (rr < rows_left && acc[r] != 0.0f) atomicAdd(dq_rows + int64_t(rr) * D + nd * 8 + 2 * t + r % 2, acc[r]);
+    }
+  }
+}
+
+// S^T = K Q^T and dP^T = V dO^T of this warp's 16 keys (rows of kw and vw) against the tile's kQ
+// queries, over 16 of the head dim at a time.
+template <int D>
+__device__ void transposed_scores(const uint16_t* kw, const uint16_t* vw, const Tile& tl, float (&s)[kQ / 8][4],
+                                  float (&dp)[kQ / 8][4]) {
+  SINTER_UNROLL
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t ak[4], av[4];
+    load_a(ak, kw, kLd<D>, kk * 16);
+    load_a(av, vw, kLd<D>, kk * 16);
+    SINTER_UNROLL
+    for (int nt = 0; nt < kQ / 8; nt += 2) {
+      uint32_t bq[2][2], bd[2][2];
+      load_b_nk(bq, tl.q, kLd<D>, nt * 8, kk * 16);
+      load_b_nk(bd, tl.dout, kLd<D>, nt * 8, kk * 16);
+      SINTER_UNROLL
+      for (int e = 0; e < 2; ++e) mma_bf16_16816(s[nt + e], ak, bq[e]), mma_bf16_16816(dp[nt + e], av, bd[e]);
+    }
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q for this warp's keys, over 16 of the tile's queries at a time.
+template <int D>
+__device__ void add_dk_dv(const float (&p)[kQ / 8][4], const float (&ds)[kQ / 8][4], const Tile& tl, float (&dk)[D / 8][4],
+                          float (&dv)[D / 8][4]) {
+  SINTER_UNROLL
+  for (int kt = 0; kt < kQ / 16; ++kt) {
+    uint32_t ap[4], ads[4];
+    a_from_c(ap, p[2 * kt], p[2 * kt + 1]);
+    a_from_c(ads, ds[2 * kt], ds[2 * kt + 1]);
+    SINTER_UNROLL
+    for (int nd = 0; nd < D / 8; nd += 2) {
+      uint32_t bd[2][2], bq[2][2];
+      load_b_kn(bd, tl.dout, kLd<D>, kt * 16, nd * 8);
+      load_b_kn(bq, tl.q, kLd<D>, kt * 16, nd * 8);
+      SINTER_UNROLL
+      for (int e = 0; e < 2; ++e) mma_bf16_16816(dv[nd + e], ap, bd[e]), mma_bf16_16816(dk[nd + e], ads, bq[e]);
     }
   }
 }
@@ -135,34 +165,9 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       float s[kQ / 8][4] = {}, dp[kQ / 8][4] = {};
-      SINTER_UNROLL
-      for (int kk = 0; kk < D / 16; ++kk) {  // S^T = K Q^T and dP^T = V dO^T over 16 of the head dim at a time
-        uint32_t ak[4], av[4];
-        a_rows(ak, kw, kLd<D>, kk * 16, gr, t);
-        a_rows(av, vw, kLd<D>, kk * 16, gr, t);
-        SINTER_UNROLL
-        for (int nt = 0; nt < kQ / 8; ++nt) {
-          const uint16_t *qb = sq + (nt * 8 + gr) * kLd<D> + kk * 16 + 2 * t, *db = sdo + (nt * 8 + gr) * kLd<D> + kk * 16 + 2 * t;
-          const uint32_t bq[2] = {pair(qb), pair(qb + 8)}, bd[2] = {pair(db), pair(db + 8)};
-          mma_bf16_16816(s[nt], ak, bq);
-          mma_bf16_16816(dp[nt], av, bd);
-        }
-      }
+      transposed_scores<D>(kw, vw, tl, s, dp);
       probabilities(c, n, b, h, i0, j0 + warp * 16, s, dp, tl, warp * 16);
-      SINTER_UNROLL
-      for (int kt = 0; kt < kQ / 16; ++kt) {  // dV += P^T dO and dK += dS^T Q over 16 queries at a time
-        uint32_t ap[4], ads[4];
-        a_from_c(ap, s[2 * kt], s[2 * kt + 1]);
-        a_from_c(ads, dp[2 * kt], dp[2 * kt + 1]);
-        SINTER_UNROLL
-        for (int nd = 0; nd < D / 8; ++nd) {
-          uint32_t bd[2], bq[2];
-          b_column(bd, sdo, kLd<D>, kt * 16, nd * 8 + gr, t);
-          b_column(bq, sq, kLd<D>, kt * 16, nd * 8 + gr, t);
-          mma_bf16_16816(dv_acc[nd], ap, bd);
-          mma_bf16_16816(dk_acc[nd], ads, bq);
-        }
-      }
+      add_dk_dv<D>(s, dp, tl, dk_acc, dv_acc);
       __syncthreads();  // every warp's dS is in shared memory
       add_dq<D>(tl, sk, bp.dq_acc + (row0 + i0) * D, g.Lq - i0);
     }

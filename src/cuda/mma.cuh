@@ -15,9 +15,6 @@ namespace sinter::cuda {
 
 __device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
-// Two consecutive bf16 (a fragment register's pair along a contiguous row).
-__device__ __forceinline__ uint32_t pair(const uint16_t* p) { return pack_bf16(p[0], p[1]); }
-
 // f32 to bf16 bits, to nearest even (strided.cuh's store).
 __device__ __forceinline__ uint16_t bf16_bits(float v) {
   BF16 b;
@@ -33,6 +30,54 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8 x 8 bf16 matrices from shared memory,
+// lane l naming row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned). Register m of lane l takes
+// matrix m's row g, columns 2t and 2t + 1; transposed, its rows 2t and 2t + 1 of column g.
+template <bool Trans> __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const uint16_t* row) {
+#ifdef SINTER_CUDA_EMULATED
+  emulator::ldmatrix_x4(r, row, Trans);
+#else
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+#endif
+}
+
+// The fragments of a bf16 tile in shared memory, row-major with a row stride of ld elements (a
+// multiple of 8, the tile 16-byte aligned), each one ldmatrix:
+// A, rows [0, 16) x columns [k0, k0 + 16).
+__device__ __forceinline__ void load_a(uint32_t a[4], const uint16_t* tile, int ld, int k0) {
+  const int lane = int(threadIdx.x) % 32;
+  ldmatrix_x4<false>(a, tile + (lane % 16) * ld + k0 + 8 * (lane / 16));
+}
+// B of n-tiles [n0, n0 + 8) and [n0 + 8, n0 + 16) at k [k0, k0 + 16) from a tile of B^T (n by k).
+__device__ __forceinline__ void load_b_nk(uint32_t b[2][2], const uint16_t* tile, int ld, int n0, int k0) {
+  const int lane = int(threadIdx.x) % 32;
+  uint32_t r[4];
+  ldmatrix_x4<false>(r, tile + (n0 + 8 * (lane / 16) + lane % 8) * ld + k0 + 8 * (lane / 8 % 2));
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+// B of n-tiles [n0, n0 + 8) and [n0 + 8, n0 + 16) at k [k0, k0 + 16) from a tile of B (k by n).
+__device__ __forceinline__ void load_b_kn(uint32_t b[2][2], const uint16_t* tile, int ld, int k0, int n0) {
+  const int lane = int(threadIdx.x) % 32;
+  uint32_t r[4];
+  ldmatrix_x4<true>(r, tile + (k0 + lane % 16) * ld + n0 + 8 * (lane / 16));
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+// B of n-tile [n0, n0 + 8) at k [k0, k0 + 16) and [k0 + 16, k0 + 32) from a tile of B (k by n).
+__device__ __forceinline__ void load_b_kn_2k(uint32_t b[2][2], const uint16_t* tile, int ld, int k0, int n0) {
+  const int lane = int(threadIdx.x) % 32;
+  uint32_t r[4];
+  ldmatrix_x4<true>(r, tile + (k0 + lane) * ld + n0);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 }  // namespace sinter::cuda

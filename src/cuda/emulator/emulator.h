@@ -47,6 +47,11 @@ uint64_t exchange_xor(uint64_t bits, unsigned lane_mask, unsigned members);
 // lane's four sums, k in order, to c. Out of line: inlined into unrolled kernels it made clang's
 // ASan build of one kernel file take minutes.
 void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (cuda/mma.cuh): gathers the warp's row
+// addresses at one warp barrier (lane l names row l % 8 of matrix l / 8), then fills this lane's
+// four registers. A row outside the block's dynamic shared memory, or off a 16-byte boundary,
+// fails the launch (undefined on the device).
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
 
 // Under AddressSanitizer: the bytes of a device block past what a tensor asked for are poisoned
 // while it holds the block, so a kernel reading or writing past its tensor is reported (the

@@ -33,7 +33,7 @@ thread_local const Place* here [[gnu::tls_model("initial-exec")]] = nullptr;
 namespace {
 
 constexpr size_t kStack = size_t(256) << 10, kGuard = 4096;  // per fiber; an overflow hits the guard page
-constexpr size_t kGatherWords = 3;  // the words each lane offers to an mma: A (4 x 32 bits), B (2 x 32)
+constexpr size_t kGatherWords = 3;  // a lane's words to an mma (A: 4 x 32 bits, B: 2 x 32) or an ldmatrix (its row)
 
 struct Barrier {
   int size = 0, live = 0, arrived = 0;  // threads at the launch, not yet returned, waiting
@@ -314,6 +314,22 @@ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
       acc += half(row % 8 * 4 + k % 8 / 2, row / 8 + 2 * (k / 8), k) * half(col * 4 + k % 8 / 2, 4 + k / 8, k);
     c[r] = acc;
   }
+}
+
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
+  const Block& b = *t_block;
+  const auto at = reinterpret_cast<uintptr_t>(row), lo = reinterpret_cast<uintptr_t>(b.shared.data());
+  if (at % 16 != 0 || at < lo || at + 16 > lo + b.shared.size())
+    set_error(cudaErrorLaunchFailure, "emulated kernel: an ldmatrix row outside the block's shared memory or off 16 bytes");
+  const uint64_t mine[kGatherWords] = {uint64_t(at), 0, 0};
+  const uint64_t* warp = gather_warp(mine);
+  const int lane = int(b.running % 32), g = lane / 4, t = lane % 4;
+  auto element = [&](int m, int rw, int col) -> uint32_t {  // (rw, col) of matrix m: rw is its lane 8 m + rw's row
+    const uintptr_t p = uintptr_t(warp[kGatherWords * size_t(8 * m + rw)]);
+    return p % 16 == 0 && p >= lo && p + 16 <= lo + b.shared.size() ? reinterpret_cast<const uint16_t*>(p)[col] : 0u;
+  };
+  for (int m = 0; m < 4; ++m)
+    r[m] = trans ? element(m, 2 * t, g) | element(m, 2 * t + 1, g) << 16 : element(m, g, 2 * t) | element(m, g, 2 * t + 1) << 16;
 }
 
 }  // namespace sinter::cuda::emulator
