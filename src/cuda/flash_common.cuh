@@ -14,6 +14,8 @@ namespace sinter::cuda::flash {
 using detail::Geometry;
 using detail::RowLayout;
 
+constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
+
 __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 // The call as the kernels see it: the geometry with the cache's length applied.

@@ -2,7 +2,7 @@
 // four warps takes 64 query rows, each warp 16, against tiles of 64 keys; q, k and v tiles stay
 // bf16 in shared memory (rows padded by 8 against bank conflicts). S = Q K^T and O += P V are
 // m16n8k16 products (mma.cuh) accumulating in f32; the scores' fragments are masked, exponentiated
-// (the CPU's exp, the dropout op's Philox draws) and rounded to bf16 in registers, where they are
+// (exp2 on the SFU, the dropout op's Philox draws) and rounded to bf16 in registers, where they are
 // already P's A fragments. The online softmax keeps each row's max and sum in f32, as flash.cu does.
 #include "cuda/flash_common.cuh"
 #include "cuda/mma.cuh"
@@ -25,11 +25,51 @@ __device__ void load_rows(uint16_t* dst, const BF16* base, const RowLayout& l, i
 
 size_t tc_smem(int64_t D) { return sizeof(uint16_t) * size_t((kRows + 2 * kKeys) * (D + kPad)); }
 
-// One query row's online softmax state (this lane's two rows: g and g + 8 of the warp's 16).
+// One query row's online softmax state (this lane's two rows: g and g + 8 of the warp's 16); m in
+// log2 units.
 struct RowState {
   int64_t i, first, limit;
   float m = -INFINITY, l = 0.0f;
 };
+
+// The scores of this lane's row g + 8 half against a tile to P, in place, and the online softmax's
+// update of the row; returns the factor of the row's accumulator. Scores go to log2 units so that
+// exp is the SFU's exp2 (P is rounded to bf16 after it); a tile whose every key the row sees,
+// without a mask or dropout, skips the per-element checks.
+__device__ float online_softmax(const Call& c, int64_t b, int64_t h, int64_t j0, RowState& st, float (&s)[kKeys / 8][4], int half) {
+  const Geometry& g = c.g;
+  const int t = int(threadIdx.x) % 4;
+  const bool plain = !c.x.mask && g.dropout <= 0 && j0 >= st.first && j0 + kKeys <= st.limit;
+  const float scale = float(g.scale) * kLog2e;
+  float tile_max = -INFINITY;
+  SINTER_UNROLL
+  for (int nt = 0; nt < kKeys / 8; ++nt)
+    SINTER_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const int64_t j = j0 + nt * 8 + 2 * t + e;
+      float& x = s[nt][2 * half + e];
+      if (plain) x *= scale;
+      else x = j >= st.first && j < st.limit ? x * scale + mask_at(c, b, h, st.i, j) * kLog2e : -INFINITY;
+      tile_max = fmaxf(tile_max, x);
+    }
+  for (int o2 = 1; o2 < 4; o2 <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o2));
+  const float m_new = fmaxf(st.m, tile_max);
+  const float alpha = m_new == -INFINITY ? 1.0f : exp2f(st.m - m_new);  // exp2(-inf) = 0 on a first visible tile
+  float sum = 0.0f;
+  SINTER_UNROLL
+  for (int nt = 0; nt < kKeys / 8; ++nt)
+    SINTER_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      float& x = s[nt][2 * half + e];
+      const float p = m_new == -INFINITY ? 0.0f : exp2f(x - m_new);
+      sum += p;
+      x = plain || p == 0.0f ? p : p * dropout_keep(g, b, h, st.i, j0 + nt * 8 + 2 * t + e);
+    }
+  for (int o2 = 1; o2 < 4; o2 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+  st.l = st.l * alpha + sum;
+  st.m = m_new;
+  return alpha;
+}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF16* q, const BF16* k, const BF16* v, BF16* o, float* lse) {
@@ -49,7 +89,6 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
   float acc[D / 8][4] = {};
   const int64_t last_row = (i0 + kRows < g.Lq ? i0 + kRows : g.Lq) - 1;
   const int64_t j_begin = key_first(g, n, i0), j_end = key_limit(g, n, last_row);
-  const float scale = float(g.scale);
   const uint16_t* qw = sq + warp * 16 * kLd<D>;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeys) {
     __syncthreads();  // the previous tile's k and v are read (and, first, q is written)
@@ -71,35 +110,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
     }
     float alpha[2];
     SINTER_UNROLL
-    for (int half = 0; half < 2; ++half) {  // mask, then the online softmax of this lane's row g + 8 half
-      RowState& st = rs[half];
-      float tile_max = -INFINITY;
-      SINTER_UNROLL
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-        SINTER_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const int64_t j = j0 + nt * 8 + 2 * t + e;
-          float& x = s[nt][2 * half + e];
-          x = j >= st.first && j < st.limit ? x * scale + mask_at(c, b, h, st.i, j) : -INFINITY;
-          tile_max = fmaxf(tile_max, x);
-        }
-      for (int o2 = 1; o2 < 4; o2 <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o2));
-      const float m_new = fmaxf(st.m, tile_max);
-      alpha[half] = m_new == -INFINITY ? 1.0f : fn::exp_nonpos_(st.m - m_new);  // exp(-inf) = 0 on a first visible tile
-      float sum = 0.0f;
-      SINTER_UNROLL
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-        SINTER_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt][2 * half + e];
-          const float p = m_new == -INFINITY ? 0.0f : fn::exp_nonpos_(x - m_new);
-          sum += p;
-          x = p == 0.0f ? 0.0f : p * dropout_keep(g, b, h, st.i, j0 + nt * 8 + 2 * t + e);
-        }
-      for (int o2 = 1; o2 < 4; o2 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
-      st.l = st.l * alpha[half] + sum;
-      st.m = m_new;
-    }
+    for (int half = 0; half < 2; ++half) alpha[half] = online_softmax(c, b, h, j0, rs[half], s, half);
     SINTER_UNROLL
     for (int nd = 0; nd < D / 8; ++nd)
       SINTER_UNROLL
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
     SINTER_UNROLL
     for (int nd = 0; nd < D / 8; ++nd)
       for (int e = 0; e < 2; ++e) store(orow + nd * 8 + 2 * t + e, acc[nd][2 * half + e] * inv);
-    if (t == 0) lse[(b * g.Hq + h) * g.Lq + st.i] = st.l > 0.0f ? st.m + ::logf(st.l) : -INFINITY;
+    if (t == 0) lse[(b * g.Hq + h) * g.Lq + st.i] = st.l > 0.0f ? st.m * kLn2 + ::logf(st.l) : -INFINITY;
   }
 }
 

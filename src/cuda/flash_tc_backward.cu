@@ -2,9 +2,9 @@
 // four warps owns 64 keys, each warp 16, and accumulates their dK and dV in registers over every
 // query tile of 32 rows that can see them (all query heads of the GQA group). Per tile each warp
 // computes S^T = K Q^T and dP^T = V dO^T as m16n8k16 products (mma.cuh), turns them into P^T and
-// dS^T in registers (the forward's log-sum-exp, the CPU's exp and Philox draws), and rounds them to
-// bf16 as the A fragments of dV += P^T dO and dK += dS^T Q. dS also goes to shared memory, where
-// the four warps read it back untransposed for dQ += dS K, added to the f32 dQ by atomics.
+// dS^T in registers (the forward's log-sum-exp, exp2 on the SFU, the Philox draws), and rounds
+// them to bf16 as the A fragments of dV += P^T dO and dK += dS^T Q. dS also goes to shared memory,
+// where the four warps read it back untransposed for dQ += dS K, added to the f32 dQ by atomics.
 #include "cuda/flash_common.cuh"
 #include "cuda/mma.cuh"
 
@@ -35,19 +35,24 @@ __device__ __forceinline__ void a_from_c(uint32_t a[4], const float* c0, const f
   a[2] = pack_bf16(bf16_bits(c1[0]), bf16_bits(c1[1])), a[3] = pack_bf16(bf16_bits(c1[2]), bf16_bits(c1[3]));
 }
 
-struct Tile {  // the query tile in shared memory
+struct Tile {  // the query tile in shared memory (lse in log2 units)
   const uint16_t *q, *dout;
   uint16_t* ds;
   const float *lse, *delta;
 };
 
 // P^T and dS^T of this warp's 16 keys against the tile's kQ queries, from S^T and dP^T in place
-// (flash.cu's backward: P = exp(S scale + mask - lse) z, dS = exp(...) (dP z - delta) scale); dS
-// also to the tile's shared dS (queries by keys).
+// (flash.cu's backward: P = exp(S scale + mask - lse) z, dS = exp(...) (dP z - delta) scale, here
+// as exp2 of log2 units with the tile's lse so scaled); dS also to the tile's shared dS (queries
+// by keys). A tile whose every query sees every key of the warp, without a mask or dropout, skips
+// the per-element checks.
 __device__ void probabilities(const Call& c, int64_t n, int64_t b, int64_t h, int64_t i0, int64_t j_w, float (&s)[kQ / 8][4],
                               float (&dp)[kQ / 8][4], const Tile& tl, int key_col) {
   const Geometry& g = c.g;
   const int lane = int(threadIdx.x) % 32, gr = lane / 4, t = lane % 4;
+  const bool plain = !c.x.mask && g.dropout <= 0 && i0 + kQ <= g.Lq && j_w + 16 <= n && key_limit(g, n, i0) >= j_w + 16 &&
+                     key_first(g, n, i0 + kQ - 1) <= j_w;
+  const float scale = float(g.scale), scale2 = scale * kLog2e;
   SINTER_UNROLL
   for (int nt = 0; nt < kQ / 8; ++nt)
     SINTER_UNROLL
@@ -56,10 +61,13 @@ __device__ void probabilities(const Call& c, int64_t n, int64_t b, int64_t h, in
       const int64_t i = i0 + rr, j = j_w + kr;
       const float lse_i = tl.lse[rr];
       float p = 0.0f, ds = 0.0f;
-      if (i < g.Lq && j < n && j >= key_first(g, n, i) && j < key_limit(g, n, i) && isfinite(lse_i)) {
-        const float pc = fn::exp_(s[nt][r] * float(g.scale) + mask_at(c, b, h, i, j) - lse_i), z = dropout_keep(g, b, h, i, j);
+      if (plain) {
+        p = exp2f(s[nt][r] * scale2 - lse_i);
+        ds = p * (dp[nt][r] - tl.delta[rr]) * scale;
+      } else if (i < g.Lq && j < n && j >= key_first(g, n, i) && j < key_limit(g, n, i) && isfinite(lse_i)) {
+        const float pc = exp2f(s[nt][r] * scale2 + mask_at(c, b, h, i, j) * kLog2e - lse_i), z = dropout_keep(g, b, h, i, j);
         p = pc * z;
-        ds = pc * (dp[nt][r] * z - tl.delta[rr]) * float(g.scale);
+        ds = pc * (dp[nt][r] * z - tl.delta[rr]) * scale;
       }
       s[nt][r] = p, dp[nt][r] = ds;
       tl.ds[rr * kLdS + key_col + kr] = bf16_bits(ds);
@@ -160,7 +168,7 @@ __global__ void __launch_bounds__(kThreads)
       load_rows<D>(sdo, dout, g.ldo, b, h, i0, g.Lq, kQ);
       if (threadIdx.x < kQ) {
         const int64_t i = i0 + threadIdx.x;
-        slse[threadIdx.x] = i < g.Lq ? bp.lse[row0 + i] : -INFINITY;
+        slse[threadIdx.x] = i < g.Lq ? bp.lse[row0 + i] * kLog2e : -INFINITY;
         sdelta[threadIdx.x] = i < g.Lq ? bp.delta[row0 + i] : 0.0f;
       }
       __syncthreads();
