@@ -133,16 +133,29 @@ TEST(CudaAttention, Bf16ForwardAndGradientsAreWithinBf16RoundingOfTheReference) 
   }
 }
 
-// A decode step: one query over a KV cache of 64 positions holding 40, the length a device tensor.
+// A decode step: one query over a KV cache of 64 positions holding 40, the length a device tensor;
+// f32, and bf16 at head dims 64, 128 and 256 from rows 16-byte aligned (16-byte loads) and from
+// views whose rows are not (element loads), against the CPU on the same bf16-rounded inputs.
 TEST(CudaAttention, ADecodeStepReadsTheCacheLengthOnTheDevice) {
   NEEDS_GPU();
-  manual_seed(5);
-  const Tensor q = randn({1, 8, 1, 64}), k = randn({1, 2, 64, 64}), v = randn({1, 2, 64, 64});
   const Tensor n = scalar_tensor(40, DType::i64);
-  const Tensor want = scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true, SDPABackend::automatic, 0, n);
-  const Tensor got = scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.0, true, std::nullopt, true,
-                                                  SDPABackend::automatic, 0, n.to(kGpu));
-  EXPECT_LE(relative_error(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64), 0.0), 1e-5);
+  auto decode = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& len) {
+    return scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true, SDPABackend::automatic, 0, len);
+  };
+  auto unaligned = [](const Tensor& t) {  // rows D + 1 elements apart, the first 2 bytes past the buffer's start
+    return cat({zeros({t.size(0), t.size(1), t.size(2), 1}), t}, 3).to(DType::bf16).to(kGpu).narrow(3, 1, t.size(3));
+  };
+  for (const int64_t D : {64, 128, 256}) {
+    manual_seed(5);
+    auto bf = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
+    const Tensor q = bf(randn({1, 8, 1, D})), k = bf(randn({1, 2, 64, D})), v = bf(randn({1, 2, 64, D}));
+    const Tensor want = decode(q, k, v, n).to(DType::f64);
+    auto error = [&](const Tensor& got) { return relative_error(got.to(Device::cpu()).to(DType::f64), want, 0.0); };
+    EXPECT_LE(error(decode(q.to(kGpu), k.to(kGpu), v.to(kGpu), n.to(kGpu))), 1e-5) << "f32, head dim " << D;
+    auto gpu = [](const Tensor& t) { return t.to(DType::bf16).to(kGpu); };
+    EXPECT_LE(error(decode(gpu(q), gpu(k), gpu(v), n.to(kGpu))), std::ldexp(1.0, -7)) << "bf16, head dim " << D;
+    EXPECT_LE(error(decode(gpu(q), unaligned(k), unaligned(v), n.to(kGpu))), std::ldexp(1.0, -7)) << "bf16 unaligned, head dim " << D;
+  }
 }
 
 // The bf16 tensor-core kernels (cuDNN turned off where it is found) with what cuDNN is not given:
