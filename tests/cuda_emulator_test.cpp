@@ -1,6 +1,7 @@
 // The CUDA emulator's own rules (src/cuda/emulator/), against plain loops: thread and block
 // indices, block barriers, warp shuffles, dynamic shared memory, a barrier some threads cannot
-// reach (the launch fails naming the block), ldmatrix's fragments, and the device memory budget.
+// reach (the launch fails naming the block), ldmatrix's fragments, misaligned 16-byte accesses,
+// and the device memory budget.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -135,6 +136,18 @@ TEST(CudaEmulator, LdmatrixGivesEachLaneItsMatricesElementsAndRefusesAnUnaligned
   const cudaError_t e = cudaGetLastError();
   EXPECT_EQ(e, cudaErrorLaunchFailure);
   EXPECT_NE(std::string(cudaGetErrorString(e)).find("ldmatrix"), std::string::npos);
+}
+
+// A 16-byte vector access (strided.cuh's load_pack, store_pack) faults on the device off 16 bytes:
+// here the launch fails.
+TEST(CudaEmulator, ASixteenByteAccessOffSixteenBytesFailsTheLaunch) {
+  alignas(16) unsigned char bytes[64] = {};
+  run(1, 32, 0, [&] { emu::check_aligned16(bytes + 16 * (threadIdx.x % 4)); });
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  run(1, 32, 0, [&] { emu::check_aligned16(bytes + 8 * (threadIdx.x % 4)); });
+  const cudaError_t e = cudaGetLastError();
+  EXPECT_EQ(e, cudaErrorLaunchFailure);
+  EXPECT_NE(std::string(cudaGetErrorString(e)).find("16-byte access"), std::string::npos);
 }
 
 TEST(CudaEmulator, AllocationsPastTheDeviceBudgetFailAndTheBudgetRecovers) {

@@ -72,11 +72,11 @@ template <class F, class S> __global__ void unary_vec_k(int64_t n, S* y, const S
   constexpr int V = kVec<S>;
   const int64_t packs = n / V;
   SINTER_GRID_STRIDE(p, packs) {
-    const Pack<S> in = reinterpret_cast<const Pack<S>*>(x)[p];
+    const Pack<S> in = load_pack(x + p * V);
     Pack<S> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) store(&out.v[k], compute_t<S>(F{}(load(&in.v[k]))));
-    reinterpret_cast<Pack<S>*>(y)[p] = out;
+    store_pack(y + p * V, out);
   }
   SINTER_GRID_STRIDE(j, n - packs * V) store(y + packs * V + j, compute_t<S>(F{}(load(x + packs * V + j))));
 }
@@ -85,11 +85,11 @@ template <class F, class S> __global__ void binary_vec_k(int64_t n, S* y, const 
   constexpr int V = kVec<S>;
   const int64_t packs = n / V;
   SINTER_GRID_STRIDE(p, packs) {
-    const Pack<S> pa = reinterpret_cast<const Pack<S>*>(a)[p], pb = reinterpret_cast<const Pack<S>*>(b)[p];
+    const Pack<S> pa = load_pack(a + p * V), pb = load_pack(b + p * V);
     Pack<S> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) store(&out.v[k], compute_t<S>(F{}(load(&pa.v[k]), load(&pb.v[k]))));
-    reinterpret_cast<Pack<S>*>(y)[p] = out;
+    store_pack(y + p * V, out);
   }
   const int64_t at = packs * V;
   SINTER_GRID_STRIDE(j, n - at) store(y + at + j, compute_t<S>(F{}(load(a + at + j), load(b + at + j))));

@@ -65,20 +65,16 @@ template <int D, int Ld, int Threads>
 __device__ void load_bf16_rows(uint16_t* dst, const BF16* base, const RowLayout& l, int64_t b, int64_t h, int64_t r0, int64_t valid,
                                int n) {
   static_assert(D % 8 == 0 && Ld % 8 == 0, "tile rows of whole 16-byte chunks");
-  using Chunk = Pack<BF16>;
   for (int e = int(threadIdx.x); e < n * (D / 8); e += Threads) {
     const int r = e / (D / 8), c = e % (D / 8);
-    Chunk* to = reinterpret_cast<Chunk*>(dst + r * Ld + c * 8);
-    if (r0 + r >= valid) {
-      *to = Chunk{};
-      continue;
+    Pack<BF16> chunk{};
+    if (r0 + r < valid) {
+      const BF16* from = row(l, base, b, h, r0 + r) + c * 8;
+      if (reinterpret_cast<uintptr_t>(from) % 16 == 0) chunk = load_pack(from);
+      else
+        for (int d = 0; d < 8; ++d) chunk.v[d] = from[d];
     }
-    const BF16* from = row(l, base, b, h, r0 + r) + c * 8;
-    if (reinterpret_cast<uintptr_t>(from) % 16 == 0) {
-      *to = *reinterpret_cast<const Chunk*>(from);
-    } else {
-      for (int d = 0; d < 8; ++d) to->v[d] = from[d];
-    }
+    store_pack(reinterpret_cast<BF16*>(dst + r * Ld + c * 8), chunk);
   }
 }
 

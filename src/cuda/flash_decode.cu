@@ -160,8 +160,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_chunk_vec_k(Call c, con
     SINTER_UNROLL
     for (int u = 0; u < U; ++u) {
       const int64_t j = j0 + u * KP + slot < sl.j_end ? j0 + u * KP + slot : j0;  // past the end: a key already read, not counted
-      kc[u] = *reinterpret_cast<const Pack<BF16>*>(row(g.lk, k, sl.b, sl.hk, j) + d0);
-      vc[u] = *reinterpret_cast<const Pack<BF16>*>(row(g.lv, v, sl.b, sl.hk, j) + d0);
+      kc[u] = load_pack(row(g.lk, k, sl.b, sl.hk, j) + d0);
+      vc[u] = load_pack(row(g.lv, v, sl.b, sl.hk, j) + d0);
     }
     SINTER_UNROLL
     for (int u = 0; u < U; ++u) {

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "sinter/tensor.h"
@@ -33,11 +34,30 @@ template <> __device__ __forceinline__ void store<BF16>(BF16* p, float v) {
 }
 template <> __device__ __forceinline__ void store<F16>(F16* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
 
-// 16 bytes of S (elements of up to 8 bytes) as one load or store, where the address is 16-byte aligned.
+// 16 bytes of S (elements of up to 8 bytes) as one load or store, at a 16-byte aligned address
+// (the emulated build fails the launch on one that is not, as the device faults).
 template <class S> constexpr int kVec = sizeof(S) <= 8 ? int(16 / sizeof(S)) : 1;
 template <class S> struct alignas(16) Pack {
   S v[kVec<S>];
 };
+template <class S> __device__ __forceinline__ Pack<S> load_pack(const S* p) {
+#ifdef SINTER_CUDA_EMULATED
+  Pack<S> v;
+  emulator::check_aligned16(p);
+  std::memcpy(&v, p, 16);  // bytes: an aligned load here would let the compiler assume what is checked
+  return v;
+#else
+  return *reinterpret_cast<const Pack<S>*>(p);
+#endif
+}
+template <class S> __device__ __forceinline__ void store_pack(S* p, const Pack<S>& v) {
+#ifdef SINTER_CUDA_EMULATED
+  emulator::check_aligned16(p);
+  std::memcpy(p, &v, 16);
+#else
+  *reinterpret_cast<Pack<S>*>(p) = v;
+#endif
+}
 
 // v as O's compute type, by the CPU's rule (core/dispatch.h: convert): a float to an integer
 // truncates toward zero, NaN gives 0, and past int64 it saturates before narrowing.

@@ -52,6 +52,10 @@ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
 // four registers. A row outside the block's dynamic shared memory, or off a 16-byte boundary,
 // fails the launch (undefined on the device).
 void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
+// A 16-byte access (strided.cuh's load_pack and store_pack) at an address off 16 bytes fails the
+// launch, as the device faults on a misaligned vector access (the emulated access copies bytes,
+// so the launch goes on to report it).
+void check_aligned16(const void* p);
 
 // Under AddressSanitizer: the bytes of a device block past what a tensor asked for are poisoned
 // while it holds the block, so a kernel reading or writing past its tensor is reported (the

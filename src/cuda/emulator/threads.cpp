@@ -316,6 +316,10 @@ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   }
 }
 
+void check_aligned16(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) set_error(cudaErrorLaunchFailure, "emulated kernel: a 16-byte access off 16 bytes");
+}
+
 void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
   const Block& b = *t_block;
   const auto at = reinterpret_cast<uintptr_t>(row), lo = reinterpret_cast<uintptr_t>(b.shared.data());
