@@ -57,6 +57,12 @@ Outputs run(const Inputs& in, const AttnCase& c, Device dev, DType dt, SDPABacke
   return {host(o), host(q.grad()), host(k.grad()), host(v.grad())};
 }
 
+// t as bf16 on the GPU in a view whose rows are D + 1 elements apart, the first 2 bytes past its
+// buffer's start: rows off 16-byte boundaries (element loads).
+Tensor unaligned(const Tensor& t) {
+  return cat({zeros({t.size(0), t.size(1), t.size(2), 1}), t}, 3).to(DType::bf16).to(kGpu).narrow(3, 1, t.size(3));
+}
+
 // max |a - b| / max |b|: how far a is from b at the scale of b, or of `floor` where b is smaller (a
 // gradient that is zero in exact arithmetic, as dq and dk over a single key, is rounding residue).
 double relative_error(const Tensor& a, const Tensor& b, double floor) {
@@ -142,9 +148,6 @@ TEST(CudaAttention, ADecodeStepReadsTheCacheLengthOnTheDevice) {
   auto decode = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& len) {
     return scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true, SDPABackend::automatic, 0, len);
   };
-  auto unaligned = [](const Tensor& t) {  // rows D + 1 elements apart, the first 2 bytes past the buffer's start
-    return cat({zeros({t.size(0), t.size(1), t.size(2), 1}), t}, 3).to(DType::bf16).to(kGpu).narrow(3, 1, t.size(3));
-  };
   for (const int64_t D : {64, 128, 256}) {
     manual_seed(5);
     auto bf = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
@@ -171,9 +174,6 @@ TEST(CudaAttention, TheBf16TensorCoreKernelsTakeDropoutUnalignedRowsAndACacheLen
   const Tensor q = bf(randn({1, 4, 70, 64})), k = bf(randn({1, 2, 130, 64})), v = bf(randn({1, 2, 130, 64}));
   const Tensor dout = bf(randn({1, 4, 70, 64}));
   auto gpu = [](const Tensor& t) { return t.to(DType::bf16).to(kGpu); };
-  auto unaligned = [](const Tensor& t) {  // rows 65 elements apart, the first 2 bytes past the buffer's start
-    return cat({zeros({t.size(0), t.size(1), t.size(2), 1}), t}, 3).to(DType::bf16).to(kGpu).narrow(3, 1, t.size(3));
-  };
   const std::string why = sdpa_choose(gpu(q), gpu(k), {}, 0.2).reason;
   EXPECT_NE(why.find("tensor-core"), std::string::npos) << why;
   for (const bool aligned : {true, false})

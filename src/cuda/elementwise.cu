@@ -67,7 +67,6 @@ template <class F, class S, class O> __global__ void binary_k(int64_t n, Indexer
 // The contiguous case with 16-byte loads and stores (strided.cuh's Pack): V elements a thread and
 // step, each through the same functor (so results equal the strided kernels'), the last n % V one
 // by one.
-
 template <class F, class S> __global__ void unary_vec_k(int64_t n, S* y, const S* x) {
   constexpr int V = kVec<S>;
   const int64_t packs = n / V;

@@ -117,9 +117,8 @@ __global__ void __launch_bounds__(kThreads) flash_tc_forward_k(Call c, const BF1
       for (int r = 0; r < 4; ++r) acc[nd][r] *= alpha[r / 2];
     SINTER_UNROLL
     for (int kt = 0; kt < kKeys / 16; ++kt) {  // O += P V over 16 keys at a time; S's C fragments are P's A fragments
-      const float *p0 = s[2 * kt], *p1 = s[2 * kt + 1];
-      const uint32_t a[4] = {pack_bf16(bf16_bits(p0[0]), bf16_bits(p0[1])), pack_bf16(bf16_bits(p0[2]), bf16_bits(p0[3])),
-                             pack_bf16(bf16_bits(p1[0]), bf16_bits(p1[1])), pack_bf16(bf16_bits(p1[2]), bf16_bits(p1[3]))};
+      uint32_t a[4];
+      a_from_c(a, s[2 * kt], s[2 * kt + 1]);
       SINTER_UNROLL
       for (int nd = 0; nd < D / 8; nd += 2) {
         uint32_t bb[2][2];

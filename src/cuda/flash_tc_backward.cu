@@ -29,12 +29,6 @@ __device__ void load_rows(uint16_t* dst, const BF16* base, const RowLayout& l, i
   load_bf16_rows<D, kLd<D>, kThreads>(dst, base, l, b, h, r0, valid, n);
 }
 
-// The A fragment of k-step kt from two C fragments (n-tiles 2 kt and 2 kt + 1), rounded to bf16.
-__device__ __forceinline__ void a_from_c(uint32_t a[4], const float* c0, const float* c1) {
-  a[0] = pack_bf16(bf16_bits(c0[0]), bf16_bits(c0[1])), a[1] = pack_bf16(bf16_bits(c0[2]), bf16_bits(c0[3]));
-  a[2] = pack_bf16(bf16_bits(c1[0]), bf16_bits(c1[1])), a[3] = pack_bf16(bf16_bits(c1[2]), bf16_bits(c1[3]));
-}
-
 struct Tile {  // the query tile in shared memory (lse in log2 units)
   const uint16_t *q, *dout;
   uint16_t* ds;

@@ -32,6 +32,13 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 #endif
 }
 
+// The A fragment of a product's k-step from two C fragments of an earlier one (its n-tiles 2 kt and
+// 2 kt + 1: C's rows and column pairs are A's), rounded to bf16.
+__device__ __forceinline__ void a_from_c(uint32_t a[4], const float* c0, const float* c1) {
+  a[0] = pack_bf16(bf16_bits(c0[0]), bf16_bits(c0[1])), a[1] = pack_bf16(bf16_bits(c0[2]), bf16_bits(c0[3]));
+  a[2] = pack_bf16(bf16_bits(c1[0]), bf16_bits(c1[1])), a[3] = pack_bf16(bf16_bits(c1[2]), bf16_bits(c1[3]));
+}
+
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8 x 8 bf16 matrices from shared memory,
 // lane l naming row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned). Register m of lane l takes
 // matrix m's row g, columns 2t and 2t + 1; transposed, its rows 2t and 2t + 1 of column g.
