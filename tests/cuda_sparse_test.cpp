@@ -2,6 +2,8 @@
 // (cuSPARSELt, the dense copy on cuBLASLt, and the timed choice between them), bf16 and int8
 // values, at every M tested; bias and activation; the gradient of x; a sparsified model generating
 // on the GPU as on the CPU.
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -35,6 +37,16 @@ template <class F> void for_each_path(F&& body) {
     else unsetenv("SINTER_SPARSE24_CUDA");
     body(std::string(*path ? path : "auto"));
   }
+}
+
+// The emulator's count of cuSPARSELt's algorithm searches; -1 on a GPU (the library counts none).
+int64_t searches() {
+  const char* lib = std::getenv("SINTER_CUSPARSELT_LIBRARY");
+  void* h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  auto* count = h ? reinterpret_cast<int64_t (*)()>(dlsym(h, "sinter_emulated_cusparselt_searches")) : nullptr;
+  const int64_t n = count ? count() : -1;
+  if (h) dlclose(h);
+  return n;
 }
 
 }  // namespace
@@ -82,17 +94,26 @@ TEST(CudaSparse24, AnXViewOffItsAlignmentRunsOnEveryPath) {
   });
 }
 
+// The bias and ReLU run in cuSPARSELt's epilogue on its path: three bias tensors in turn for one
+// weight and M (one plan, its bias pointer set at each call), the third a view off 16 bytes.
 TEST(CudaSparse24, BiasAndActivationMatchTheCpu) {
   NEEDS_GPU();
   manual_seed(4);
   const int64_t N = 128, K = 256;
   const SemiStructuredSparse w = to_sparse_semi_structured(prune_2_4(randn({N, K}) * 0.1), DType::bf16);
-  const Tensor x = randn({33, K}).to(DType::bf16), b = randn({N}).to(DType::bf16);
+  const SemiStructuredSparse wg = on_gpu(w);
+  const Tensor x = randn({33, K}).to(DType::bf16);
+  const Tensor flat = randn({N + 1}).to(DType::bf16);
+  const Tensor biases[] = {randn({N}).to(DType::bf16), randn({N}).to(DType::bf16) + 1, flat.narrow(0, 1, N)};
   for (const char* act : {"none", "relu", "gelu", "silu"}) {
-    const Tensor want = linear(x.to(DType::f32), SemiStructuredSparse{w.values.to(DType::f32), w.meta, w.scales}, b.to(DType::f32), act);
     for_each_path([&](const std::string& path) {
-      const Tensor got = linear(x.to(kGpu), on_gpu(w), b.to(kGpu), act).to(Device::cpu()).to(DType::f32);
-      EXPECT_LE(relative_error(got.to(DType::f64), want.to(DType::f64)), std::ldexp(1.0, -7)) << act << " path " << path;
+      for (int i = 0; i < 3; ++i) {
+        const Tensor& b = biases[i];
+        const Tensor want = linear(x.to(DType::f32), SemiStructuredSparse{w.values.to(DType::f32), w.meta, w.scales}, b.to(DType::f32), act);
+        const Tensor bg = i < 2 ? b.to(kGpu) : flat.to(kGpu).narrow(0, 1, N);
+        const Tensor got = linear(x.to(kGpu), wg, bg, act).to(Device::cpu()).to(DType::f32);
+        EXPECT_LE(relative_error(got.to(DType::f64), want.to(DType::f64)), std::ldexp(1.0, -7)) << act << " path " << path << " bias " << i;
+      }
     });
   }
 }
@@ -156,3 +177,80 @@ TEST(CudaSparse24, ABf16SparsifiedModelRunsThroughCuSparseLtAsThroughItsDenseCop
   EXPECT_LE(relative_error(logits["auto"], logits["dense"]), std::ldexp(1.0, -6));
 }
 
+
+// Each M gets its own plan, but only the first M of a bucket (M rounded up to a power of two) runs
+// cuSPARSELt's algorithm search; the others reuse its choice and give the same products.
+TEST(CudaSparse24, TheFirstMOfABucketSearchesAndTheOthersReuseItsAlgorithm) {
+  NEEDS_GPU();
+  manual_seed(8);
+  const int64_t N = 64, K = 128;
+  const SemiStructuredSparse w = to_sparse_semi_structured(prune_2_4(randn({N, K}) * 0.1), DType::bf16);
+  const SemiStructuredSparse wg = on_gpu(w);
+  const Tensor w64 = w.to_dense().to(DType::f64);
+  setenv("SINTER_SPARSE24_CUDA", "sparse", 1);
+  const int64_t before = searches();
+  std::vector<int64_t> after;
+  for (const int64_t M : {40, 48, 61, 72}) {  // buckets 64, 64, 64, 128
+    const Tensor x = randn({M, K}).to(DType::bf16);
+    const Tensor got = linear(x.to(kGpu), wg).to(Device::cpu()).to(DType::f64);
+    EXPECT_LE(relative_error(got, matmul(x.to(DType::f64), w64.t())), std::ldexp(1.0, -7)) << "M=" << M;
+    after.push_back(searches() - before);
+  }
+  unsetenv("SINTER_SPARSE24_CUDA");
+  if (before < 0) GTEST_SKIP() << "the products hold; cuSPARSELt does not count its searches (the emulator does)";
+  EXPECT_EQ(after, (std::vector<int64_t>{1, 1, 1, 2}));
+}
+
+// prune_2_4, mask_2_4 and to_sparse_semi_structured of a GPU tensor run on the GPU (the
+// sparse24_select and sparse24_gather kernels, int8 scales by ops) and give the CPU's bytes: ties,
+// zero groups and K not a multiple of 8 included; a group of three nonzeros is named from the GPU.
+TEST(CudaSparse24, PruningAndPackingOnTheGpuGiveTheCpusBytes) {
+  NEEDS_GPU();
+  manual_seed(9);
+  Tensor w = randn({48, 96});
+  w.narrow(0, 0, 1).copy_(tensor<float>(std::vector<float>(96, 0.5f), {1, 96}));  // a row of ties
+  w.narrow(0, 1, 1).zero_();
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    const Tensor wd = w.to(dt);
+    const Tensor pruned = prune_2_4(wd);
+    const Tensor pruned_gpu = prune_2_4(wd.to(kGpu));
+    EXPECT_EQ(pruned_gpu.device(), kGpu);
+    EXPECT_TRUE(test::bitwise_equal(pruned_gpu.to(Device::cpu()), pruned)) << dtype_name(dt);
+    const Tensor w3 = randn({2, 5, 12}).to(dt);  // K = 12: half a meta byte
+    EXPECT_TRUE(test::bitwise_equal(mask_2_4(w3.to(kGpu)).to(Device::cpu()), mask_2_4(w3))) << dtype_name(dt);
+    for (const DType vt : {DType::f32, DType::bf16, DType::i8}) {
+      const SemiStructuredSparse cpu = to_sparse_semi_structured(pruned, vt);
+      const SemiStructuredSparse gpu = to_sparse_semi_structured(pruned.to(kGpu), vt);
+      ASSERT_EQ(gpu.values.device(), kGpu);
+      EXPECT_TRUE(test::bitwise_equal(gpu.values.to(Device::cpu()), cpu.values)) << dtype_name(dt) << " -> " << dtype_name(vt);
+      EXPECT_TRUE(test::bitwise_equal(gpu.meta.to(Device::cpu()), cpu.meta)) << dtype_name(dt) << " -> " << dtype_name(vt);
+      EXPECT_TRUE(test::bitwise_equal(gpu.scales.to(Device::cpu()), cpu.scales)) << dtype_name(dt) << " -> " << dtype_name(vt);
+    }
+  }
+  Tensor crowded = prune_2_4(w);
+  crowded.narrow(0, 3, 1).narrow(1, 4, 4).copy_(tensor<float>({1, 2, 3, 0}, {1, 4}));
+  try {
+    to_sparse_semi_structured(crowded.to(kGpu));
+    FAIL() << "accepted three nonzeros in a group";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 3, columns 4..7 hold 3 nonzeros (1, 2, 3, 0)"), std::string::npos) << e.what();
+  }
+}
+
+// A model moved to the GPU and sparsified there equals one sparsified on the CPU and moved.
+TEST(CudaSparse24, AModelSparsifiedOnTheGpuEqualsOneSparsifiedOnTheCpu) {
+  NEEDS_GPU();
+  const nn::ModelConfig cfg = test::micro_config("llama");
+  manual_seed(14);
+  nn::GPT on_cpu(cfg);
+  manual_seed(14);
+  nn::GPT on_device(cfg);
+  on_cpu.eval(), on_device.eval();
+  on_cpu.sparsify(DType::bf16);
+  on_cpu.to(kGpu);
+  on_device.to(kGpu);
+  on_device.sparsify(DType::bf16);
+  NoGradGuard no_grad;
+  const Tensor prompt = randint(0, cfg.vocab_size, {1, 7}).to(kGpu);
+  EXPECT_TRUE(test::bitwise_equal(on_device.forward(prompt).to(Device::cpu()), on_cpu.forward(prompt).to(Device::cpu())));
+}

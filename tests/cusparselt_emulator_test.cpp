@@ -1,10 +1,12 @@
 // The emulator's cuSPARSELt (src/cuda/emulator/cusparselt.cpp) on its own: the product over every
 // layout and transpose against a loop in double, and what it refuses (the sizes, a group with three
-// nonzeros, a compressed matrix of another shape), so that the CUDA backend's 2:4 tests on the
-// emulator check the backend against cuSPARSELt's rules, not against a lenient stand-in.
+// nonzeros, a compressed matrix of another shape), and its bias and ReLU epilogue, so that the CUDA
+// backend's 2:4 tests on the emulator check the backend against cuSPARSELt's rules, not against a
+// lenient stand-in.
 #include <cusparseLt.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -167,4 +169,75 @@ TEST(CudaEmulator, CusparseLtRefusesWhatTheLibraryRefuses) {
   ASSERT_EQ(cusparseLtMatmulGetWorkspace(&lt.h, &plan, &after), CUSPARSE_STATUS_SUCCESS);
   EXPECT_GT(after, before);
   EXPECT_EQ(__bfloat162float(y[5]), 2.0f);  // row 5: the two ones left in columns 8..11
+  // The search wrote its choice into the algorithm selection: a plan made from a selection given
+  // that choice needs the searched plan's workspace; an algorithm beyond the last is refused.
+  int id = -1;
+  ASSERT_EQ(cusparseLtMatmulAlgGetAttribute(&lt.h, &alg, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof id), CUSPARSE_STATUS_SUCCESS);
+  cusparseLtMatmulAlgSelection_t alg2;
+  cusparseLtMatmulPlan_t plan2;
+  ASSERT_EQ(cusparseLtMatmulAlgSelectionInit(&lt.h, &alg2, &mm, CUSPARSELT_MATMUL_ALG_DEFAULT), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtMatmulAlgSetAttribute(&lt.h, &alg2, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof id), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtMatmulPlanInit(&lt.h, &plan2, &mm, &alg2), CUSPARSE_STATUS_SUCCESS);
+  size_t reused = 0;
+  ASSERT_EQ(cusparseLtMatmulGetWorkspace(&lt.h, &plan2, &reused), CUSPARSE_STATUS_SUCCESS);
+  EXPECT_EQ(reused, after);
+  const int beyond = 2;
+  refused(cusparseLtMatmulAlgSetAttribute(&lt.h, &alg2, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &beyond, sizeof beyond), "algorithm attribute 0");
+}
+
+// The epilogue: D = ReLU(A B + bias) with the bias over D's rows, read through the plan's matmul
+// descriptor at each product (a new pointer set after the plan is made serves the next product);
+// switching the bias or the ReLU on after the plan is made is refused.
+TEST(CudaEmulator, CusparseLtAddsTheBiasOfTheDescriptorAndAppliesTheRelu) {
+  const int64_t m = 16, k = 32, n = 8;
+  std::mt19937 rng(11);
+  const std::vector<double> a = two_of_four(m, k, rng);
+  const auto N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+  const auto order = CUSPARSE_ORDER_ROW;
+  const std::vector<Bf16> sa = store(a, m, k, N, order), x(size_t(k * n), __float2bfloat16_rn(0.5f));
+  Lt lt;
+  cusparseLtMatDescriptor_t da, db, dc;
+  ASSERT_EQ(cusparseLtStructuredDescriptorInit(&lt.h, &da, m, k, k, 16, CUDA_R_16BF, order, CUSPARSELT_SPARSITY_50_PERCENT),
+            CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &db, k, n, n, 16, CUDA_R_16BF, order), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &dc, m, n, n, 16, CUDA_R_16BF, order), CUSPARSE_STATUS_SUCCESS);
+  cusparseLtMatmulDescriptor_t mm;
+  ASSERT_EQ(cusparseLtMatmulDescriptorInit(&lt.h, &mm, N, N, &da, &db, &dc, &dc, CUSPARSE_COMPUTE_32F), CUSPARSE_STATUS_SUCCESS);
+  alignas(16) Bf16 bias1[m], bias2[m];
+  for (int64_t i = 0; i < m; ++i) bias1[i] = __float2bfloat16_rn(float(i % 5) - 2), bias2[i] = __float2bfloat16_rn(float(i % 3));
+  const void* p1 = bias1;
+  const int on = 1;
+  ASSERT_EQ(cusparseLtMatmulDescSetAttribute(&lt.h, &mm, CUSPARSELT_MATMUL_ACTIVATION_RELU, &on, sizeof on), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtMatmulDescSetAttribute(&lt.h, &mm, CUSPARSELT_MATMUL_BIAS_POINTER, &p1, sizeof p1), CUSPARSE_STATUS_SUCCESS);
+  cusparseLtMatmulAlgSelection_t alg;
+  cusparseLtMatmulPlan_t plan;
+  ASSERT_EQ(cusparseLtMatmulAlgSelectionInit(&lt.h, &alg, &mm, CUSPARSELT_MATMUL_ALG_DEFAULT), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtMatmulPlanInit(&lt.h, &plan, &mm, &alg), CUSPARSE_STATUS_SUCCESS);
+  size_t bytes = 0, scratch = 0, workspace = 0;
+  ASSERT_EQ(cusparseLtSpMMACompressedSize2(&lt.h, &da, &bytes, &scratch), CUSPARSE_STATUS_SUCCESS);
+  std::vector<uint64_t> compressed(bytes / 8 + 1), buffer(scratch / 8 + 1);
+  ASSERT_EQ(cusparseLtSpMMACompress2(&lt.h, &da, 1, N, sa.data(), compressed.data(), buffer.data(), nullptr), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtMatmulGetWorkspace(&lt.h, &plan, &workspace), CUSPARSE_STATUS_SUCCESS);
+  std::vector<uint64_t> ws(workspace / 8 + 1);
+  const float alpha = 1, beta = 0;
+  for (const Bf16* bias : {bias1, bias2}) {
+    const void* p = bias;
+    ASSERT_EQ(cusparseLtMatmulDescSetAttribute(&lt.h, &mm, CUSPARSELT_MATMUL_BIAS_POINTER, &p, sizeof p), CUSPARSE_STATUS_SUCCESS);
+    std::vector<Bf16> d(size_t(m * n));
+    ASSERT_EQ(cusparseLtMatmul(&lt.h, &plan, &alpha, compressed.data(), x.data(), &beta, d.data(), d.data(), ws.data(), nullptr, 0),
+              CUSPARSE_STATUS_SUCCESS);
+    for (int64_t i = 0; i < m; ++i) {
+      double want = __bfloat162float(bias[i]);
+      for (int64_t q = 0; q < k; ++q) want += 0.5 * a[size_t(i * k + q)];
+      want = std::max(want, 0.0);
+      for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(__bfloat162float(d[size_t(i * n + j)]), want, std::abs(want) * 0x1p-8 + 1e-6) << i;
+    }
+  }
+  const int off = 0;
+  ASSERT_EQ(cusparseLtMatmulDescSetAttribute(&lt.h, &mm, CUSPARSELT_MATMUL_ACTIVATION_RELU, &off, sizeof off), CUSPARSE_STATUS_SUCCESS);
+  std::vector<Bf16> d(size_t(m * n));
+  const cusparseStatus_t s =
+      cusparseLtMatmul(&lt.h, &plan, &alpha, compressed.data(), x.data(), &beta, d.data(), d.data(), ws.data(), nullptr, 0);
+  EXPECT_NE(s, CUSPARSE_STATUS_SUCCESS);
+  EXPECT_NE(std::string(cusparseLtGetErrorString(s)).find("switched on or off after the plan was made"), std::string::npos);
 }

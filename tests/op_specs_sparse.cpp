@@ -4,7 +4,9 @@
 // 16-row tiles above; K with a tail byte and partial column blocks; a
 // partial last tile, panel, chunk and group of weight rows; every value dtype; the activation
 // epilogue),
-// sparse24_to_dense and sparse24_gather, against double references that read the layout plainly.
+// sparse24_to_dense and sparse24_gather, against double references that read the layout plainly;
+// sparse24_select against a sort of each group by magnitude (ties, zeros, K not a multiple of 8).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -303,6 +305,32 @@ void add_sparse_specs(std::map<std::string, Spec>& m) {
   };
   ga.grad_cases = [] { return std::vector<Case>{{{rn({2, 16}, DType::f64), rand_meta(2, 16)}, {}}}; };
   m["sparse24_gather"] = ga;
+
+  Spec se;
+  se.cases = [] {
+    // Ties, zero groups, one and two nonzeros, negative magnitudes: every case of the rule.
+    const Tensor groups = tensor<float>({0, 0, 0, 0, 1, -1, 1, -1, 0, 5, 0, 0, 0, 0, -3, 0, 2, 0, 0, -2, -1, 4, -4, 1}, {2, 12});
+    return std::vector<Case>{{{rn({6, 32})}, {}}, {{rn({3, 12}, DType::f64)}, {}}, {{groups}, {}}, {{rn({0, 8})}, {}}};
+  };
+  se.ref = [](const std::vector<R>& in, const Attrs&) {  // the two largest |w| of each four, the earlier on ties
+    const int64_t N = in[0].shape[0], K = in[0].shape[1];
+    R keep{{N, K}, std::vector<double>(size_t(N * K), 0.0), DType::boolean};
+    R meta{{N, (K + 7) / 8}, std::vector<double>(size_t(N * ((K + 7) / 8)), 0.0), DType::u8};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < K / 4; ++g) {
+        int order[4] = {0, 1, 2, 3};
+        const double* q = in[0].v.data() + n * K + 4 * g;
+        std::stable_sort(order, order + 4, [&](int a, int b) { return std::fabs(q[a]) > std::fabs(q[b]); });
+        const int lo = std::min(order[0], order[1]), hi = std::max(order[0], order[1]);
+        keep.v[size_t(n * K + 4 * g + lo)] = keep.v[size_t(n * K + 4 * g + hi)] = 1;
+        meta.v[size_t(n * ((K + 7) / 8) + g / 2)] += double((lo | hi << 2) << (4 * (g % 2)));
+      }
+    return std::vector<R>{keep, meta};
+  };
+  se.bad = [] {
+    return std::vector<Case>{{{rn({2, 6})}, {}}, {{rn({2, 8}, DType::bf16)}, {}}, {{rn({8})}, {}}};
+  };
+  m["sparse24_select"] = se;
 }
 
 }  // namespace sinter::test

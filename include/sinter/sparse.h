@@ -70,12 +70,13 @@ struct SemiStructuredSparse {
 };
 
 // Packs a dense (N, K) matrix that is already in the 2:4 pattern. values_dtype: f32, bf16
-// (rounded) or i8 (symmetric per-row scales, max |w| -> 127); default: the input's dtype. A group
-// with more than two nonzeros is an error naming the row, the columns and the values.
+// (rounded) or i8 (symmetric per-row scales, max |w| -> 127, halves rounded away from zero);
+// default: the input's dtype. On the input's device, by ops: a GPU matrix packs on the GPU into the
+// CPU's bytes. A group with more than two nonzeros is an error naming the row, columns and values.
 SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optional<DType> values_dtype = {});
 
 // Keeps the two largest |w| of every group of four along the last dim (the earlier on ties) and
-// zeroes the other two; mask_2_4 is the boolean mask of what it keeps.
+// zeroes the other two; mask_2_4 is the boolean mask of what it keeps. On w's device.
 Tensor prune_2_4(const Tensor& w);
 Tensor mask_2_4(const Tensor& w);
 

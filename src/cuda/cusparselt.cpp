@@ -3,15 +3,21 @@
 // y (M, N) = x (M, K) w^T runs as cuSPARSELt's op(A) op(B) with A = w (N x K, row-major, the
 // structured operand, 2:4 along K), B = x (M x K, row-major) transposed and D = y^T (N x M,
 // column-major: y's memory), so no operand is copied: the layouts PyTorch's 2:4 linear layers
-// give cuSPARSELt (_cslt_sparse_mm with the result transposed).
+// give cuSPARSELt (_cslt_sparse_mm with the result transposed). A bias over y's columns is a bias
+// over D's rows, as cuSPARSELt's epilogue takes it; the plan reads its pointer from the matmul
+// descriptor, set before each product (the descriptor lives as long as its plan, at one address).
 #include "cuda/cusparselt.h"
 
 #include <cusparseLt.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda.h"
@@ -24,7 +30,8 @@ namespace {
   X(cusparseLtStructuredDescriptorInit) X(cusparseLtMatDescriptorDestroy) X(cusparseLtMatmulDescriptorInit)                         \
   X(cusparseLtMatmulAlgSelectionInit) X(cusparseLtMatmulAlgSelectionDestroy) X(cusparseLtMatmulPlanInit)                            \
   X(cusparseLtMatmulPlanDestroy) X(cusparseLtMatmulGetWorkspace) X(cusparseLtMatmul) X(cusparseLtMatmulSearch)                      \
-  X(cusparseLtSpMMACompressedSize2) X(cusparseLtSpMMACompress2)
+  X(cusparseLtSpMMACompressedSize2) X(cusparseLtSpMMACompress2) X(cusparseLtMatmulDescSetAttribute)                               \
+  X(cusparseLtMatmulAlgSetAttribute) X(cusparseLtMatmulAlgGetAttribute)
 
 struct Api {
 #define SINTER_DECLARE(f) decltype(&::f) f = nullptr;
@@ -105,12 +112,19 @@ struct Plan {
 
 }  // namespace
 
+using PlanKey = std::tuple<int64_t, bool, bool>;  // M (or its bucket), bias, ReLU
+
+struct Choice {  // the algorithm a search kept
+  int id = 0, split_k = 1, split_k_mode = 0;
+};
+
 struct SparseGemm {
   int device = 0;
   int64_t N = 0, K = 0;
   cusparseLtMatDescriptor_t a{};
   Tensor compressed;
-  std::map<int64_t, std::unique_ptr<Plan>> plans;  // by M
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // by M
+  std::map<PlanKey, Choice> chosen;                // by M's bucket: the first search's choice serves its other Ms
   bool made = false;                                 // whether `a` was made
   ~SparseGemm() {
     plans.clear();
@@ -120,8 +134,34 @@ struct SparseGemm {
 
 namespace {
 
-Plan& plan_for(SparseGemm& w, int64_t M) {
-  auto it = w.plans.find(M);
+void set_bias(const cusparseLtHandle_t* h, Plan& p, const Tensor& bias) {
+  const void* at = bias.data_ptr();
+  check(api().cusparseLtMatmulDescSetAttribute(h, &p.mm, CUSPARSELT_MATMUL_BIAS_POINTER, &at, sizeof at), "bias pointer");
+}
+
+// Gives a new plan's algorithm selection the algorithm its bucket's search kept (false where refused).
+bool reuse(const cusparseLtHandle_t* h, cusparseLtMatmulAlgSelection_t* alg, const Choice& c) {
+  auto set = [&](cusparseLtMatmulAlgAttribute_t at, int v) {
+    return api().cusparseLtMatmulAlgSetAttribute(h, alg, at, &v, sizeof v) == CUSPARSE_STATUS_SUCCESS;
+  };
+  return set(CUSPARSELT_MATMUL_ALG_CONFIG_ID, c.id) &&
+         (c.split_k == 1 || (set(CUSPARSELT_MATMUL_SPLIT_K, c.split_k) && set(CUSPARSELT_MATMUL_SPLIT_K_MODE, c.split_k_mode)));
+}
+
+// The choice a search left in a plan's algorithm selection (nothing where cuSPARSELt does not say).
+std::optional<Choice> chosen_by_search(const cusparseLtHandle_t* h, const Plan& p) {
+  Choice c;
+  auto get = [&](cusparseLtMatmulAlgAttribute_t at, int& v) {
+    return api().cusparseLtMatmulAlgGetAttribute(h, &p.alg, at, &v, sizeof v) == CUSPARSE_STATUS_SUCCESS;
+  };
+  if (!get(CUSPARSELT_MATMUL_ALG_CONFIG_ID, c.id) || !get(CUSPARSELT_MATMUL_SPLIT_K, c.split_k)) return std::nullopt;
+  if (c.split_k != 1 && !get(CUSPARSELT_MATMUL_SPLIT_K_MODE, c.split_k_mode)) return std::nullopt;
+  return c;
+}
+
+Plan& plan_for(SparseGemm& w, int64_t M, const Tensor& bias, bool relu) {
+  const PlanKey key{M, bias.defined(), relu};
+  auto it = w.plans.find(key);
   if (it != w.plans.end()) return *it->second;
   const Api& a = api();
   const cusparseLtHandle_t* h = handle(w.device);
@@ -135,17 +175,31 @@ Plan& plan_for(SparseGemm& w, int64_t M) {
   check(a.cusparseLtMatmulDescriptorInit(h, &p->mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_TRANSPOSE, &w.a, &p->b,
                                          &p->c, &p->c, CUSPARSE_COMPUTE_32F),
         "matmul descriptor");
+  if (relu) {
+    const int on = 1;
+    check(a.cusparseLtMatmulDescSetAttribute(h, &p->mm, CUSPARSELT_MATMUL_ACTIVATION_RELU, &on, sizeof on), "ReLU epilogue");
+  }
+  if (bias.defined()) set_bias(h, *p, bias);
   check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
   p->made = 3;
+  if (auto c = w.chosen.find({cusparselt_bucket(M), bias.defined(), relu}); c != w.chosen.end()) {
+    p->searched = reuse(h, &p->alg, c->second);
+    if (!p->searched) {  // a fresh selection, searched at the first product
+      a.cusparseLtMatmulAlgSelectionDestroy(&p->alg);
+      check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
+    }
+  }
   check(a.cusparseLtMatmulPlanInit(h, &p->plan, &p->mm, &p->alg), "plan");
   p->made = 4;
   check(a.cusparseLtMatmulGetWorkspace(h, &p->plan, &p->workspace), "workspace size");
-  return *w.plans.emplace(M, std::move(p)).first->second;
+  return *w.plans.emplace(key, std::move(p)).first->second;
 }
 
 }  // namespace
 
 std::string cusparselt_why_not() { return api().error; }
+
+int64_t cusparselt_bucket(int64_t M) { return std::bit_ceil(uint64_t(std::max(M, kDenseRows))); }
 
 std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w) {
   SINTER_CHECK(api().error.empty(), "[sparse24_linear] ", api().error);
@@ -172,12 +226,13 @@ std::shared_ptr<SparseGemm> cusparselt_compress(const Tensor& w) {
 
 namespace {
 
-// y = x w^T where x and y suit cuSPARSELt's descriptors: M a multiple of kDenseRows, aligned.
-void matmul_suited(SparseGemm& w, const Tensor& x, const Tensor& y) {
+// y = x w^T (+ bias, ReLU) where x, y and bias suit cuSPARSELt: M a multiple of kDenseRows, aligned.
+void matmul_suited(SparseGemm& w, const Tensor& x, const Tensor& y, const Tensor& bias, bool relu) {
   std::lock_guard lock(g_mutex);
   const Api& a = api();
   const cusparseLtHandle_t* h = handle(w.device);
-  Plan& p = plan_for(w, x.size(0));
+  Plan& p = plan_for(w, x.size(0), bias, relu);
+  if (bias.defined()) set_bias(h, p, bias);
   cudaStream_t s = stream(w.device);
   const float alpha = 1.0f, beta = 0.0f;
   Tensor ws = Tensor::empty({int64_t(p.workspace) + 1}, DType::u8, x.device());
@@ -187,6 +242,7 @@ void matmul_suited(SparseGemm& w, const Tensor& x, const Tensor& y) {
           "algorithm search");
     check(a.cusparseLtMatmulGetWorkspace(h, &p.plan, &p.workspace), "workspace size");
     p.searched = true;
+    if (const auto c = chosen_by_search(h, p)) w.chosen.try_emplace({cusparselt_bucket(x.size(0)), bias.defined(), relu}, *c);
     ws = Tensor::empty({int64_t(p.workspace) + 1}, DType::u8, x.device());
   }
   check(a.cusparseLtMatmul(h, &p.plan, &alpha, w.compressed.data_ptr(), x.data_ptr(), &beta, y.data_ptr(), y.data_ptr(), ws.data_ptr(),
@@ -198,18 +254,25 @@ bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr())
 
 }  // namespace
 
-void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y) {
+void cusparselt_matmul(SparseGemm& w, const Tensor& x, const Tensor& y, const Tensor& bias, bool relu) {
   const int64_t M = x.size(0);
   SINTER_CHECK_SHAPE(x.dim() == 2 && x.size(1) == w.K && y.dim() == 2 && y.size(0) == M && y.size(1) == w.N && x.is_contiguous() &&
                          y.is_contiguous() && x.dtype() == DType::bf16 && y.dtype() == DType::bf16,
                      "[sparse24_linear] cuSPARSELt takes contiguous bf16 x (M, ", w.K, ") and y (M, ", w.N, "), got x", x.shape(), " y",
                      y.shape());
+  SINTER_CHECK_SHAPE(!bias.defined() || (bias.dtype() == DType::bf16 && bias.shape() == Shape{w.N}),
+                     "[sparse24_linear] cuSPARSELt's bias is bf16 (", w.N, "), got ", bias.dtype(), bias.shape());
+  Tensor b = bias;
+  if (b.defined() && !(b.is_contiguous() && aligned(b))) {  // a view: its own aligned copy
+    b = Tensor::empty({w.N}, DType::bf16, bias.device());
+    copy_convert("sparse24_linear", bias, b);
+  }
   const int64_t padded = (M + kDenseRows - 1) / kDenseRows * kDenseRows;
-  if (padded == M && aligned(x) && aligned(y)) return matmul_suited(w, x, y);
+  if (padded == M && aligned(x) && aligned(y)) return matmul_suited(w, x, y, b, relu);
   // As PyTorch pads its 2:4 layers' inputs: x in zero rows up to the next multiple, y through a copy.
   const Tensor xp = zeros({padded, w.K}, DType::bf16, x.device()), yp = Tensor::empty({padded, w.N}, DType::bf16, y.device());
   copy_convert("sparse24_linear", x, xp.narrow(0, 0, M));
-  matmul_suited(w, xp, yp);
+  matmul_suited(w, xp, yp, b, relu);
   copy_convert("sparse24_linear", yp.narrow(0, 0, M), y);
 }
 

@@ -1,11 +1,14 @@
 // CUDA kernels of the 2:4 weight conversions (src/sparse/semi_structured.cpp), with the CPU's
 // formulas (cpu/sparse24/choose.cpp): sparse24_to_dense writes each group of four columns from its
 // two kept values times the row's scale (a column named twice adds up), computed in f32 (f64 for
-// f64) and rounded once; sparse24_gather reads the kept entries of a dense matrix. One thread per
-// group of four columns.
+// f64) and rounded once; sparse24_gather reads the kept entries of a dense matrix; sparse24_select
+// picks them by the CPU's rule (ops/sparse24_select.h), a thread per meta byte (two groups). One
+// thread per group of four columns otherwise.
 #include <span>
 
+#define SINTER_HD __host__ __device__
 #include "cuda/launch.cuh"
+#include "ops/sparse24_select.h"
 #include "sinter/op.h"
 #include "sinter/ops.h"
 
@@ -43,6 +46,20 @@ template <class T> __global__ void gather_k(int64_t n, const T* dense, const uin
   }
 }
 
+template <class T> __global__ void select_k(int64_t n, const T* dense, bool* keep, uint8_t* meta, int64_t K) {
+  const int64_t K8 = (K + 7) / 8;
+  SINTER_GRID_STRIDE(i, n) {
+    const int64_t row = i / K8, b = i % K8;
+    uint8_t byte = 0;
+    for (int64_t g = 2 * b; g < 2 * b + 2 && g < K / 4; ++g) {
+      const uint8_t nib = sparse::keep_two_of_four(dense + row * K + 4 * g);
+      for (int c = 0; c < 4; ++c) keep[row * K + 4 * g + c] = c == (nib & 3) || c == nib >> 2;
+      byte = uint8_t(byte | nib << (4 * (g % 2)));
+    }
+    meta[i] = byte;
+  }
+}
+
 void to_dense_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor values = in[0].contiguous(), meta = in[1].contiguous(), scales = in[2].dtype() == DType::f32 ? in[2].contiguous() : cast(in[2], DType::f32);
   const int64_t K = values.size(1) * 2;
@@ -67,11 +84,23 @@ void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   });
 }
 
+void select_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor dense = in[0].contiguous();
+  const int64_t N = dense.size(0), K = dense.size(1);
+  auto run = [&](auto t) {  // f32 or f64 (the op's inference)
+    using T = decltype(t);
+    launch_n("sparse24_select", N * ((K + 7) / 8), dense.device().index, select_k<T>, ptr<const T>(dense), ptr<bool>(out[0]),
+             ptr<uint8_t>(out[1]), K);
+  };
+  dense.dtype() == DType::f64 ? run(double{}) : run(float{});
+}
+
 }  // namespace
 
 void register_sparse24_kernels() {
   register_kernel("sparse24_to_dense", DeviceType::cuda, to_dense_kernel);
   register_kernel("sparse24_gather", DeviceType::cuda, gather_kernel);
+  register_kernel("sparse24_select", DeviceType::cuda, select_kernel);
   register_sparse24_linear_kernel();
 }
 

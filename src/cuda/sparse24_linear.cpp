@@ -1,10 +1,11 @@
 // The sparse24_linear op's CUDA kernel: y = act(x W^T + b) for a 2:4 weight. Each weight keeps on
 // the device a dense copy in x's dtype (remade when values, meta or scales change) and, for bf16 x,
-// its cuSPARSELt form (cusparselt.h; int8 and f32 values become bf16, scales applied). The first
-// call at each M times cuSPARSELt (after its algorithm search) against cuBLASLt on the dense copy
-// and keeps the faster, so a 2:4 layer is never slower than dense. SINTER_SPARSE24_CUDA=dense|sparse
-// overrides it (sparse: cuSPARSELt at every M, an error where it cannot run the weight).
-// f32 x runs the dense copy (cuSPARSELt's f32 is TF32); bias and activation follow the GEMM.
+// its cuSPARSELt form (cusparselt.h; int8 and f32 values become bf16, scales applied). The first call
+// in each bucket of M times cuSPARSELt against cuBLASLt on the dense copy and keeps the faster for
+// the bucket: never slower than dense, and a new M costs no timing. SINTER_SPARSE24_CUDA=dense|sparse
+// overrides it (sparse: cuSPARSELt at every M, an error where it cannot). f32 x runs the dense copy
+// (cuSPARSELt's f32 is TF32). The bias is in the GEMM's epilogue on both paths, a ReLU too on
+// cuSPARSELt's; silu and gelu (erf; cuSPARSELt's GELU is the tanh form) follow the GEMM.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,7 @@ struct Weight {
   Tensor dense;                         // (N, K) in x's dtype
   std::shared_ptr<SparseGemm> sparse;   // bf16 only; null where cuSPARSELt cannot run it, `why_not` says why
   std::string why_not;
-  std::map<int64_t, bool> use_sparse;   // by M: the timed choice (false also where cuSPARSELt refused M)
+  std::map<int64_t, bool> use_sparse;   // by M's bucket: the timed choice (false also where cuSPARSELt refused M)
 };
 
 std::mutex g_mutex;
@@ -65,8 +66,27 @@ Weight& weight_for(const Tensor& values, const Tensor& meta, const Tensor& scale
   return w;
 }
 
-void dense_gemm(const Weight& w, const Tensor& x, const Tensor& y, const Tensor& bias) {
-  gemm("sparse24_linear", x.unsqueeze(0), w.dense.t().unsqueeze(0), y.unsqueeze(0), bias);
+// What follows the product: the bias and the activation ("none", "relu", "silu", "gelu").
+struct Epilogue {
+  Tensor bias;
+  std::string act;
+};
+
+void activate(const Tensor& y, const std::string& act) {
+  if (act == "relu") copy_convert("sparse24_linear", relu(y), y);
+  if (act == "silu") copy_convert("sparse24_linear", silu(y), y);
+  if (act == "gelu") copy_convert("sparse24_linear", gelu(y), y);
+}
+
+void run_dense(const Weight& w, const Tensor& x, const Tensor& y, const Epilogue& e) {
+  gemm("sparse24_linear", x.unsqueeze(0), w.dense.t().unsqueeze(0), y.unsqueeze(0), e.bias);  // the bias in cuBLASLt's epilogue
+  activate(y, e.act);
+}
+
+void run_sparse(Weight& w, const Tensor& x, const Tensor& y, const Epilogue& e) {
+  const bool relu = e.act == "relu";
+  cusparselt_matmul(*w.sparse, x, y, e.bias, relu);
+  if (!relu) activate(y, e.act);
 }
 
 // Milliseconds of three runs of f on the device's stream (one host wait).
@@ -84,7 +104,7 @@ template <class F> float time_three(int device, F&& f) {
   return ms;
 }
 
-bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y) {
+bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y, const Epilogue& e) {
   const char* env = std::getenv("SINTER_SPARSE24_CUDA");
   const std::string force = env ? env : "";
   if (force == "dense") return false;
@@ -92,50 +112,39 @@ bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y) {
                w.why_not);
   if (!w.sparse) return false;
   if (force == "sparse") return true;  // cuSPARSELt's own error, if it fails, is the op's
-  const int64_t M = x.size(0);
+  const int64_t M = cusparselt_bucket(x.size(0));
   if (auto it = w.use_sparse.find(M); it != w.use_sparse.end()) return it->second;
   try {
-    cusparselt_matmul(*w.sparse, x, y);  // the plan and cuSPARSELt's algorithm search, once per M
+    run_sparse(w, x, y, e);  // the plan and cuSPARSELt's algorithm search, once per M
   } catch (const Error&) {
     return w.use_sparse[M] = false;  // a plan cuSPARSELt refuses: the dense copy serves this M
   }
   const int device = x.device().index;
-  dense_gemm(w, x, y, {});
-  const float sparse_ms = time_three(device, [&] { cusparselt_matmul(*w.sparse, x, y); });
-  const float dense_ms = time_three(device, [&] { dense_gemm(w, x, y, {}); });
+  run_dense(w, x, y, e);
+  const float sparse_ms = time_three(device, [&] { run_sparse(w, x, y, e); });
+  const float dense_ms = time_three(device, [&] { run_dense(w, x, y, e); });
   return w.use_sparse[M] = sparse_ms < dense_ms;
-}
-
-Tensor activate(const Tensor& y, const std::string& act) {
-  if (act == "relu") return relu(y);
-  if (act == "silu") return silu(y);
-  if (act == "gelu") return gelu(y);
-  return y;
 }
 
 void sparse24_linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   NoGradGuard no_grad;  // the ops this kernel calls (the dense copy, the activation) record nothing
   SINTER_CHECK(!a.b_or("packed_only", false), "[sparse24_linear] a weight held only prepacked is in the CPU's layout: unpack() it "
                                               "before moving it to ", in[0].device());
-  const Tensor bias = a.b("bias") ? in[4] : Tensor();
+  const Epilogue e{a.b("bias") ? in[4] : Tensor(), a.str("activation")};
   const int64_t N = in[1].size(0), K = in[1].size(1) * 2, M = in[0].numel() / std::max<int64_t>(K, 1);
   const DType dt = in[0].dtype();
   const Tensor x = in[0].contiguous().reshape({M, K});
   const Tensor y = out[0].reshape({M, N});
-  {
-    std::lock_guard lock(g_mutex);
-    Weight& w = weight_for(in[1], in[2], in[3], dt);
-    if (dt == DType::f64) {
-      copy_convert("sparse24_linear", bias.defined() ? matmul(x, w.dense.t()) + bias : matmul(x, w.dense.t()), y);
-    } else if (choose_sparse(w, x, y)) {
-      cusparselt_matmul(*w.sparse, x, y);
-      if (bias.defined()) add_into("sparse24_linear", y, bias);
-    } else {
-      dense_gemm(w, x, y, bias);  // the bias in cuBLASLt's epilogue
-    }
+  std::lock_guard lock(g_mutex);
+  Weight& w = weight_for(in[1], in[2], in[3], dt);
+  if (dt == DType::f64) {
+    copy_convert("sparse24_linear", e.bias.defined() ? matmul(x, w.dense.t()) + e.bias : matmul(x, w.dense.t()), y);
+    activate(y, e.act);
+  } else if (choose_sparse(w, x, y, e)) {
+    run_sparse(w, x, y, e);
+  } else {
+    run_dense(w, x, y, e);
   }
-  const std::string& act = a.str("activation");
-  if (act != "none") copy_convert("sparse24_linear", activate(y, act), y);
 }
 
 }  // namespace

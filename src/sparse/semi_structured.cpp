@@ -1,11 +1,13 @@
-// 2:4 semi-structured sparse weights: packing, pruning, and the ops that use them (one definition
-// for eager calls, autograd of x, bias and the kept values, and tracing).
+// 2:4 semi-structured sparse weights: packing and pruning (by ops, on the weight's device), and the
+// ops (one definition for eager calls, autograd of x, bias and the kept values, and tracing):
 //   sparse24_linear(x, values, meta, scales[, bias][, packed]) -> y
 //       attrs activation, bias, packed (which optional inputs are present)[, dense_copy (false keeps
 //       small layers on the 2:4 kernels)][, packed_only, rows, cols (the weight is the packed bytes
 //       alone)]; the CPU kernel (cpu/sparse24/linear_cpu.cpp) picks the kernel for the call
+
 //   sparse24_to_dense(values, meta, scales) -> dense (N, K)
 //   sparse24_gather(dense, meta) -> kept (N, K/2)
+//   sparse24_select(dense) -> keep (N, K) bool, meta (N, ceil(K/8)): the rule of ops/sparse24_select.h
 #include <cmath>
 #include <sstream>
 #include <tuple>
@@ -154,6 +156,20 @@ void register_sparse_ops() {
     return out;
   };
   add_op(std::move(ga));
+
+  OpDef se;
+  se.name = "sparse24_select";  // dense (N, K), K a multiple of 4 -> keep (N, K) bool, meta (N, ceil(K/8)) u8
+  se.num_inputs = 1;
+  se.num_outputs = 2;
+  se.infer = [](std::span<const TensorMeta> in, const Attrs&) {
+    SINTER_CHECK_SHAPE(in[0].shape.size() == 2 && in[0].shape[1] % 4 == 0, "[sparse24_select] dense must be (N, K) with K a ",
+                       "multiple of 4, got ", in[0].shape);
+    SINTER_CHECK_DTYPE(in[0].dtype == DType::f32 || in[0].dtype == DType::f64, "[sparse24_select] dense must be f32 or f64, got ",
+                       in[0].dtype);
+    const int64_t N = in[0].shape[0], K = in[0].shape[1];
+    return std::vector<TensorMeta>{{{N, K}, DType::boolean, in[0].device}, {{N, (K + 7) / 8}, DType::u8, in[0].device}};
+  };
+  add_op(std::move(se));
 }
 
 }  // namespace detail
@@ -223,22 +239,48 @@ Tensor SemiStructuredSparse::to_dense() const {
   return call1(op, {values, meta, scales});
 }
 
+namespace {
+
+// w as the f32 or f64 (N, K) matrix the select and gather ops take: exact for every floating dtype.
+Tensor rows_of(const Tensor& w, int64_t K) {
+  return w.detach().to(w.dtype() == DType::f64 ? DType::f64 : DType::f32).contiguous().reshape({w.numel() / K, K});
+}
+
+// Fails naming the first group of four (in row-major order) that holds more than two nonzeros.
+void check_two_of_four(const Tensor& d) {
+  const int64_t N = d.size(0), K = d.size(1);
+  const Tensor counts = sum(ne(d, zeros({}, d.dtype())).to(DType::i32).reshape({N * K / 4, 4}), {1});
+  const int64_t g = argmax(gt(counts, full({}, 2, counts.dtype())).to(DType::i32), 0).item<int64_t>();  // the first crowded group
+  const int64_t nz = counts.narrow(0, g, 1).item<int64_t>();
+  if (nz <= 2) return;
+  const int64_t n = g / (K / 4), c = 4 * (g % (K / 4));
+  const std::vector<double> q = d.narrow(0, n, 1).narrow(1, c, 4).to(DType::f64).to_vector<double>();
+  std::ostringstream vals;
+  vals << q[0] << ", " << q[1] << ", " << q[2] << ", " << q[3];
+  SINTER_THROW(ShapeError, "[to_sparse_semi_structured] row ", n, ", columns ", c, "..", c + 3, " hold ", nz, " nonzeros (", vals.str(),
+               "): not in the 2:4 pattern (prune_2_4 makes it so)");
+}
+
+// int8 values of the kept entries, with symmetric per-row scales: the largest |kept| maps to 127,
+// the others round half away from zero (scales computed in f64, held in f32).
+std::pair<Tensor, Tensor> quantize_rows(const Tensor& kept) {
+  const int64_t N = kept.size(0);
+  if (kept.numel() == 0) return {Tensor::empty(kept.shape(), DType::i8, kept.device()), ones({N}, DType::f32, kept.device())};
+  const Tensor most = max(abs(kept), 1).values.to(DType::f64);
+  const Tensor scales = where(gt(most, zeros({}, DType::f64)), most / 127.0, ones({}, DType::f64)).to(DType::f32);
+  const Tensor q = clamp(kept.to(DType::f64) / scales.to(DType::f64).reshape({N, 1}), -127.0, 127.0);
+  const Tensor half = where(ge(q, zeros({}, DType::f64)), full({}, 0.5, DType::f64), full({}, -0.5, DType::f64));
+  return {(q + half).to(DType::i8), scales};  // the cast truncates toward zero
+}
+
+}  // namespace
+
 Tensor mask_2_4(const Tensor& w) {
   SINTER_CHECK_SHAPE(w.dim() >= 1 && w.size(-1) % 4 == 0, "[prune_2_4] the last dim must be a multiple of 4, got ", w.shape());
   SINTER_CHECK_DTYPE(is_floating(w.dtype()), "[prune_2_4] needs a floating tensor, got ", w.dtype());
-  Tensor a = w.detach().to(DType::f64).contiguous();
-  Tensor mask = Tensor::empty(w.shape(), DType::boolean);
-  const double* p = a.data<double>();
-  bool* m = mask.data<bool>();
-  for (int64_t g = 0; g < a.numel() / 4; ++g) {  // the two largest |w| of each four (the earlier on ties)
-    int keep0 = 0, keep1 = -1;
-    for (int i = 1; i < 4; ++i)
-      if (std::fabs(p[4 * g + i]) > std::fabs(p[4 * g + keep0])) keep0 = i;
-    for (int i = 0; i < 4; ++i)
-      if (i != keep0 && (keep1 < 0 || std::fabs(p[4 * g + i]) > std::fabs(p[4 * g + keep1]))) keep1 = i;
-    for (int i = 0; i < 4; ++i) m[4 * g + i] = i == keep0 || i == keep1;
-  }
-  return mask;
+  if (w.numel() == 0) return Tensor::empty(w.shape(), DType::boolean, w.device());
+  static const OpDef& select = get_op("sparse24_select");
+  return call(select, {rows_of(w, w.size(-1))})[0].reshape(w.shape());
 }
 
 Tensor prune_2_4(const Tensor& w) { return where(mask_2_4(w), w, zeros({}, w.dtype())); }
@@ -251,53 +293,18 @@ SemiStructuredSparse to_sparse_semi_structured(const Tensor& dense, std::optiona
   SINTER_CHECK_DTYPE(vt == DType::f32 || vt == DType::bf16 || vt == DType::i8 || vt == DType::f64,
                      "[to_sparse_semi_structured] values can be f32, bf16, i8 or f64, not ", vt);
   const int64_t N = dense.size(0), K = dense.size(1);
-  Tensor a = dense.detach().to(DType::f64).contiguous();
-  const double* p = a.data<double>();
-  std::vector<double> kept(static_cast<size_t>(N * K / 2));
-  Tensor meta = Tensor::empty({N, K / 8}, DType::u8);
-  uint8_t* mt = meta.data<uint8_t>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t g = 0; g < K / 4; ++g) {
-      const double* q = p + n * K + 4 * g;
-      int pos[4], nz = 0;
-      for (int i = 0; i < 4; ++i)
-        if (q[i] != 0.0) pos[nz++] = i;
-      if (nz > 2) {
-        std::ostringstream vals;
-        vals << q[0] << ", " << q[1] << ", " << q[2] << ", " << q[3];
-        SINTER_THROW(ShapeError, "[to_sparse_semi_structured] row ", n, ", columns ", 4 * g, "..", 4 * g + 3, " hold ", nz,
-                     " nonzeros (", vals.str(), "): not in the 2:4 pattern (prune_2_4 makes it so)");
-      }
-      bool used[4] = {false, false, false, false};
-      for (int i = 0; i < nz; ++i) used[pos[i]] = true;
-      for (int i = 0; i < 4 && nz < 2; ++i)  // fewer than two nonzeros: zeros kept at the first free columns
-        if (!used[i]) used[i] = true, ++nz;
-      for (int i = 0, k = 0; i < 4; ++i)
-        if (used[i]) pos[k++] = i;
-      kept[size_t(n * K / 2 + 2 * g)] = q[pos[0]];
-      kept[size_t(n * K / 2 + 2 * g + 1)] = q[pos[1]];
-      const uint8_t nib = uint8_t(pos[0] | (pos[1] << 2));
-      uint8_t& byte = mt[n * K / 8 + g / 2];
-      byte = g % 2 == 0 ? nib : uint8_t(byte | (nib << 4));
-    }
+  static const OpDef& select = get_op("sparse24_select");
+  static const OpDef& gather = get_op("sparse24_gather");
+  const Tensor d = rows_of(dense, std::max<int64_t>(K, 1));
   SemiStructuredSparse s;
-  s.meta = meta;
-  s.scales = ones({N}, DType::f32);
-  if (vt == DType::i8) {  // symmetric per-row scales: the largest |kept| maps to 127
-    Tensor v = Tensor::empty({N, K / 2}, DType::i8);
-    float* sc = s.scales.data<float>();
-    for (int64_t n = 0; n < N; ++n) {
-      double mx = 0;
-      for (int64_t j = 0; j < K / 2; ++j) mx = std::max(mx, std::fabs(kept[size_t(n * K / 2 + j)]));
-      sc[n] = mx > 0 ? float(mx / 127.0) : 1.0f;
-      for (int64_t j = 0; j < K / 2; ++j)
-        v.data<int8_t>()[n * K / 2 + j] = int8_t(std::lround(std::clamp(kept[size_t(n * K / 2 + j)] / double(sc[n]), -127.0, 127.0)));
-    }
-    s.values = v;
+  if (N * K > 0) check_two_of_four(d);
+  s.meta = N * K > 0 ? call(select, {d})[1] : Tensor::empty({N, K / 8}, DType::u8, dense.device());
+  const Tensor kept = N * K > 0 ? call1(gather, {d, s.meta}) : Tensor::empty({N, K / 2}, d.dtype(), dense.device());
+  if (vt == DType::i8) {
+    std::tie(s.values, s.scales) = quantize_rows(kept);
   } else {
-    Tensor v = Tensor::empty({N, K / 2}, DType::f64);
-    std::copy(kept.begin(), kept.end(), v.data<double>());
-    s.values = v.to(vt);
+    s.values = kept.to(vt);
+    s.scales = ones({N}, DType::f32, dense.device());
   }
   return s;
 }

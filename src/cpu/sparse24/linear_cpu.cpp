@@ -1,8 +1,11 @@
 // CPU kernels of the 2:4 ops (src/sparse/semi_structured.cpp): sparse24_linear runs the kernel
 // choose() picks (kernels.h); sparse24_to_dense and sparse24_gather convert between the dense
-// matrix and the kept values.
+// matrix and the kept values; sparse24_select picks them (ops/sparse24_select.h).
+#include <algorithm>
+
 #include "cpu/cpu.h"
 #include "ops/common.h"
+#include "ops/sparse24_select.h"
 #include "cpu/sparse24/dense_copy.h"
 #include "cpu/sparse24/kernels.h"
 
@@ -95,12 +98,38 @@ void sparse24_gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, c
     gather_kept<float>(contiguous_as(in[0], DType::f32).data<float>(), meta.data<uint8_t>(), N, K, out[0].data<float>());
 }
 
+template <class T> void select_kept(const T* dense, int64_t N, int64_t K, bool* keep, uint8_t* meta) {
+  const int64_t K8 = (K + 7) / 8;
+  parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t b = 0; b < K8; ++b) {
+        uint8_t byte = 0;
+        for (int64_t g = 2 * b; g < std::min(2 * b + 2, K / 4); ++g) {
+          const uint8_t nib = keep_two_of_four(dense + n * K + 4 * g);
+          for (int c = 0; c < 4; ++c) keep[n * K + 4 * g + c] = c == (nib & 3) || c == nib >> 2;
+          byte = uint8_t(byte | nib << (4 * (g % 2)));
+        }
+        meta[n * K8 + b] = byte;
+      }
+  });
+}
+
+void sparse24_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  SINTER_KERNEL_ENTRY();
+  const int64_t N = in[0].size(0), K = in[0].size(1);
+  bool* keep = out[0].data<bool>();
+  uint8_t* meta = out[1].data<uint8_t>();
+  if (in[0].dtype() == DType::f64) select_kept(contiguous_as(in[0], DType::f64).data<double>(), N, K, keep, meta);
+  else select_kept(contiguous_as(in[0], DType::f32).data<float>(), N, K, keep, meta);
+}
+
 }  // namespace
 
 void register_sparse_kernels() {
   detail::add_kernel("sparse24_linear", DeviceType::cpu, sparse24_linear_kernel);
   detail::add_kernel("sparse24_to_dense", DeviceType::cpu, sparse24_to_dense_kernel);
   detail::add_kernel("sparse24_gather", DeviceType::cpu, sparse24_gather_kernel);
+  detail::add_kernel("sparse24_select", DeviceType::cpu, sparse24_select_kernel);
 }
 
 }  // namespace sinter::sparse

@@ -1,11 +1,11 @@
-// The emulator's cuSPARSELt (src/cuda/emulator/include/cusparseLt.h), built as
-// libsinter_cusparselt_emulated.so and opened by src/cuda/cusparselt.cpp as it opens the real one.
-// D = alpha op(A) op(B) + beta C with A the structured (2:4) matrix, bf16 in and out, f32
-// accumulation. It refuses what cuSPARSELt refuses: bf16 structured dimensions not multiples of 16,
-// dense ones not multiples of 8 (the sizes PyTorch's wrapper pads to), a leading dimension short
-// of its rows or columns, pointers off the descriptors' alignment, shapes that do not chain; and
-// it is stricter where the library is undefined: a compressed group holding more than two nonzeros,
-// a compressed weight made for another shape, a workspace smaller than the plan asks (written over).
+// The emulator's cuSPARSELt (its cusparseLt.h), libsinter_cusparselt_emulated.so, opened by
+// src/cuda/cusparselt.cpp as it opens the real one: D = act(alpha op(A) op(B) + beta C + bias), A
+// structured (2:4), bf16 in and out, f32 sums, act ReLU or none, bias over D's rows (read through
+// the plan's matmul descriptor at each product). It refuses what cuSPARSELt refuses: bf16
+// structured dims not multiples of 16, dense ones not multiples of 8, short leading dims, pointers
+// off the descriptors' alignment, shapes that do not chain; and more where the library is
+// undefined: a group of three nonzeros, a compressed weight of another shape, a workspace smaller
+// than the plan asks (written over), a bias or activation switched on or off after the plan.
 #include <cusparseLt.h>
 
 #include <cstring>
@@ -31,12 +31,22 @@ struct Matmul {
   cusparseOperation_t op_a{}, op_b{};
   Mat a, b, c;
   int64_t m = 0, n = 0, k = 0;
+  const void* bias = nullptr;  // bf16, m of them (D's rows)
+  int relu = 0;
+};
+struct Alg {  // two algorithms: 0 (the default) and 1 (the one a search keeps, with a larger workspace)
+  uint32_t tag = 0;
+  int id = 0, split_k = 1, split_k_mode = CUSPARSELT_HEURISTIC;
 };
 struct Plan {
   uint32_t tag = 0;
-  Matmul mm;
+  Matmul mm;  // as the plan was made
+  const cusparseLtMatmulDescriptor_t* desc = nullptr;
+  cusparseLtMatmulAlgSelection_t* alg = nullptr;  // where a search writes its choice
   size_t workspace = 0;
 };
+constexpr size_t kWorkspace[2] = {1024, 8192};  // by algorithm
+int64_t g_searches = 0;
 struct Compressed {  // the head of a compressed matrix: what it was made for
   uint64_t tag;
   int64_t m, k;
@@ -91,9 +101,12 @@ bool aligned(const void* p, uint32_t alignment) { return reinterpret_cast<uintpt
 size_t compressed_bytes(int64_t m, int64_t k) { return sizeof(Compressed) + size_t(m * k / 2) * 2 + size_t(m * k / 4); }
 
 // D = alpha op(A) op(B) + beta C; C is read only where beta is not zero (as in BLAS).
-cusparseStatus_t run(const Plan& p, const void* alpha, const void* a, const void* b, const void* beta, const void* c, void* d,
+cusparseStatus_t run(const Plan& plan, const void* alpha, const void* a, const void* b, const void* beta, const void* c, void* d,
                      void* workspace, cudaStream_t* streams, int32_t num_streams) {
-  const Matmul& mm = p.mm;
+  const Matmul mm = get<Matmul>(plan.desc);
+  if (mm.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the plan's matmul descriptor is gone");
+  if ((mm.bias != nullptr) != (plan.mm.bias != nullptr) || mm.relu != plan.mm.relu)
+    return fail(CUSPARSE_STATUS_INVALID_VALUE, "the bias or the activation was switched on or off after the plan was made");
   Compressed head;
   std::memcpy(&head, a, sizeof head);
   if (head.tag != kTag || head.m != mm.m || head.k != mm.k)
@@ -101,13 +114,14 @@ cusparseStatus_t run(const Plan& p, const void* alpha, const void* a, const void
                                                    std::to_string(mm.k) + " structured operand");
   if (!aligned(b, mm.b.alignment) || !aligned(c, mm.c.alignment) || !aligned(d, mm.c.alignment))
     return fail(CUSPARSE_STATUS_INVALID_VALUE, "B, C or D is not aligned as its descriptor says");
-  if (p.workspace && !workspace) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the plan needs a workspace");
+  if (plan.workspace && !workspace) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the plan needs a workspace");
   if (num_streams < 0 || (num_streams > 0 && !streams)) return fail(CUSPARSE_STATUS_INVALID_VALUE, "streams");
-  if (p.workspace) std::memset(workspace, 0xa5, p.workspace);  // all of it, as the kernels may
+  if (plan.workspace) std::memset(workspace, 0xa5, plan.workspace);  // all of it, as the kernels may
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const auto* values = reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(a) + sizeof head);
   const auto* index = reinterpret_cast<const uint8_t*>(values + mm.m * mm.k / 2);
   const auto* bb = static_cast<const __nv_bfloat16*>(b);
+  const auto* bias = static_cast<const __nv_bfloat16*>(mm.bias);
   std::vector<float> bt(size_t(mm.n * mm.k));  // op(B)^T: k contiguous for each column of D
   for (int64_t j = 0; j < mm.n; ++j)
     for (int64_t q = 0; q < mm.k; ++q) bt[size_t(j * mm.k + q)] = __bfloat162float(bb[offset(mm.b, mm.op_b, q, j)]);
@@ -121,6 +135,8 @@ cusparseStatus_t run(const Plan& p, const void* alpha, const void* a, const void
       s *= al;
       const int64_t at = offset(mm.c, CUSPARSE_OPERATION_NON_TRANSPOSE, i, j);
       if (be != 0) s += be * __bfloat162float(static_cast<const __nv_bfloat16*>(c)[at]);
+      if (bias) s += __bfloat162float(bias[i]);
+      if (mm.relu) s = s > 0 ? s : 0;
       static_cast<__nv_bfloat16*>(d)[at] = __float2bfloat16_rn(s);
     }
   return CUSPARSE_STATUS_SUCCESS;
@@ -191,18 +207,65 @@ cusparseStatus_t cusparseLtMatmulDescriptorInit(const cusparseLtHandle_t* h, cus
   return CUSPARSE_STATUS_SUCCESS;
 }
 
+cusparseStatus_t cusparseLtMatmulDescSetAttribute(const cusparseLtHandle_t* h, cusparseLtMatmulDescriptor_t* matmul,
+                                                 cusparseLtMatmulDescAttribute_t attribute, const void* data, size_t bytes) {
+  if (!made(h)) return no_handle();
+  Matmul mm = get<Matmul>(matmul);
+  if (mm.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul descriptor was not made");
+  if (attribute == CUSPARSELT_MATMUL_ACTIVATION_RELU && bytes == sizeof mm.relu) {
+    std::memcpy(&mm.relu, data, bytes);
+  } else if (attribute == CUSPARSELT_MATMUL_BIAS_POINTER && bytes == sizeof mm.bias) {
+    std::memcpy(&mm.bias, data, bytes);
+    if (!aligned(mm.bias, 16)) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the bias pointer is not 16-byte aligned");
+  } else {
+    return fail(CUSPARSE_STATUS_NOT_SUPPORTED, "attribute " + std::to_string(int(attribute)) + " of " + std::to_string(bytes) +
+                                                   " bytes (the emulator takes the ReLU as an int and the bias pointer)");
+  }
+  put(matmul, mm);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
 cusparseStatus_t cusparseLtMatmulAlgSelectionInit(const cusparseLtHandle_t* h, cusparseLtMatmulAlgSelection_t* alg,
                                                   const cusparseLtMatmulDescriptor_t* matmul, cusparseLtMatmulAlg_t) {
   if (!made(h)) return no_handle();
   const Matmul mm = get<Matmul>(matmul);
   if (mm.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul descriptor was not made");
-  put(alg, mm);
+  put(alg, Alg{kTag});
   return CUSPARSE_STATUS_SUCCESS;
 }
 
 cusparseStatus_t cusparseLtMatmulAlgSelectionDestroy(const cusparseLtMatmulAlgSelection_t* alg) {
   if (get<uint32_t>(alg) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "destroying an algorithm selection not made");
-  put(const_cast<cusparseLtMatmulAlgSelection_t*>(alg), Matmul{});
+  put(const_cast<cusparseLtMatmulAlgSelection_t*>(alg), Alg{});
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
+cusparseStatus_t cusparseLtMatmulAlgSetAttribute(const cusparseLtHandle_t* h, cusparseLtMatmulAlgSelection_t* alg,
+                                                 cusparseLtMatmulAlgAttribute_t attribute, const void* data, size_t bytes) {
+  Alg a = get<Alg>(alg);
+  if (!made(h) || a.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the handle or algorithm selection was not made");
+  int v = 0;
+  if (bytes != sizeof v) return fail(CUSPARSE_STATUS_INVALID_VALUE, "an algorithm attribute is an int");
+  std::memcpy(&v, data, sizeof v);
+  if (attribute == CUSPARSELT_MATMUL_ALG_CONFIG_ID && (v == 0 || v == 1)) a.id = v;
+  else if (attribute == CUSPARSELT_MATMUL_SPLIT_K && v >= 1) a.split_k = v;
+  else if (attribute == CUSPARSELT_MATMUL_SPLIT_K_MODE && v >= CUSPARSELT_SPLIT_K_MODE_ONE_KERNEL && v <= CUSPARSELT_STREAMK) a.split_k_mode = v;
+  else return fail(CUSPARSE_STATUS_INVALID_VALUE, "algorithm attribute " + std::to_string(int(attribute)) + " = " + std::to_string(v));
+  put(alg, a);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
+cusparseStatus_t cusparseLtMatmulAlgGetAttribute(const cusparseLtHandle_t* h, const cusparseLtMatmulAlgSelection_t* alg,
+                                                 cusparseLtMatmulAlgAttribute_t attribute, void* data, size_t bytes) {
+  const Alg a = get<Alg>(alg);
+  if (!made(h) || a.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the handle or algorithm selection was not made");
+  const int v = attribute == CUSPARSELT_MATMUL_ALG_CONFIG_ID       ? a.id
+                : attribute == CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID ? 1
+                : attribute == CUSPARSELT_MATMUL_SPLIT_K           ? a.split_k
+                : attribute == CUSPARSELT_MATMUL_SPLIT_K_MODE      ? a.split_k_mode
+                                                                   : -1;
+  if (v < 0 || bytes != sizeof v) return fail(CUSPARSE_STATUS_INVALID_VALUE, "algorithm attribute " + std::to_string(int(attribute)));
+  std::memcpy(data, &v, sizeof v);
   return CUSPARSE_STATUS_SUCCESS;
 }
 
@@ -211,7 +274,7 @@ cusparseStatus_t cusparseLtMatmulPlanInit(const cusparseLtHandle_t* h, cusparseL
   if (!made(h)) return no_handle();
   const Matmul mm = get<Matmul>(matmul);
   if (mm.tag != kTag || get<uint32_t>(alg) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul or algorithm was not made");
-  put(plan, Plan{kTag, mm, 1024});  // the default algorithm's workspace
+  put(plan, Plan{kTag, mm, matmul, const_cast<cusparseLtMatmulAlgSelection_t*>(alg), kWorkspace[get<Alg>(alg).id]});
   return CUSPARSE_STATUS_SUCCESS;
 }
 
@@ -234,18 +297,25 @@ cusparseStatus_t cusparseLtMatmul(const cusparseLtHandle_t* h, const cusparseLtM
   return run(get<Plan>(plan), alpha, a, b, beta, c, d, workspace, streams, num_streams);
 }
 
-// Runs the product, then keeps the "fastest" algorithm in the plan, which needs a larger workspace:
-// a caller must ask for the workspace again after a search.
+// Runs the product, then keeps the "fastest" algorithm in the plan and its algorithm selection;
+// it needs a larger workspace: a caller must ask for the workspace again after a search.
 cusparseStatus_t cusparseLtMatmulSearch(const cusparseLtHandle_t* h, cusparseLtMatmulPlan_t* plan, const void* alpha, const void* a,
                                         const void* b, const void* beta, const void* c, void* d, void* workspace, cudaStream_t* streams,
                                         int32_t num_streams) {
   if (!made(h) || get<uint32_t>(plan) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the handle or plan was not made");
   Plan p = get<Plan>(plan);
   if (const cusparseStatus_t s = run(p, alpha, a, b, beta, c, d, workspace, streams, num_streams); s != CUSPARSE_STATUS_SUCCESS) return s;
-  p.workspace = 8192;
+  Alg chosen = get<Alg>(p.alg);
+  chosen.id = 1;
+  put(p.alg, chosen);
+  p.workspace = kWorkspace[1];
   put(plan, p);
+  ++g_searches;
   return CUSPARSE_STATUS_SUCCESS;
 }
+
+// Not cuSPARSELt's: how many searches this process ran, for the backend's tests.
+int64_t sinter_emulated_cusparselt_searches() { return g_searches; }
 
 cusparseStatus_t cusparseLtSpMMACompressedSize2(const cusparseLtHandle_t* h, const cusparseLtMatDescriptor_t* sparse,
                                                 size_t* compressed, size_t* buffer) {

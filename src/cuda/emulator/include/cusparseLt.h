@@ -24,6 +24,18 @@ enum cusparseOperation_t { CUSPARSE_OPERATION_NON_TRANSPOSE = 0, CUSPARSE_OPERAT
 enum cusparseLtSparsity_t { CUSPARSELT_SPARSITY_50_PERCENT };
 enum cusparseComputeType { CUSPARSE_COMPUTE_32I, CUSPARSE_COMPUTE_16F, CUSPARSE_COMPUTE_32F };
 enum cusparseLtMatmulAlg_t { CUSPARSELT_MATMUL_ALG_DEFAULT };
+enum cusparseLtMatmulAlgAttribute_t {
+  CUSPARSELT_MATMUL_ALG_CONFIG_ID = 0,
+  CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID = 1,
+  CUSPARSELT_MATMUL_SPLIT_K = 3,
+  CUSPARSELT_MATMUL_SPLIT_K_MODE = 4,
+};
+enum cusparseLtSplitKMode_t { CUSPARSELT_SPLIT_K_MODE_ONE_KERNEL = 1, CUSPARSELT_HEURISTIC = 3, CUSPARSELT_STREAMK = 6 };
+enum cusparseLtMatmulDescAttribute_t {  // the real header's values; the emulator takes the ReLU and the bias
+  CUSPARSELT_MATMUL_ACTIVATION_RELU = 0,
+  CUSPARSELT_MATMUL_ACTIVATION_GELU = 3,
+  CUSPARSELT_MATMUL_BIAS_POINTER = 8,
+};
 
 typedef struct {
   alignas(16) uint8_t data[512];
@@ -55,9 +67,15 @@ cusparseStatus_t cusparseLtMatmulDescriptorInit(const cusparseLtHandle_t* handle
                                                 cusparseOperation_t op_a, cusparseOperation_t op_b, const cusparseLtMatDescriptor_t* a,
                                                 const cusparseLtMatDescriptor_t* b, const cusparseLtMatDescriptor_t* c,
                                                 const cusparseLtMatDescriptor_t* d, cusparseComputeType compute);
+cusparseStatus_t cusparseLtMatmulDescSetAttribute(const cusparseLtHandle_t* handle, cusparseLtMatmulDescriptor_t* matmul,
+                                                 cusparseLtMatmulDescAttribute_t attribute, const void* data, size_t bytes);
 cusparseStatus_t cusparseLtMatmulAlgSelectionInit(const cusparseLtHandle_t* handle, cusparseLtMatmulAlgSelection_t* alg,
                                                   const cusparseLtMatmulDescriptor_t* matmul, cusparseLtMatmulAlg_t which);
 cusparseStatus_t cusparseLtMatmulAlgSelectionDestroy(const cusparseLtMatmulAlgSelection_t* alg);
+cusparseStatus_t cusparseLtMatmulAlgSetAttribute(const cusparseLtHandle_t* handle, cusparseLtMatmulAlgSelection_t* alg,
+                                                 cusparseLtMatmulAlgAttribute_t attribute, const void* data, size_t bytes);
+cusparseStatus_t cusparseLtMatmulAlgGetAttribute(const cusparseLtHandle_t* handle, const cusparseLtMatmulAlgSelection_t* alg,
+                                                 cusparseLtMatmulAlgAttribute_t attribute, void* data, size_t bytes);
 cusparseStatus_t cusparseLtMatmulPlanInit(const cusparseLtHandle_t* handle, cusparseLtMatmulPlan_t* plan,
                                           const cusparseLtMatmulDescriptor_t* matmul, const cusparseLtMatmulAlgSelection_t* alg);
 cusparseStatus_t cusparseLtMatmulPlanDestroy(const cusparseLtMatmulPlan_t* plan);
@@ -72,4 +90,5 @@ cusparseStatus_t cusparseLtSpMMACompressedSize2(const cusparseLtHandle_t* handle
                                                 size_t* compressed_bytes, size_t* buffer_bytes);
 cusparseStatus_t cusparseLtSpMMACompress2(const cusparseLtHandle_t* handle, const cusparseLtMatDescriptor_t* sparse, int is_sparse_a,
                                           cusparseOperation_t op, const void* dense, void* compressed, void* buffer, cudaStream_t stream);
+int64_t sinter_emulated_cusparselt_searches();  // the emulator's own: searches run in this process
 }
