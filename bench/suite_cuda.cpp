@@ -180,8 +180,7 @@ void sparse_rows(const Sizes& z, Report& r) {
   NoGradGuard no_grad;
   for (auto [K, N] : z.sparse_kn) {
     manual_seed(1);
-    const SemiStructuredSparse host = to_sparse_semi_structured(prune_2_4(randn({N, K}) * 0.02), DType::bf16);
-    const SemiStructuredSparse w{host.values.to(kGpu), host.meta.to(kGpu), host.scales.to(kGpu)};
+    const SemiStructuredSparse w = to_sparse_semi_structured(prune_2_4(randn({N, K}, DType::f32, kGpu) * 0.02), DType::bf16);  // on the GPU
     const Tensor dense = w.to_dense();
     for (int64_t M : z.sparse_m) {
       const Tensor x = randn({M, K}, DType::f32, kGpu).to(DType::bf16);
@@ -237,9 +236,9 @@ Timing generate_time(const Sizes& z, const nn::ModelConfig& cfg, bool sparse) {
   nn::GPT model(cfg);
   model.init_weights(0);
   model.eval();
-  if (sparse) model.sparsify(DType::bf16);  // as `sinter sparsify --values bf16` leaves it
-  model.to(DType::bf16);
   model.to(kGpu);
+  if (sparse) model.sparsify(DType::bf16);  // on the GPU, as `sinter sparsify --values bf16` leaves it
+  model.to(DType::bf16);
   const Tensor prompt = randint(0, cfg.vocab_size, {16});
   const train::Sampling greedy{.temperature = 0};
   const Timing t = time_it([&] { (void)train::generate(model, prompt, z.new_tokens, greedy, true); }, z.once ? 0 : 1, z.once ? 1 : 3, 0);
