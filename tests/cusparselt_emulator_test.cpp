@@ -144,12 +144,12 @@ TEST(CudaEmulator, CusparseLtRefusesWhatTheLibraryRefuses) {
   ASSERT_EQ(compress(), CUSPARSE_STATUS_SUCCESS);
   cusparseLtMatDescriptor_t b, c;
   cusparseLtMatmulDescriptor_t mm;
-  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &b, 32, 8, 32, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
-  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &c, 16, 8, 16, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &b, 32, 16, 32, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &c, 16, 16, 16, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
   refused(cusparseLtMatmulDescriptorInit(&lt.h, &mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &d, &b, &c, &c,
                                          CUSPARSE_COMPUTE_32F),
           "do not chain");
-  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &b, 16, 8, 16, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &b, 16, 16, 16, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
   ASSERT_EQ(cusparseLtMatmulDescriptorInit(&lt.h, &mm, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &d, &b, &c, &c,
                                            CUSPARSE_COMPUTE_32F),
             CUSPARSE_STATUS_SUCCESS);
@@ -160,7 +160,7 @@ TEST(CudaEmulator, CusparseLtRefusesWhatTheLibraryRefuses) {
   size_t before = 0, after = 0;
   ASSERT_EQ(cusparseLtMatmulGetWorkspace(&lt.h, &plan, &before), CUSPARSE_STATUS_SUCCESS);
   std::vector<uint64_t> ws(before / 8 + 1);
-  std::vector<Bf16> x(16 * 8, __float2bfloat16_rn(1)), y(16 * 8);
+  std::vector<Bf16> x(16 * 16, __float2bfloat16_rn(1)), y(16 * 16);
   const float alpha = 1, beta = 0;
   refused(cusparseLtMatmul(&lt.h, &plan, &alpha, dense.data(), x.data(), &beta, y.data(), y.data(), ws.data(), nullptr, 0),
           "not a matrix compressed for this plan");
@@ -170,7 +170,8 @@ TEST(CudaEmulator, CusparseLtRefusesWhatTheLibraryRefuses) {
   EXPECT_GT(after, before);
   EXPECT_EQ(__bfloat162float(y[5]), 2.0f);  // row 5: the two ones left in columns 8..11
   // The search wrote its choice into the algorithm selection: a plan made from a selection given
-  // that choice needs the searched plan's workspace; an algorithm beyond the last is refused.
+  // that choice needs the searched plan's workspace; an algorithm beyond the shape's last (D 8
+  // columns wide: algorithm 0 only) is refused.
   int id = -1;
   ASSERT_EQ(cusparseLtMatmulAlgGetAttribute(&lt.h, &alg, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof id), CUSPARSE_STATUS_SUCCESS);
   cusparseLtMatmulAlgSelection_t alg2;
@@ -181,8 +182,16 @@ TEST(CudaEmulator, CusparseLtRefusesWhatTheLibraryRefuses) {
   size_t reused = 0;
   ASSERT_EQ(cusparseLtMatmulGetWorkspace(&lt.h, &plan2, &reused), CUSPARSE_STATUS_SUCCESS);
   EXPECT_EQ(reused, after);
-  const int beyond = 2;
-  refused(cusparseLtMatmulAlgSetAttribute(&lt.h, &alg2, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &beyond, sizeof beyond), "algorithm attribute 0");
+  cusparseLtMatmulDescriptor_t narrow;
+  cusparseLtMatDescriptor_t b8, c8;
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &b8, 16, 8, 16, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtDenseDescriptorInit(&lt.h, &c8, 16, 8, 16, 16, CUDA_R_16BF, CUSPARSE_ORDER_COL), CUSPARSE_STATUS_SUCCESS);
+  ASSERT_EQ(cusparseLtMatmulDescriptorInit(&lt.h, &narrow, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &d, &b8,
+                                           &c8, &c8, CUSPARSE_COMPUTE_32F),
+            CUSPARSE_STATUS_SUCCESS);
+  cusparseLtMatmulAlgSelection_t alg8;
+  ASSERT_EQ(cusparseLtMatmulAlgSelectionInit(&lt.h, &alg8, &narrow, CUSPARSELT_MATMUL_ALG_DEFAULT), CUSPARSE_STATUS_SUCCESS);
+  refused(cusparseLtMatmulAlgSetAttribute(&lt.h, &alg8, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof id), "algorithm attribute 0 = 1");
 }
 
 // The epilogue: D = ReLU(A B + bias) with the bias over D's rows, read through the plan's matmul

@@ -182,14 +182,22 @@ Plan& plan_for(SparseGemm& w, int64_t M, const Tensor& bias, bool relu) {
   if (bias.defined()) set_bias(h, *p, bias);
   check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
   p->made = 3;
+  auto fresh = [&] {  // the default selection, searched at the first product
+    p->made = 2, p->searched = false;
+    a.cusparseLtMatmulAlgSelectionDestroy(&p->alg);
+    check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
+    p->made = 3;
+  };
   if (auto c = w.chosen.find({cusparselt_bucket(M), bias.defined(), relu}); c != w.chosen.end()) {
-    p->searched = reuse(h, &p->alg, c->second);
-    if (!p->searched) {  // a fresh selection, searched at the first product
-      a.cusparseLtMatmulAlgSelectionDestroy(&p->alg);
-      check(a.cusparseLtMatmulAlgSelectionInit(h, &p->alg, &p->mm, CUSPARSELT_MATMUL_ALG_DEFAULT), "algorithm selection");
-    }
+    p->searched = reuse(h, &p->alg, c->second);  // refused where this M's shape lacks that algorithm
+    if (!p->searched) fresh();
   }
-  check(a.cusparseLtMatmulPlanInit(h, &p->plan, &p->mm, &p->alg), "plan");
+  cusparseStatus_t planned = a.cusparseLtMatmulPlanInit(h, &p->plan, &p->mm, &p->alg);
+  if (planned != CUSPARSE_STATUS_SUCCESS && p->searched) {
+    fresh();
+    planned = a.cusparseLtMatmulPlanInit(h, &p->plan, &p->mm, &p->alg);
+  }
+  check(planned, "plan");
   p->made = 4;
   check(a.cusparseLtMatmulGetWorkspace(h, &p->plan, &p->workspace), "workspace size");
   return *w.plans.emplace(key, std::move(p)).first->second;

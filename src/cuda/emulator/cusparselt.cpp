@@ -34,9 +34,11 @@ struct Matmul {
   const void* bias = nullptr;  // bf16, m of them (D's rows)
   int relu = 0;
 };
-struct Alg {  // two algorithms: 0 (the default) and 1 (the one a search keeps, with a larger workspace)
+// Algorithms 0 (the default) and, where D's columns are a multiple of 16, 1 (larger workspace): as
+// in the library, which algorithms exist depends on the shape, and a search keeps the last.
+struct Alg {
   uint32_t tag = 0;
-  int id = 0, split_k = 1, split_k_mode = CUSPARSELT_HEURISTIC;
+  int id = 0, max_id = 0, split_k = 1, split_k_mode = CUSPARSELT_HEURISTIC;
 };
 struct Plan {
   uint32_t tag = 0;
@@ -230,7 +232,7 @@ cusparseStatus_t cusparseLtMatmulAlgSelectionInit(const cusparseLtHandle_t* h, c
   if (!made(h)) return no_handle();
   const Matmul mm = get<Matmul>(matmul);
   if (mm.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul descriptor was not made");
-  put(alg, Alg{kTag});
+  put(alg, Alg{kTag, 0, mm.n % 16 == 0 ? 1 : 0});
   return CUSPARSE_STATUS_SUCCESS;
 }
 
@@ -247,7 +249,7 @@ cusparseStatus_t cusparseLtMatmulAlgSetAttribute(const cusparseLtHandle_t* h, cu
   int v = 0;
   if (bytes != sizeof v) return fail(CUSPARSE_STATUS_INVALID_VALUE, "an algorithm attribute is an int");
   std::memcpy(&v, data, sizeof v);
-  if (attribute == CUSPARSELT_MATMUL_ALG_CONFIG_ID && (v == 0 || v == 1)) a.id = v;
+  if (attribute == CUSPARSELT_MATMUL_ALG_CONFIG_ID && v >= 0 && v <= a.max_id) a.id = v;
   else if (attribute == CUSPARSELT_MATMUL_SPLIT_K && v >= 1) a.split_k = v;
   else if (attribute == CUSPARSELT_MATMUL_SPLIT_K_MODE && v >= CUSPARSELT_SPLIT_K_MODE_ONE_KERNEL && v <= CUSPARSELT_STREAMK) a.split_k_mode = v;
   else return fail(CUSPARSE_STATUS_INVALID_VALUE, "algorithm attribute " + std::to_string(int(attribute)) + " = " + std::to_string(v));
@@ -260,7 +262,7 @@ cusparseStatus_t cusparseLtMatmulAlgGetAttribute(const cusparseLtHandle_t* h, co
   const Alg a = get<Alg>(alg);
   if (!made(h) || a.tag != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the handle or algorithm selection was not made");
   const int v = attribute == CUSPARSELT_MATMUL_ALG_CONFIG_ID       ? a.id
-                : attribute == CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID ? 1
+                : attribute == CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID ? a.max_id
                 : attribute == CUSPARSELT_MATMUL_SPLIT_K           ? a.split_k
                 : attribute == CUSPARSELT_MATMUL_SPLIT_K_MODE      ? a.split_k_mode
                                                                    : -1;
@@ -306,9 +308,9 @@ cusparseStatus_t cusparseLtMatmulSearch(const cusparseLtHandle_t* h, cusparseLtM
   Plan p = get<Plan>(plan);
   if (const cusparseStatus_t s = run(p, alpha, a, b, beta, c, d, workspace, streams, num_streams); s != CUSPARSE_STATUS_SUCCESS) return s;
   Alg chosen = get<Alg>(p.alg);
-  chosen.id = 1;
+  chosen.id = chosen.max_id;
   put(p.alg, chosen);
-  p.workspace = kWorkspace[1];
+  p.workspace = kWorkspace[chosen.id];
   put(plan, p);
   ++g_searches;
   return CUSPARSE_STATUS_SUCCESS;
