@@ -15,8 +15,8 @@
 #include <bit>
 #include <cstdlib>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -123,9 +123,9 @@ struct SparseGemm {
   int64_t N = 0, K = 0;
   cusparseLtMatDescriptor_t a{};
   Tensor compressed;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // by M
-  std::map<PlanKey, Choice> chosen;                // by M's bucket: the first search's choice serves its other Ms
-  bool made = false;                                 // whether `a` was made
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // by M, bias, ReLU
+  std::map<PlanKey, Choice> chosen;                // by M's bucket, bias, ReLU: what the bucket's first search kept
+  bool made = false;                               // whether `a` was made
   ~SparseGemm() {
     plans.clear();
     if (made) api().cusparseLtMatDescriptorDestroy(&a);
