@@ -115,9 +115,9 @@ bool choose_sparse(Weight& w, const Tensor& x, const Tensor& y, const Epilogue& 
   const int64_t M = cusparselt_bucket(x.size(0));
   if (auto it = w.use_sparse.find(M); it != w.use_sparse.end()) return it->second;
   try {
-    run_sparse(w, x, y, e);  // the plan and cuSPARSELt's algorithm search, once per M
+    run_sparse(w, x, y, e);  // the plan and cuSPARSELt's algorithm search, once per bucket
   } catch (const Error&) {
-    return w.use_sparse[M] = false;  // a plan cuSPARSELt refuses: the dense copy serves this M
+    return w.use_sparse[M] = false;  // a plan cuSPARSELt refuses: the dense copy serves this bucket
   }
   const int device = x.device().index;
   run_dense(w, x, y, e);
