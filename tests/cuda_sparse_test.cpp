@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "cuda/cusparselt.h"
 #include "cuda_test_util.h"
 #include "sinter/sparse.h"
 #include "sinter/train.h"
@@ -39,15 +40,17 @@ template <class F> void for_each_path(F&& body) {
   }
 }
 
-// The emulator's count of cuSPARSELt's algorithm searches; -1 on a GPU (the library counts none).
-int64_t searches() {
+// One of the emulator's counts ("searches": cuSPARSELt's algorithm searches run, "plans": plans
+// alive, "plans_made"); -1 on a GPU (the library counts none).
+int64_t emulated(const std::string& count) {
   const char* lib = std::getenv("SINTER_CUSPARSELT_LIBRARY");
   void* h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : nullptr;  // the library the backend opens (or will)
-  auto* count = h ? reinterpret_cast<int64_t (*)()>(dlsym(h, "sinter_emulated_cusparselt_searches")) : nullptr;
-  const int64_t n = count ? count() : -1;
+  auto* f = h ? reinterpret_cast<int64_t (*)()>(dlsym(h, ("sinter_emulated_cusparselt_" + count).c_str())) : nullptr;
+  const int64_t n = f ? f() : -1;
   if (h) dlclose(h);
   return n;
 }
+int64_t searches() { return emulated("searches"); }
 
 }  // namespace
 
@@ -177,6 +180,27 @@ TEST(CudaSparse24, ABf16SparsifiedModelRunsThroughCuSparseLtAsThroughItsDenseCop
   EXPECT_LE(relative_error(logits["auto"], logits["dense"]), std::ldexp(1.0, -6));
 }
 
+namespace {
+
+// A bf16 2:4 weight on the GPU, and its dense matrix in f64.
+struct GpuWeight {
+  SemiStructuredSparse gpu;
+  Tensor dense64;
+};
+
+GpuWeight bf16_weight_on_gpu(int64_t N, int64_t K) {
+  const SemiStructuredSparse w = to_sparse_semi_structured(prune_2_4(randn({N, K}) * 0.1), DType::bf16);
+  return {on_gpu(w), w.to_dense().to(DType::f64)};
+}
+
+// The GPU's x w^T for a bf16 x of M random rows, against the f64 product: the relative error.
+double error_at(const GpuWeight& w, int64_t M) {
+  const Tensor x = randn({M, w.dense64.size(1)}).to(DType::bf16);
+  const Tensor got = linear(x.to(kGpu), w.gpu).to(Device::cpu()).to(DType::f64);
+  return relative_error(got, matmul(x.to(DType::f64), w.dense64.t()));
+}
+
+}  // namespace
 
 // Each M gets its own plan, but only the first M of a bucket (M rounded up to a power of two) runs
 // cuSPARSELt's algorithm search; the others reuse its choice and give the same products. An M
@@ -184,22 +208,41 @@ TEST(CudaSparse24, ABf16SparsifiedModelRunsThroughCuSparseLtAsThroughItsDenseCop
 TEST(CudaSparse24, TheFirstMOfABucketSearchesAndTheOthersReuseItsAlgorithm) {
   NEEDS_GPU();
   manual_seed(8);
-  const int64_t N = 64, K = 128;
-  const SemiStructuredSparse w = to_sparse_semi_structured(prune_2_4(randn({N, K}) * 0.1), DType::bf16);
-  const SemiStructuredSparse wg = on_gpu(w);
-  const Tensor w64 = w.to_dense().to(DType::f64);
+  const GpuWeight w = bf16_weight_on_gpu(64, 128);
   setenv("SINTER_SPARSE24_CUDA", "sparse", 1);
   const int64_t before = searches();
   std::vector<int64_t> after;
   for (const int64_t M : {40, 48, 61, 72, 144, 136}) {  // buckets 64, 64, 64, 128, 256, 256
-    const Tensor x = randn({M, K}).to(DType::bf16);
-    const Tensor got = linear(x.to(kGpu), wg).to(Device::cpu()).to(DType::f64);
-    EXPECT_LE(relative_error(got, matmul(x.to(DType::f64), w64.t())), std::ldexp(1.0, -7)) << "M=" << M;
+    EXPECT_LE(error_at(w, M), std::ldexp(1.0, -7)) << "M=" << M;
     after.push_back(searches() - before);
   }
   unsetenv("SINTER_SPARSE24_CUDA");
   if (before < 0) GTEST_SKIP() << "the products hold; cuSPARSELt does not count its searches (the emulator does)";
   EXPECT_EQ(after, (std::vector<int64_t>{1, 1, 1, 2, 3, 4}));
+}
+
+// A weight keeps its kCusparseltPlansPerWeight most recently used plans (one per M), however many
+// Ms it sees: a decode step's M = 8, used between 40 prefill lengths, keeps its plan; a forgotten M
+// gets a new plan without a search (its bucket's choice is kept) and the same product.
+TEST(CudaSparse24, AWeightKeepsItsMostRecentlyUsedPlans) {
+  NEEDS_GPU();
+  manual_seed(10);
+  const GpuWeight w = bf16_weight_on_gpu(32, 64);
+  std::vector<int64_t> Ms;
+  for (int64_t i = 1; i <= 40; ++i) Ms.insert(Ms.end(), {8 * i, 8});  // buckets 8 to 512
+  Ms.insert(Ms.end(), {16, 320});                                    // one forgotten, one kept
+  setenv("SINTER_SPARSE24_CUDA", "sparse", 1);
+  const int64_t searches_before = emulated("searches");
+  int64_t alive = 0, made = 0;  // counted once the first call has freed the plans of weights gone
+  for (const int64_t M : Ms) {
+    EXPECT_LE(error_at(w, M), std::ldexp(1.0, -7)) << "M=" << M;
+    if (alive == 0) alive = emulated("plans"), made = emulated("plans_made");
+  }
+  unsetenv("SINTER_SPARSE24_CUDA");
+  if (searches_before < 0) GTEST_SKIP() << "the products hold; cuSPARSELt does not count its plans (the emulator does)";
+  EXPECT_EQ(emulated("plans") - alive, int64_t(cuda::kCusparseltPlansPerWeight) - 1);
+  EXPECT_EQ(emulated("plans_made") - made, 39 + 1);  // the other Ms, and 16 again
+  EXPECT_EQ(emulated("searches") - searches_before, 7);  // one per bucket: 8, 16, 32, 64, 128, 256, 512
 }
 
 // prune_2_4, mask_2_4 and to_sparse_semi_structured of a GPU tensor run on the GPU (the

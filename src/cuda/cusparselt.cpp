@@ -99,6 +99,7 @@ struct Plan {
   cusparseLtMatmulAlgSelection_t alg{};
   cusparseLtMatmulPlan_t plan{};
   size_t workspace = 0;
+  uint64_t used = 0;  // when last used, on its weight's clock
   bool searched = false;
   int made = 0;  // how many of b, c, alg, plan were made (a failed plan destroys only those)
   ~Plan() {
@@ -123,7 +124,8 @@ struct SparseGemm {
   int64_t N = 0, K = 0;
   cusparseLtMatDescriptor_t a{};
   Tensor compressed;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // by M, bias, ReLU
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // by M, bias, ReLU; at most kCusparseltPlansPerWeight
+  uint64_t clock = 0;                              // counts plan_for's calls, for the plans' `used`
   std::map<PlanKey, Choice> chosen;                // by M's bucket, bias, ReLU: what the bucket's first search kept
   bool made = false;                               // whether `a` was made
   ~SparseGemm() {
@@ -159,10 +161,22 @@ std::optional<Choice> chosen_by_search(const cusparseLtHandle_t* h, const Plan& 
   return c;
 }
 
+// Destroys the weight's least recently used plan. Safe with products in flight: a plan is host
+// state that a launch has read (PyTorch's 2:4 layers destroy theirs right after each launch); the
+// bucket's choice outlives it, so its M's next plan searches nothing.
+void forget_oldest_plan(SparseGemm& w) {
+  auto oldest = std::min_element(w.plans.begin(), w.plans.end(), [](const auto& a, const auto& b) { return a.second->used < b.second->used; });
+  if (oldest != w.plans.end()) w.plans.erase(oldest);
+}
+
 Plan& plan_for(SparseGemm& w, int64_t M, const Tensor& bias, bool relu) {
   const PlanKey key{M, bias.defined(), relu};
   auto it = w.plans.find(key);
-  if (it != w.plans.end()) return *it->second;
+  if (it != w.plans.end()) {
+    it->second->used = ++w.clock;
+    return *it->second;
+  }
+  if (w.plans.size() >= kCusparseltPlansPerWeight) forget_oldest_plan(w);
   const Api& a = api();
   const cusparseLtHandle_t* h = handle(w.device);
   auto p = std::make_unique<Plan>();
@@ -200,6 +214,7 @@ Plan& plan_for(SparseGemm& w, int64_t M, const Tensor& bias, bool relu) {
   check(planned, "plan");
   p->made = 4;
   check(a.cusparseLtMatmulGetWorkspace(h, &p->plan, &p->workspace), "workspace size");
+  p->used = ++w.clock;
   return *w.plans.emplace(key, std::move(p)).first->second;
 }
 
@@ -244,7 +259,7 @@ void matmul_suited(SparseGemm& w, const Tensor& x, const Tensor& y, const Tensor
   cudaStream_t s = stream(w.device);
   const float alpha = 1.0f, beta = 0.0f;
   Tensor ws = Tensor::empty({int64_t(p.workspace) + 1}, DType::u8, x.device());
-  if (!p.searched) {  // once per M: cuSPARSELt times its algorithms and keeps the fastest in the plan
+  if (!p.searched) {  // once per bucket (and per M refusing its choice): cuSPARSELt keeps its fastest in the plan
     check(a.cusparseLtMatmulSearch(h, &p.plan, &alpha, w.compressed.data_ptr(), x.data_ptr(), &beta, y.data_ptr(), y.data_ptr(),
                                    ws.data_ptr(), &s, 1),
           "algorithm search");

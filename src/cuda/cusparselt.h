@@ -2,9 +2,9 @@
 // 2:4 sparse GEMMs on Hopper's sparse tensor cores through cuSPARSELt (cusparselt.cpp), loaded at
 // run time: the header from NVIDIA's wheel at build time (scripts/fetch_cuda_headers.sh), the
 // library from $SINTER_CUSPARSELT_LIBRARY or the loader's path when first used. A weight is
-// compressed once; each M (and epilogue) gets its plan once, kept with the weight, and the first M
-// of each bucket (cusparselt_bucket) runs cuSPARSELt's algorithm search, whose choice the bucket's
-// other Ms reuse.
+// compressed once; each M (and epilogue) gets its plan, kept with the weight (the most recently
+// used kCusparseltPlansPerWeight of them), and the first M of each bucket (cusparselt_bucket) runs
+// cuSPARSELt's algorithm search, whose choice the bucket's other Ms, and a remade plan, reuse.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +17,7 @@ struct SparseGemm;  // a compressed (N, K) bf16 weight and its plans
 
 constexpr uint32_t kCusparseltAlignment = 16;  // bytes: the address of every operand (its descriptors say so)
 constexpr int64_t kDenseRows = 8;              // x's rows (M) go to cuSPARSELt in multiples of this (bf16)
+constexpr size_t kCusparseltPlansPerWeight = 32;  // plans a weight keeps: a server's many prompt lengths stay bounded
 
 // The bucket of M: M rounded up to a power of two, at least kDenseRows.
 int64_t cusparselt_bucket(int64_t M);

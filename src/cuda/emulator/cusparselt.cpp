@@ -48,7 +48,7 @@ struct Plan {
   size_t workspace = 0;
 };
 constexpr size_t kWorkspace[2] = {1024, 8192};  // by algorithm
-int64_t g_searches = 0;
+int64_t g_searches = 0, g_plans = 0, g_plans_made = 0;  // searches run, plans alive, plans made
 struct Compressed {  // the head of a compressed matrix: what it was made for
   uint64_t tag;
   int64_t m, k;
@@ -277,12 +277,14 @@ cusparseStatus_t cusparseLtMatmulPlanInit(const cusparseLtHandle_t* h, cusparseL
   const Matmul mm = get<Matmul>(matmul);
   if (mm.tag != kTag || get<uint32_t>(alg) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the matmul or algorithm was not made");
   put(plan, Plan{kTag, mm, matmul, const_cast<cusparseLtMatmulAlgSelection_t*>(alg), kWorkspace[get<Alg>(alg).id]});
+  ++g_plans, ++g_plans_made;
   return CUSPARSE_STATUS_SUCCESS;
 }
 
 cusparseStatus_t cusparseLtMatmulPlanDestroy(const cusparseLtMatmulPlan_t* plan) {
   if (get<uint32_t>(plan) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "destroying a plan not made (or destroyed twice)");
   put(const_cast<cusparseLtMatmulPlan_t*>(plan), Plan{});
+  --g_plans;
   return CUSPARSE_STATUS_SUCCESS;
 }
 
@@ -316,8 +318,11 @@ cusparseStatus_t cusparseLtMatmulSearch(const cusparseLtHandle_t* h, cusparseLtM
   return CUSPARSE_STATUS_SUCCESS;
 }
 
-// Not cuSPARSELt's: how many searches this process ran, for the backend's tests.
+// Not cuSPARSELt's: how many searches this process ran, how many plans it holds and has made, for
+// the backend's tests.
 int64_t sinter_emulated_cusparselt_searches() { return g_searches; }
+int64_t sinter_emulated_cusparselt_plans() { return g_plans; }
+int64_t sinter_emulated_cusparselt_plans_made() { return g_plans_made; }
 
 cusparseStatus_t cusparseLtSpMMACompressedSize2(const cusparseLtHandle_t* h, const cusparseLtMatDescriptor_t* sparse,
                                                 size_t* compressed, size_t* buffer) {

@@ -91,4 +91,6 @@ cusparseStatus_t cusparseLtSpMMACompressedSize2(const cusparseLtHandle_t* handle
 cusparseStatus_t cusparseLtSpMMACompress2(const cusparseLtHandle_t* handle, const cusparseLtMatDescriptor_t* sparse, int is_sparse_a,
                                           cusparseOperation_t op, const void* dense, void* compressed, void* buffer, cudaStream_t stream);
 int64_t sinter_emulated_cusparselt_searches();  // the emulator's own: searches run in this process
+int64_t sinter_emulated_cusparselt_plans();     // the emulator's own: plans alive
+int64_t sinter_emulated_cusparselt_plans_made();  // the emulator's own: plans made
 }
