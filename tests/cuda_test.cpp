@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "cuda_test_util.h"
 #include "train_util.h"
@@ -98,6 +99,46 @@ TEST(CudaBackend, ElementwiseOpsEqualTheCpuBitForBitWhereBothRunSintersFunctors)
   EXPECT_TRUE(test::bitwise_equal(gelu(h), gelu(h.to(kGpu)).to(Device::cpu())));
   EXPECT_TRUE(test::bitwise_equal(lt(x, y), lt(gx, gy).to(Device::cpu())));
   EXPECT_TRUE(test::bitwise_equal(where(lt(x, y), x, y), where(lt(gx, gy), gx, gy).to(Device::cpu())));
+}
+
+// sum, mean and prod over consecutive dims with kept dims after them read x in place by columns
+// (src/cuda/reduce.cu: one run of rows, or several combined by a second kernel); other dims take
+// the rows path. Against the f64 sum of the same (rounded) x: within the output's rounding plus
+// 1e-5 of the sum of |x| (f32 adds in another order); integer and bool sums exactly.
+TEST(CudaBackend, ReductionsOverLeadingAndMiddleDimsMatchTheF64Sum) {
+  NEEDS_GPU();
+  manual_seed(11);
+  struct Case {
+    Shape shape, dims;
+  };
+  const Case cases[] = {{{1000, 33}, {0}},   {{20000, 3}, {0}},   {{5, 7, 40}, {1}}, {{3, 200, 4, 9}, {1, 2}},
+                        {{70, 64}, {0, 1}}, {{2, 300, 4}, {0, 2}}, {{0, 5}, {0}},     {{6, 0}, {0}}};
+  for (const Case& c : cases) {
+    std::ostringstream name;
+    name << "shape " << c.shape << " dims " << c.dims;
+    const std::string what = name.str();
+    double n = 1;  // values per output
+    for (const int64_t d : c.dims) n *= double(c.shape[size_t(d)]);
+    const Tensor x = randn(c.shape);
+    for (const DType dt : {DType::f32, DType::bf16, DType::f64}) {
+      const Tensor xd = x.to(dt), x64 = xd.to(DType::f64), gx = xd.to(kGpu);
+      const Tensor want = sum(x64, c.dims), slack = sum(abs(x64), c.dims) * 1e-5;
+      const double rounding = dt == DType::bf16 ? std::ldexp(1.0, -8) : dt == DType::f32 ? std::ldexp(1.0, -24) : 0;
+      auto close = [&](const Tensor& got, const Tensor& ref, const char* op) {
+        ASSERT_EQ(got.shape(), ref.shape()) << op << " " << what;
+        const Tensor err = abs(got.to(Device::cpu()).to(DType::f64) - ref) - abs(ref) * rounding - slack;
+        EXPECT_TRUE(err.numel() == 0 || max(err).item<double>() <= 0) << op << " " << dtype_name(dt) << " " << what;
+      };
+      close(sum(gx, c.dims), want, "sum");
+      if (n > 0) close(mean(gx, c.dims), want / n, "mean");
+    }
+    const Tensor xi = (x * 10).to(DType::i64), xb = gt(x, zeros_like(x));
+    EXPECT_TRUE(test::bitwise_equal(sum(xi.to(kGpu), c.dims).to(Device::cpu()), sum(xi, c.dims))) << "i64 " << what;
+    EXPECT_TRUE(test::bitwise_equal(sum(xb.to(kGpu), c.dims).to(Device::cpu()), sum(xb, c.dims))) << "bool " << what;
+  }
+  const Tensor p = rand({600, 17}) * 0.2 + 0.9;  // prod over rows split in runs
+  const Tensor p64 = prod(p.to(DType::f64), {0});
+  EXPECT_LE(max(abs(prod(p.to(kGpu), {0}).to(Device::cpu()).to(DType::f64) / p64 - 1)).item<double>(), 1e-4);
 }
 
 TEST(CudaBackend, MixingDevicesInOneOpNamesBoth) {

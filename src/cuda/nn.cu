@@ -215,7 +215,7 @@ void norm_backward_op(bool layer, std::span<const Tensor> in, std::span<Tensor> 
                   ptr<compute_t<S>>(gx), a.f("eps"), layer);
     });
   copy_convert(op, sum(gx, {0}), out[1]);
-  if (layer) copy_convert(op, sum(g.to(ct), {0}), out[2]);
+  if (layer) copy_convert(op, sum(g, {0}), out[2]);  // accumulated in ct all the same
 }
 
 void rotary_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {

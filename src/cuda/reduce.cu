@@ -1,7 +1,12 @@
 // CUDA kernels of the reductions and the softmax family (src/ops/reduce.cpp), as the CPU's
 // (cpu/op_reduce.cpp): the reduced dims are moved last into a contiguous (rows, n) copy, and one
-// block reduces each row, accumulating in f32 (f16, bf16, f32), f64 or i64. Sums add in another
-// order than the CPU's, so they agree within the specs' tolerances, not bit for bit.
+// block reduces each row, accumulating in f32 (f16, bf16, f32), f64 or i64. sum, mean and prod
+// over consecutive dims of a contiguous tensor with kept dims after them (a bias gradient's rows)
+// read it in place, by columns. Sums add in another order than the CPU's, so they agree within
+// the specs' tolerances, not bit for bit.
+#include <algorithm>
+#include <array>
+#include <optional>
 #include <span>
 
 #include "core/view.h"
@@ -19,17 +24,60 @@ template <class S> struct acc_of { using type = std::conditional_t<std::is_integ
 template <> struct acc_of<bool> { using type = int64_t; };
 template <class S> using acc_t = typename acc_of<S>::type;
 
-// out[row] = the combination of x[row, 0..n), converted to O (mean: divided by n in O's type).
+template <Red R, class S> using red_acc_t = std::conditional_t<R == Red::max || R == Red::min, compute_t<S>, acc_t<S>>;
+
+// *out = the combination v of n values, converted to O (mean: divided by n in O's type).
+template <class O, class A> __device__ void finish(O* out, A v, int64_t n, bool mean) {
+  const compute_t<O> r = convert_to<O>(v);
+  store(out, mean ? compute_t<O>(r / compute_t<O>(n)) : r);
+}
+
+// out[row] = the combination of x[row, 0..n).
 template <Red R, class S, class O> __global__ void reduce_rows_k(int64_t rows, int64_t n, const S* x, O* out, bool mean) {
-  using A = std::conditional_t<R == Red::max || R == Red::min, compute_t<S>, acc_t<S>>;
+  using A = red_acc_t<R, S>;
   SINTER_ROWS(row, rows) {
     A v = identity<R, A>();
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) v = combine<R>(v, A(load(x + row * n + j)));
     v = block_reduce<R>(v);
-    if (threadIdx.x == 0) {
-      const compute_t<O> r = convert_to<O>(v);
-      store(out + row, mean ? compute_t<O>(r / compute_t<O>(n)) : r);
+    if (threadIdx.x == 0) finish(out + row, v, n, mean);
+  }
+}
+
+// x (outer, n, inner) reduced over n, by columns: a block takes kTileCols columns of one outer
+// index over one of `splits` runs of rows, kTileRows rows at a time (a warp reads consecutive
+// columns). One split writes out; several write their partial results to part (outer, splits,
+// inner), which combine_splits_k combines.
+constexpr int kTileCols = 32, kTileRows = kBlock / kTileCols;
+
+template <Red R, class S, class A, class O>
+__global__ void reduce_cols_k(int64_t outer, int64_t n, int64_t inner, int64_t splits, const S* x, A* part, O* out, bool mean) {
+  const int64_t tiles = (inner + kTileCols - 1) / kTileCols, per = (n + splits - 1) / splits;
+  const int tx = threadIdx.x % kTileCols, ty = threadIdx.x / kTileCols;
+  __shared__ A vals[kTileRows][kTileCols];
+  for (int64_t b = blockIdx.x; b < outer * tiles * splits; b += gridDim.x) {
+    const int64_t s = b % splits, c = b / splits % tiles * kTileCols + tx, o = b / splits / tiles;
+    const int64_t end = (s + 1) * per < n ? (s + 1) * per : n;
+    A v = identity<R, A>();
+    if (c < inner)
+      for (int64_t r = s * per + ty; r < end; r += kTileRows) v = combine<R>(v, A(load(x + (o * n + r) * inner + c)));
+    vals[ty][tx] = v;
+    __syncthreads();
+    if (ty == 0 && c < inner) {
+      for (int k = 1; k < kTileRows; ++k) v = combine<R>(v, vals[k][tx]);
+      if (part) part[(o * splits + s) * inner + c] = v;
+      else finish(out + o * inner + c, v, n, mean);
     }
+    __syncthreads();  // vals is written again by the next tile
+  }
+}
+
+template <Red R, class A, class O>
+__global__ void combine_splits_k(int64_t count, int64_t inner, int64_t splits, int64_t n, const A* part, O* out, bool mean) {
+  SINTER_GRID_STRIDE(i, count) {
+    const A* p = part + i / inner * splits * inner + i % inner;
+    A v = p[0];
+    for (int64_t s = 1; s < splits; ++s) v = combine<R>(v, p[s * inner]);
+    finish(out + i, v, n, mean);
   }
 }
 
@@ -119,9 +167,47 @@ Tensor rows_last(const Tensor& x, const std::vector<int64_t>& dims, int64_t* row
   return x.permute(order).contiguous();
 }
 
+// x as (outer, n, inner), n its reduced dims, where these are consecutive, x is contiguous and
+// dims are kept after them (inner > 1); else nothing (the rows need a copy, or are in place).
+std::optional<std::array<int64_t, 3>> middle_block(const Tensor& x, const std::vector<int64_t>& dims) {
+  if (dims.empty() || !x.is_contiguous() || dims.back() - dims.front() + 1 != int64_t(dims.size())) return std::nullopt;
+  std::array<int64_t, 3> s{1, 1, 1};
+  for (int64_t d = 0; d < x.dim(); ++d) s[d < dims.front() ? 0 : d <= dims.back() ? 1 : 2] *= x.size(d);
+  if (s[2] == 1) return std::nullopt;
+  return s;
+}
+
+constexpr int64_t kColumnBlocks = 1024;  // blocks a column reduction aims for: several per SM on an H200
+constexpr int64_t kSplitRows = 64;       // the fewest rows a split of one takes
+
+// Reduces x (outer, n, inner) over n in place into out (outer * inner), by columns.
+template <Red R> void reduce_columns(const char* op, const Tensor& x, std::array<int64_t, 3> s, const Tensor& out, bool mean) {
+  const auto [outer, n, inner] = s;
+  const int64_t tiles = (inner + kTileCols - 1) / kTileCols;
+  const int64_t splits = std::clamp<int64_t>(kColumnBlocks / (outer * tiles), 1, std::max<int64_t>(1, n / kSplitRows));
+  const unsigned blocks = unsigned(std::min<int64_t>(outer * tiles * splits, int64_t(1) << 16));
+  const int device = out.device().index;
+  dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
+    using S = decltype(tag);
+    using A = red_acc_t<R, S>;
+    dispatch<Types::all>(out.dtype(), op, [&](auto otag) {
+      using O = decltype(otag);
+      if (splits == 1)
+        return launch_kernel(op, reduce_cols_k<R, S, A, O>, blocks, kBlock, 0, stream(device), outer, n, inner, splits, ptr<const S>(x),
+                             static_cast<A*>(nullptr), ptr<O>(out), mean);
+      const Tensor part = Tensor::empty({outer * splits * inner * int64_t(sizeof(A))}, DType::u8, out.device());
+      launch_kernel(op, reduce_cols_k<R, S, A, O>, blocks, kBlock, 0, stream(device), outer, n, inner, splits, ptr<const S>(x), ptr<A>(part),
+                    static_cast<O*>(nullptr), mean);
+      launch_n(op, outer * inner, device, combine_splits_k<R, A, O>, inner, splits, n, ptr<const A>(part), ptr<O>(out), mean);
+    });
+  });
+}
+
 template <Red R> void reduce_op(const char* op, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a, bool mean = false) {
   int64_t rows = 0, n = 0;
   const auto dims = detail::reduce_dims(op, a.ints("dims"), in[0].dim());
+  if (out[0].numel() == 0) return;
+  if (const auto block = middle_block(in[0], dims)) return reduce_columns<R>(op, in[0], *block, out[0], mean);
   const Tensor x = rows_last(in[0], dims, &rows, &n);
   rows = out[0].numel();
   dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
