@@ -54,7 +54,7 @@ struct Sizes {
     return s;
   }
   int rows() const {
-    return int(gemm_m.size() * gemm_kn.size() + 2 + 4 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 3);
+    return int(gemm_m.size() * gemm_kn.size() + 2 + 4 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 4);
   }
 };
 
@@ -229,8 +229,9 @@ void train_rows(const Options& o, const Sizes& z, Report& r) {
   r.ours_only("cuda train bf16 " + z.model_name + " B=" + std::to_string(B) + " T=" + std::to_string(T) + " step", t, note);
 }
 
-// Greedy generation at batch 1 (per-token time) of a bf16 model on the GPU.
-Timing generate_time(const Sizes& z, const nn::ModelConfig& cfg, bool sparse) {
+// Greedy generation at batch 1 (per-token time) of a bf16 model on the GPU; `decode` says how its
+// decode steps ran (a CUDA graph unless `eager` or refused).
+Timing generate_time(const Sizes& z, const nn::ModelConfig& cfg, bool sparse, std::string* decode = nullptr, bool eager = false) {
   NoGradGuard no_grad;
   manual_seed(0);
   nn::GPT model(cfg);
@@ -241,7 +242,10 @@ Timing generate_time(const Sizes& z, const nn::ModelConfig& cfg, bool sparse) {
   model.to(DType::bf16);
   const Tensor prompt = randint(0, cfg.vocab_size, {16});
   const train::Sampling greedy{.temperature = 0};
-  const Timing t = time_it([&] { (void)train::generate(model, prompt, z.new_tokens, greedy, true); }, z.once ? 0 : 1, z.once ? 1 : 3, 0);
+  if (eager) setenv("SINTER_CUDA_GRAPHS", "0", 1);
+  const Timing t = time_it([&] { (void)train::generate(model, prompt, z.new_tokens, greedy, true, nullptr, {}, false, {}, decode); },
+                           z.once ? 0 : 1, z.once ? 1 : 3, 0);
+  if (eager) unsetenv("SINTER_CUDA_GRAPHS");
   return {t.best_ms / double(z.new_tokens), t.median_ms / double(z.new_tokens)};
 }
 
@@ -249,11 +253,14 @@ Timing generate_time(const Sizes& z, const nn::ModelConfig& cfg, bool sparse) {
 // medium's shape) sparsified to 2:4 against their dense selves.
 void generate_rows(const Sizes& z, Report& r) {
   const std::string large = std::to_string(z.large.num_hidden_layers) + "x" + std::to_string(z.large.hidden_size);
-  const Timing dense_small = generate_time(z, z.model, false);
-  char note[64];
-  std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / dense_small.best_ms);
+  std::string decode;
+  const Timing dense_small = generate_time(z, z.model, false, &decode);
+  const Timing dense_eager = generate_time(z, z.model, false, nullptr, true);
+  char note[160];
+  std::snprintf(note, sizeof note, "%.0f tokens/s; decode steps: %.100s", 1e3 / dense_small.best_ms, decode.c_str());
   const std::string tokens = std::to_string(z.new_tokens);
   r.ours_only("cuda generate bf16 " + z.model_name + " batch=1 " + tokens + " tokens (per token)", dense_small, note);
+  r.add("cuda generate bf16 " + z.model_name + " CUDA graph decode steps (per token)", dense_small, "eager steps (Sinter)", dense_eager, "");
   const Timing sparse_small = generate_time(z, z.model, true);
   std::snprintf(note, sizeof note, "%.0f tokens/s", 1e3 / sparse_small.best_ms);
   r.add("cuda generate bf16 " + z.model_name + " 2:4 (per token)", sparse_small, "the dense model (Sinter)", dense_small, note);

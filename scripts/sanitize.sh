@@ -9,7 +9,7 @@
 #   scripts/sanitize.sh [CTEST_REGEX]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-subset=${1:-'^(AllOps/OpTable|OpTable|OpTableCoverage|AllOps/CompiledOp|Tokenizer|SafeTensors|Compile\.|CompilePasses|UserKernel|Aot\.|AotBadFiles|OnNan|TrainState|install_downstream|dist_without_mpi|CudaAllocator|CudaBackend|CudaEmulator|emulated_Cuda(Backend|Allocator|Ops|Attention|Sparse24)$)'}
+subset=${1:-'^(AllOps/OpTable|OpTable|OpTableCoverage|AllOps/CompiledOp|Tokenizer|SafeTensors|Compile\.|CompilePasses|UserKernel|Aot\.|AotBadFiles|OnNan|TrainState|install_downstream|dist_without_mpi|CudaAllocator|CudaBackend|CudaEmulator|emulated_Cuda(Backend|Allocator|Ops|Attention|Sparse24|Graph)$)'}
 # A compiled training step run over 200 steps, and over every length 17..128 (112 steps): the main
 # suite and the full sanitizer suite run them; the subset keeps the compiled-step tests of a few steps.
 slow='Compile\.(TrainingWithACompiledStepTracksEagerTraining|ATrainingStepServesEverySequenceLengthWithOneCompile)$'

@@ -93,3 +93,41 @@ TEST(CudaAllocator, OutOfMemoryGivesBackTheCacheThenNamesTheBytesAndGoesOn) {
   EXPECT_EQ(again, big);
   a.release(again);
 }
+
+// A graph's pool: during its capture every request is served from the pool (never from a
+// stream's cache) and its freed blocks serve the capture again; a block from outside freed during
+// the capture, and the pool's cached blocks, reach no other request until the pool is retired,
+// and empty_cache keeps them; then they join the stream's cache, and so do its live blocks when freed.
+TEST(CudaAllocator, AGraphsPoolKeepsItsBlocksUntilRetired) {
+  FakeDevice dev{1 << 20};
+  CachingAllocator a(dev.provider(), "cuda:0");
+  void* outside = a.allocate(1000, 1);
+  void* cached = a.allocate(1000, 1);
+  a.release(cached);
+  const uintptr_t pool = 77;
+  a.begin_pool(pool);
+  void* t1 = a.allocate(1000, 1);
+  EXPECT_NE(t1, cached);  // the stream's cache is not the pool's
+  a.release(t1);
+  void* t2 = a.allocate(1000, 1);
+  EXPECT_EQ(t2, t1);  // reused within the capture, in its order
+  void* out = a.allocate(3000, 1);
+  a.release(outside);  // the capture's replays may read it
+  a.release(t2);
+  a.end_pool();
+  for (int i = 0; i < 3; ++i) {  // none of the capture's blocks, nor the one it held
+    void* p = a.allocate(1000, 1);
+    EXPECT_TRUE(p != t1 && p != outside) << i;
+    if (i == 0) {
+      EXPECT_EQ(p, cached);
+    }
+  }
+  a.empty_cache();
+  EXPECT_TRUE(dev.blocks.count(t1) && dev.blocks.count(outside));
+  a.retire_pool(pool, 1);
+  std::set<void*> after;
+  for (int i = 0; i < 2; ++i) after.insert(a.allocate(1000, 1));
+  EXPECT_EQ(after, (std::set<void*>{t1, outside}));
+  a.release(out);  // live when the pool retired: to the stream
+  EXPECT_EQ(a.allocate(3000, 1), out);
+}

@@ -168,7 +168,9 @@ TEST(CudaCommandLine, TrainAndGenerateOnCudaOrExitOneNamingWhyNot) {
   EXPECT_NE(train.out.find("done: step 3"), std::string::npos) << train.out;
   EXPECT_EQ(gen.rc, 0) << gen.out;
   EXPECT_NE(gen.out.find("tokens/s"), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find("decode steps: CUDA graph]"), std::string::npos) << gen.out;
   EXPECT_EQ(sparse.rc, 0) << sparse.out;
   EXPECT_EQ(sparse_gen.rc, 0) << sparse_gen.out;
   EXPECT_NE(sparse_gen.out.find("tokens/s"), std::string::npos) << sparse_gen.out;
+  EXPECT_NE(sparse_gen.out.find("decode steps: CUDA graph]"), std::string::npos) << sparse_gen.out;
 }

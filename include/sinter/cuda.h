@@ -3,6 +3,7 @@
 // where the CUDA toolkit is found; src/cuda/), loaded the first time a CUDA device is asked for:
 // libsinter links no CUDA library, so a CPU-only machine needs none.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace sinter::cuda {
@@ -33,5 +34,27 @@ int64_t host_synchronizations();
 // cudaMemcpyAsync of device memory to device memory on the device's stream: the bandwidth a
 // kernel that reads and writes the same bytes is held to (sinter bench cuda).
 void copy_device_bytes(void* dst, const void* src, int64_t bytes, int device = 0);
+
+// Device work recorded once and replayed with one launch (a CUDA graph). The constructor runs fn
+// while the device's stream captures: the kernels and device copies fn queues become the graph, and
+// nothing runs yet. replay() runs them again with the same arguments and addresses, so the tensors
+// fn reads must outlive the graph and what changes between replays must change in their memory
+// (an input written with copy_, a position the graph itself advances). Tensors fn makes live in the
+// graph's own memory, rewritten by each replay. Run fn once before capturing, so that what it makes
+// lazily (GEMM plans, 2:4 copies, cuSPARSELt's search) exists. A host read of device data in fn, or
+// anything else a graph cannot hold, is an error naming it, and the device goes on.
+class Graph {
+ public:
+  Graph(int device, const std::function<void()>& fn);
+  ~Graph();
+  Graph(Graph&& o) noexcept : handle_(o.handle_) { o.handle_ = nullptr; }
+  Graph& operator=(Graph&& o) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void replay();  // on the device's stream, without waiting
+
+ private:
+  void* handle_ = nullptr;
+};
 
 }  // namespace sinter::cuda

@@ -190,15 +190,17 @@ struct Sampling {
   double top_p = 1.0;        // 1: off
   uint64_t seed = 0;
 };
-// Appends max_new tokens to `prompt` (int64 ids). The model sees at most max_position_embeddings
-// tokens; when the window fills it slides forward by half. use_cache=false recomputes the whole
-// window each step (the reference the cache is tested against). Reports tokens/s through `rate`.
-// It runs where the model is (GPT::to(Device)): the KV caches and token ids go there too.
-// `compiled`: the one-token decode step runs as one compiled graph (sinter::compile), traced once
-// for every position; `report` then sees that compiled function at the end.
+// Appends max_new tokens to `prompt` (int64 ids), where the model is (GPT::to(Device)): the KV
+// caches and token ids go there too. The model sees at most max_position_embeddings tokens; when
+// the window fills it slides forward by half. use_cache=false recomputes the window each step (the
+// cache's reference). Reports tokens/s through `rate`. `compiled`: the one-token decode step runs
+// as one compiled graph (sinter::compile); `report` sees it at the end. On a GPU with the cache,
+// the decode step is a CUDA graph (cuda::Graph) after its first eager run (SINTER_CUDA_GRAPHS=0:
+// eager steps; eager where the capture is refused); `decode` says which ran ("eager", "compiled",
+// "CUDA graph", "eager (CUDA graph refused: why)").
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache = true,
                 double* rate = nullptr, const std::function<void(int64_t)>& on_token = {}, bool compiled = false,
-                const std::function<void(CompiledFunction&)>& report = {});
+                const std::function<void(CompiledFunction&)>& report = {}, std::string* decode = nullptr);
 
 double evaluate(nn::GPT& model, const data::ByteDataset& data, int64_t batch, int64_t seq_len, int64_t batches,
                 uint64_t seed);

@@ -3,10 +3,11 @@
 // the backend's sinter_cuda_attach fills in these hooks and registers its allocator and kernels,
 // or returns why it cannot (no driver, no device, a device it was not built for).
 #include <cstdint>
+#include <functional>
 
 namespace sinter::detail {
 
-constexpr int kCudaHooksAbi = 3;  // bumped when CudaHooks changes
+constexpr int kCudaHooksAbi = 4;  // bumped when CudaHooks changes
 
 struct CudaHooks {
   int device_count = 0;
@@ -17,6 +18,9 @@ struct CudaHooks {
   int64_t (*host_synchronizations)() = nullptr;
   void (*copy_bytes)(void* dst, const void* src, int64_t bytes, int device) = nullptr;
   const char* (*device_name)(int device) = nullptr;  // name, memory, SMs and driver, for reports
+  void* (*graph_capture)(int device, const std::function<void()>& fn) = nullptr;  // cuda::Graph (src/cuda/graph.cpp)
+  void (*graph_replay)(void* graph) = nullptr;
+  void (*graph_free)(void* graph) = nullptr;
 };
 
 // Returns null on success, else the reason (static storage).

@@ -102,6 +102,28 @@ void empty_cache() {
   if (available()) loaded().hooks.empty_cache();
 }
 
+Graph::Graph(int device, const std::function<void()>& fn) {
+  require_device(device);
+  handle_ = loaded().hooks.graph_capture(device, fn);
+}
+
+Graph::~Graph() {
+  if (handle_) loaded().hooks.graph_free(handle_);
+}
+
+Graph& Graph::operator=(Graph&& o) noexcept {
+  if (this != &o) {
+    if (handle_) loaded().hooks.graph_free(handle_);
+    handle_ = o.handle_, o.handle_ = nullptr;
+  }
+  return *this;
+}
+
+void Graph::replay() {
+  SINTER_CHECK(handle_, "[cuda] replaying a graph that was moved from");
+  loaded().hooks.graph_replay(handle_);
+}
+
 }  // namespace sinter::cuda
 
 namespace sinter::detail {

@@ -35,7 +35,11 @@ Provider driver_memory(int device) {
       [device](int64_t bytes) -> void* {
         void* p = nullptr;
         SINTER_CUDA_CHECK(cudaSetDevice(device));
+        // A graph's capture may need a block (its pool): cudaMalloc is not recorded, and is allowed in relaxed mode.
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        SINTER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
         const cudaError_t e = cudaMalloc(&p, size_t(bytes));
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
         if (e == cudaErrorMemoryAllocation) {
           (void)cudaGetLastError();  // clear it: the process goes on
           return nullptr;
@@ -108,6 +112,9 @@ void attach_hooks(detail::CudaHooks* hooks) {
     const AllocatorStats s = device_state(device).memory->stats();
     v[0] = s.live, v[1] = s.cached, v[2] = s.peak;
   };
+  hooks->graph_capture = graph_capture;
+  hooks->graph_replay = graph_replay;
+  hooks->graph_free = graph_free;
   hooks->empty_cache = [] {
     for (size_t i = 0; i < g_devices.size(); ++i) {
       (void)cudaStreamSynchronize(stream(int(i)));
@@ -127,7 +134,11 @@ cudaStream_t stream(int device) {
 
 DeviceFault* device_fault(int device) { return device_state(device).fault_device; }
 
+CachingAllocator& memory(int device) { return *device_state(device).memory; }
+
 void wait(int device) {
+  SINTER_CHECK(!capturing(device), "[cuda] a host read of cuda:", device, "'s data (a wait for the device) while capturing a graph there: ",
+               "a graph holds device work only; read results after replay()");
   SINTER_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
   ++g_waits;
   volatile DeviceFault* f = device_state(device).fault_host;

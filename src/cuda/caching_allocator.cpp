@@ -27,6 +27,7 @@ void* CachingAllocator::allocate(int64_t bytes, uintptr_t stream) {
   SINTER_CHECK(bytes >= 0, "[", name_, "] cannot allocate ", bytes, " bytes");
   const int64_t size = size_class(std::max<int64_t>(bytes, 1));
   std::lock_guard lock(mu_);
+  if (pool_) stream = pool_;
   void* p = nullptr;
   auto& mine = cache_[stream][size];
   if (!mine.empty()) {
@@ -61,16 +62,52 @@ void CachingAllocator::release(void* p) {
   live_.erase(it);
   stats_.live -= b.size;
   stats_.cached += b.size;
+  if (pool_ && b.stream != pool_) {  // the capture may have read it: its replays will too
+    pools_[pool_].push_back(p);
+    held_[p] = b;
+    return;
+  }
   cache_[b.stream][b.size].push_back(p);
 }
 
+void CachingAllocator::begin_pool(uintptr_t pool) {
+  std::lock_guard lock(mu_);
+  SINTER_CHECK(!pool_ && pool && !cache_.count(pool) && !pools_.count(pool), "[", name_, "] a graph's memory pool is already being captured");
+  pool_ = pool;
+  pools_[pool];
+}
+
+void CachingAllocator::end_pool() {
+  std::lock_guard lock(mu_);
+  pool_ = 0;
+}
+
+void CachingAllocator::retire_pool(uintptr_t pool, uintptr_t stream) {
+  std::lock_guard lock(mu_);
+  for (void* p : pools_[pool]) {
+    const Block b = held_.at(p);
+    held_.erase(p);
+    cache_[b.stream][b.size].push_back(p);
+  }
+  pools_.erase(pool);
+  for (auto& [size, blocks] : cache_[pool]) {
+    auto& to = cache_[stream][size];
+    to.insert(to.end(), blocks.begin(), blocks.end());
+  }
+  cache_.erase(pool);
+  for (auto& [p, b] : live_)
+    if (b.stream == pool) b.stream = stream;
+}
+
 void CachingAllocator::give_back_cache() {
-  for (auto& [stream, classes] : cache_)
+  for (auto& [stream, classes] : cache_) {
+    if (pools_.count(stream)) continue;  // a graph's: its replays write them
     for (auto& [size, blocks] : classes) {
       for (void* p : blocks) provider_.free(p), ++stats_.provider_frees;
       stats_.cached -= size * int64_t(blocks.size());
       blocks.clear();
     }
+  }
 }
 
 void CachingAllocator::empty_cache() {

@@ -34,7 +34,16 @@ class CachingAllocator {
   // A block of at least `bytes` (256-byte aligned as the provider's are), used on `stream`.
   void* allocate(int64_t bytes, uintptr_t stream);
   void release(void* p);  // into the cache of the stream it was allocated on
-  void empty_cache();     // every cached block back to the provider
+  void empty_cache();     // every cached block back to the provider, but those of pools not retired
+  // A CUDA graph's pool. Its replays write its blocks at the addresses the capture gave them, so
+  // until end_pool requests are served from (and their blocks freed into) `pool`, a key no stream
+  // has, and no request outside it gets them until retire_pool; blocks from outside freed in the
+  // meantime (the capture may have read them) are held until then too.
+  void begin_pool(uintptr_t pool);
+  void end_pool();
+  // The pool's cached and held blocks go to `stream`'s cache (whose order follows the graph's
+  // replays), and so do its live blocks when freed.
+  void retire_pool(uintptr_t pool, uintptr_t stream);
   AllocatorStats stats() const;
   void reset_peak();
   // 512 B, then 2^k and 1.5 * 2^k: at most a third more than asked, and near sizes share.
@@ -43,9 +52,12 @@ class CachingAllocator {
  private:
   struct Block {
     int64_t size;
-    uintptr_t stream;
+    uintptr_t stream;  // or the pool it came from
   };
   void give_back_cache();  // under mu_
+  uintptr_t pool_ = 0;     // the pool being captured into (0: none)
+  std::unordered_map<uintptr_t, std::vector<void*>> pools_;  // pools not retired -> blocks from outside freed in their capture
+  std::unordered_map<void*, Block> held_;                    // those blocks
   Provider provider_;
   std::string name_;
   mutable std::mutex mu_;

@@ -103,6 +103,8 @@ void copy_from_host(void* dst, const void* src, size_t bytes, int device) {
     SINTER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
     return;
   }
+  SINTER_CHECK(!capturing(device), "[cuda] copying ", bytes, " host bytes to cuda:", device, " while capturing a graph: each replay ",
+               "would copy the staging memory again, by then another copy's; copy them before capturing");
   const Staging block = staging().take(bytes);
   std::memcpy(block.host, src, bytes);
   SINTER_CUDA_CHECK(cudaMemcpyAsync(dst, block.host, bytes, cudaMemcpyHostToDevice, s));

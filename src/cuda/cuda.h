@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "sinter/error.h"
 #include "sinter/tensor.h"
@@ -35,8 +36,17 @@ struct DeviceFault {
 };
 DeviceFault* device_fault(int device);   // the device's view of its record
 // Waits until the device's queued work is done: a host synchronization (counted for
-// host_synchronizations), then raises a fault a kernel recorded (backend.cpp).
+// host_synchronizations), then raises a fault a kernel recorded (backend.cpp). An error while this
+// thread captures a graph on the device (a graph holds no host wait).
 void wait(int device);
+class CachingAllocator;
+CachingAllocator& memory(int device);  // the device's allocator (backend.cpp)
+// Whether this thread is capturing a graph on the device (graph.cpp), and the hooks that make,
+// replay and free one (include/sinter/cuda.h's Graph).
+bool capturing(int device);
+void* graph_capture(int device, const std::function<void()>& fn);
+void graph_replay(void* graph);
+void graph_free(void* graph);
 // Host bytes to device memory on the device's stream, without waiting: up to 8 bytes go as a
 // kernel argument, more through pinned staging memory reused once its copy is done (copy.cu).
 void copy_from_host(void* dst, const void* src, size_t bytes, int device);

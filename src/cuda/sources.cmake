@@ -12,6 +12,7 @@ set(SINTER_CUDA_SOURCES
   flash_tc.cu
   flash_tc_backward.cu
   gemm.cpp
+  graph.cpp
   index.cu
   linalg.cpp
   nn.cu

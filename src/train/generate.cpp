@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "sinter/random.h"
 #include "sinter/sparse.h"
 #include "sinter/compile.h"
+#include "sinter/cuda.h"
 #include "train/internal.h"
 #include <optional>
 
@@ -58,10 +60,44 @@ int64_t sample(const Tensor& logits_row, const Sampling& s) {
   }
   return multinomial(softmax(l, 0), 1, true).item<int64_t>();
 }
+// The KV-cache decode step on a GPU as a CUDA graph: the first step runs eagerly (what it makes
+// lazily then exists), the graph is captured with the token in a tensor of its own, and each later
+// step writes the token there and replays. Where the capture is refused, steps run eagerly.
+struct DecodeGraph {
+  DecodeGraph(const Device& device, bool allowed) {
+    const char* env = std::getenv("SINTER_CUDA_GRAPHS");
+    on = allowed && device.type == DeviceType::cuda && !(env && std::string(env) == "0");
+  }
+  Tensor step(const Tensor& token, const std::function<Tensor(const Tensor&)>& forward) {
+    if (graph) {
+      input.copy_(token);
+      graph->replay();
+      return output;
+    }
+    Tensor logits = forward(token);
+    if (on) {
+      on = false;  // one try
+      input = token.clone();
+      try {
+        graph.emplace(token.device().index, [&] { output = forward(input); });
+        path = "CUDA graph";
+      } catch (const Error& e) {
+        path = std::string("eager (CUDA graph refused: ") + e.what() + ")";
+      }
+    }
+    return logits;
+  }
+  bool on = false;
+  std::optional<cuda::Graph> graph;
+  Tensor input, output;
+  std::string path;  // what ran, once a capture was tried
+};
+
 }  // namespace
 
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache, double* rate,
-                const std::function<void(int64_t)>& on_token, bool compiled, const std::function<void(CompiledFunction&)>& report) {
+                const std::function<void(int64_t)>& on_token, bool compiled, const std::function<void(CompiledFunction&)>& report,
+                std::string* decode) {
   CompiledFunction** compiled_fn = nullptr;
   CompiledFunction* holder = nullptr;
   if (report) compiled_fn = &holder;
@@ -94,6 +130,8 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   const Device device = model.device();  // token ids go where the weights are
   auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}).to(device); };
   auto one = [&](int64_t id) { return tensor<int64_t>({id}).reshape({1, 1}).to(device); };
+  DecodeGraph graph(device, use_cache && !step);
+  std::string path = step ? "compiled" : "eager";
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
   for (int64_t i = 0; i < max_new; ++i) {
@@ -108,7 +146,7 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
     } else if (step) {
       logits = (*step)({one(next)})[0];
     } else if (use_cache) {
-      logits = model.forward(one(next), &caches);
+      logits = graph.step(one(next), [&](const Tensor& token) { return model.forward(token, &caches); });
     } else {
       logits = model.forward(window());
     }
@@ -116,6 +154,7 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rate) *rate = double(max_new) / std::max(secs, 1e-9);
   if (report && holder) report(*holder);
+  if (decode) *decode = graph.path.empty() ? path : graph.path;
   model.train(was_training);
   return tensor<int64_t>(ids);
 }

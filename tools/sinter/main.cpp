@@ -215,7 +215,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     std::fflush(stdout);
   }
   double rate = 0;
-  std::string compile_note;
+  std::string compile_note, decode;
   const Tensor all = train::generate(*model, prompt_ids, max_new, s, !no_cache, &rate, [&](int64_t id) {
     if (json_out) return;
     if (by_ids) std::printf(",%lld", (long long)id);
@@ -228,7 +228,7 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
     const Explanation e = f.explain({zeros({1, 1}, DType::i64)});
     compile_note = ", compiled decode step: " + std::to_string(e.graphs) + " graph, " + std::to_string(e.fused_kernels) +
                    " fused kernels + " + std::to_string(e.library_calls) + " library calls";
-  });
+  }, &decode);
   if (json_out) {
     const std::vector<int64_t> v = all.to_vector<int64_t>();
     const std::vector<int64_t> new_ids(v.begin() + prompt_ids.numel(), v.end());
@@ -244,8 +244,9 @@ int run_generate(const std::string& dir, const std::string& prompt, int64_t max_
   }
   char extra[96] = "";
   if (packed) std::snprintf(extra, sizeof extra, ", 2:4 weights prepacked in place (%+.1f MB)", double(packed) / 1e6);
-  std::fprintf(stderr, "[%lld tokens, %.1f tokens/s%s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra,
-               compile_note.c_str());
+  const std::string graph_note = decode.find("CUDA graph") != std::string::npos ? ", decode steps: " + decode : "";
+  std::fprintf(stderr, "[%lld tokens, %.1f tokens/s%s%s%s%s]\n", (long long)max_new, rate, no_cache ? ", no KV cache" : "", extra,
+               compile_note.c_str(), graph_note.c_str());
   return 0;
 }
 

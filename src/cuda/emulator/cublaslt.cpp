@@ -24,6 +24,8 @@ struct cublasLtMatrixLayoutOpaque_t {
   int64_t batch_stride = 0;
 };
 struct cublasLtMatmulPreferenceOpaque_t {};
+using Desc = cublasLtMatmulDescOpaque_t;
+using Layout = cublasLtMatrixLayoutOpaque_t;
 
 namespace {
 
@@ -74,6 +76,28 @@ bool valid(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpaque
   return float_type && am == m && bk == k && bn == n && a.type == b.type && b.type == c.type && f64 == (d.compute == CUBLAS_COMPUTE_64F) &&
          a.ld >= std::max<int64_t>(a.rows, 1) && b.ld >= std::max<int64_t>(b.rows, 1) && c.ld >= std::max<int64_t>(c.rows, 1) &&
          a.batch == c.batch && b.batch == c.batch;
+}
+
+// D = al op(A) op(B) + be C (+ bias): what the matmul's kernels compute.
+void product(const Desc& desc, double al, const void* a, const Layout& la, const void* b, const Layout& lb, double be, const void* c,
+             const Layout& lc, void* d, const Layout& ld) {
+  const bool bias = desc.epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const int64_t m = ld.rows, n = ld.cols, k = desc.trans_a == CUBLAS_OP_N ? la.cols : la.rows;
+  for (int64_t p = 0; p < ld.batch; ++p) {
+    const cublasOperation_t bt = desc.trans_b == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N;  // B^T: k contiguous per column
+    const std::vector<double> A = widen(la, desc.trans_a, a, p), Bt = widen(lb, bt, b, p);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        const double *ai = A.data() + i * k, *bj = Bt.data() + j * k;  // k may be 0: no element to index
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t q = 0; q < k; ++q) s += ai[q] * bj[q];
+        s *= al;
+        if (be != 0) s += be * read(lc.type, c, p * lc.batch_stride + i + j * lc.ld);
+        if (bias) s += read(ld.type, desc.bias, i);
+        write(ld.type, d, p * ld.batch_stride + i + j * ld.ld, s);
+      }
+  }
 }
 
 }  // namespace
@@ -145,29 +169,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* a, cublasLtMatrixLayout_t la,
                               const void* b, cublasLtMatrixLayout_t lb, const void* beta, const void* c, cublasLtMatrixLayout_t lc, void* d,
-                              cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                              cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
   if (!valid(*desc, *la, *lb, *lc) || lc->rows != ld->rows || lc->cols != ld->cols || lc->type != ld->type)
     return CUBLAS_STATUS_INVALID_VALUE;
   const bool f64 = desc->compute == CUBLAS_COMPUTE_64F;
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if (bias && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
-  const int64_t m = ld->rows, n = ld->cols, k = desc->trans_a == CUBLAS_OP_N ? la->cols : la->rows;
-  for (int64_t p = 0; p < ld->batch; ++p) {
-    const cublasOperation_t bt = desc->trans_b == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N;  // B^T: k contiguous per column
-    const std::vector<double> A = widen(*la, desc->trans_a, a, p), Bt = widen(*lb, bt, b, p);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i) {
-        const double *ai = A.data() + i * k, *bj = Bt.data() + j * k;  // k may be 0: no element to index
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t q = 0; q < k; ++q) s += ai[q] * bj[q];
-        s *= al;
-        if (be != 0) s += be * read(lc->type, c, p * lc->batch_stride + i + j * lc->ld);
-        if (bias) s += read(ld->type, desc->bias, i);
-        write(ld->type, d, p * ld->batch_stride + i + j * ld->ld, s);
-      }
-  }
+  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  // The descriptors as they are now (a graph's replays keep them so, as the library's do).
+  sinter::cuda::emulator::enqueue(stream, [=, d_ = *desc, la_ = *la, lb_ = *lb, lc_ = *lc, ld_ = *ld] {
+    product(d_, al, a, la_, b, lb_, be, c, lc_, d, ld_);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

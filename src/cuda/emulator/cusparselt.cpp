@@ -103,6 +103,8 @@ bool aligned(const void* p, uint32_t alignment) { return reinterpret_cast<uintpt
 size_t compressed_bytes(int64_t m, int64_t k) { return sizeof(Compressed) + size_t(m * k / 2) * 2 + size_t(m * k / 4); }
 
 // D = alpha op(A) op(B) + beta C; C is read only where beta is not zero (as in BLAS).
+void product(const Matmul& mm, float al, const void* a, const void* b, float be, const void* c, void* d, void* workspace, size_t ws);
+
 cusparseStatus_t run(const Plan& plan, const void* alpha, const void* a, const void* b, const void* beta, const void* c, void* d,
                      void* workspace, cudaStream_t* streams, int32_t num_streams) {
   const Matmul mm = get<Matmul>(plan.desc);
@@ -118,9 +120,16 @@ cusparseStatus_t run(const Plan& plan, const void* alpha, const void* a, const v
     return fail(CUSPARSE_STATUS_INVALID_VALUE, "B, C or D is not aligned as its descriptor says");
   if (plan.workspace && !workspace) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the plan needs a workspace");
   if (num_streams < 0 || (num_streams > 0 && !streams)) return fail(CUSPARSE_STATUS_INVALID_VALUE, "streams");
-  if (plan.workspace) std::memset(workspace, 0xa5, plan.workspace);  // all of it, as the kernels may
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const auto* values = reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(a) + sizeof head);
+  const size_t ws = plan.workspace;
+  sinter::cuda::emulator::enqueue(num_streams > 0 ? streams[0] : nullptr, [=] { product(mm, al, a, b, be, c, d, workspace, ws); });
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
+// D = al op(A) op(B) + be C (+ bias, ReLU) for a checked plan: what the matmul's kernels compute.
+void product(const Matmul& mm, float al, const void* a, const void* b, float be, const void* c, void* d, void* workspace, size_t ws) {
+  if (ws) std::memset(workspace, 0xa5, ws);  // all of it, as the kernels may
+  const auto* values = reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(a) + sizeof(Compressed));
   const auto* index = reinterpret_cast<const uint8_t*>(values + mm.m * mm.k / 2);
   const auto* bb = static_cast<const __nv_bfloat16*>(b);
   const auto* bias = static_cast<const __nv_bfloat16*>(mm.bias);
@@ -141,7 +150,6 @@ cusparseStatus_t run(const Plan& plan, const void* alpha, const void* a, const v
       if (mm.relu) s = s > 0 ? s : 0;
       static_cast<__nv_bfloat16*>(d)[at] = __float2bfloat16_rn(s);
     }
-  return CUSPARSE_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -307,6 +315,10 @@ cusparseStatus_t cusparseLtMatmulSearch(const cusparseLtHandle_t* h, cusparseLtM
                                         const void* b, const void* beta, const void* c, void* d, void* workspace, cudaStream_t* streams,
                                         int32_t num_streams) {
   if (!made(h) || get<uint32_t>(plan) != kTag) return fail(CUSPARSE_STATUS_INVALID_VALUE, "the handle or plan was not made");
+  if (num_streams > 0 && streams[0] && streams[0]->capturing) {  // it times its algorithms: a graph cannot hold it
+    streams[0]->invalidated = true;
+    return fail(CUSPARSE_STATUS_NOT_SUPPORTED, "an algorithm search while the stream captures a graph");
+  }
   Plan p = get<Plan>(plan);
   if (const cusparseStatus_t s = run(p, alpha, a, b, beta, c, d, workspace, streams, num_streams); s != CUSPARSE_STATUS_SUCCESS) return s;
   Alg chosen = get<Alg>(p.alg);

@@ -22,6 +22,15 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
+#include <vector>
+
+// A stream. Work queued on it runs when queued, but while it captures a graph
+// (cudaStreamBeginCapture) the work is recorded, not run, and an operation a graph cannot hold (a
+// wait on it, a cudaFree) invalidates the capture, as on the device.
+struct CUstream_st {
+  bool capturing = false, invalidated = false;
+  std::vector<std::function<void()>> recorded;
+};
 typedef struct CUstream_st* cudaStream_t;
 
 namespace sinter::cuda::emulator {
@@ -36,6 +45,11 @@ extern thread_local const Place* here [[gnu::tls_model("initial-exec")]];
 // Runs body once per thread of the grid, a block at a time; an error (a deadlock) becomes the
 // launch's error, which cudaGetLastError returns.
 void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const std::function<void()>& body);
+// Runs work now, or records it where s is capturing (kernels, copies, the vendor libraries' calls).
+inline void enqueue(cudaStream_t s, std::function<void()> work) {
+  if (s && s->capturing) s->recorded.push_back(std::move(work));
+  else work();
+}
 void* dynamic_shared();         // the running block's `smem` bytes
 void sync_block();              // __syncthreads
 void sync_warp(unsigned members);  // __syncwarp(members)

@@ -1,13 +1,15 @@
 // The emulator's CUDA runtime (src/cuda/emulator/include/cuda_runtime.h): one device, "cuda:0",
 // whose memory is host memory under a budget (SINTER_CUDA_EMULATED_MEMORY bytes, default 4 GiB),
-// so that an allocation past it fails as on a GPU. Streams and events exist as handles: everything
-// runs when called, so each stream is always done; an event remembers the host clock when recorded.
+// so that an allocation past it fails as on a GPU. Events exist as handles: everything runs when
+// called (or, on a stream capturing a graph, when the graph is launched), so each stream is always
+// done; an event remembers the host clock when recorded.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "cuda/emulator/state.h"
 
@@ -41,6 +43,20 @@ struct Event {
   std::chrono::steady_clock::time_point at;
 };
 
+struct Recorded {  // a captured graph, and its instantiation
+  std::vector<std::function<void()>> work;
+};
+thread_local cudaStream_t t_capturing = nullptr;  // the stream this thread captures on
+thread_local cudaStreamCaptureMode t_mode = cudaStreamCaptureModeGlobal;  // relaxed: may call cudaMalloc while capturing
+
+// An operation a graph cannot hold, on (or while this thread captures on) s: invalidates the capture.
+cudaError_t refuse_while_capturing(cudaStream_t s) {
+  if (!s) s = t_capturing;
+  if (!s || !s->capturing) return cudaSuccess;
+  s->invalidated = true;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
 }  // namespace
 
 void set_error(cudaError_t e, std::string detail) {
@@ -62,6 +78,8 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
   }
   return "unknown error";
 }
@@ -95,6 +113,8 @@ cudaError_t cudaDriverGetVersion(int* version) {
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (t_mode != cudaStreamCaptureModeRelaxed)
+    if (const cudaError_t e = refuse_while_capturing(nullptr)) return e;  // not recorded: unsafe unless relaxed
   Memory& m = memory();
   std::lock_guard lock(m.mu);
   if (bytes > budget() - m.used) {
@@ -113,6 +133,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  if (const cudaError_t e = refuse_while_capturing(nullptr)) return e;  // it waits for the device
   Memory& m = memory();
   std::lock_guard lock(m.mu);
   const auto it = m.blocks.find(p);
@@ -145,28 +166,71 @@ cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
-  if (bytes) std::memmove(dst, src, bytes);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
+  if (bytes) enqueue(s, [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyPeerAsync(void* dst, int, const void* src, int, size_t bytes, cudaStream_t) {
-  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int, const void* src, int, size_t bytes, cudaStream_t s) {
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
 }
 
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  if (bytes) std::memset(p, value, bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes) enqueue(s, [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  static char streams[16];
-  static int next = 0;
-  *s = reinterpret_cast<cudaStream_t>(&streams[next++ % 16]);
+  *s = new CUstream_st;  // kept until exit, as the backend keeps its streams
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return refuse_while_capturing(s); }
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (!s || s->capturing) return cudaErrorInvalidValue;
+  s->capturing = true, s->invalidated = false, s->recorded.clear();
+  t_capturing = s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  std::swap(t_mode, *mode);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (!s || !s->capturing) return cudaErrorInvalidValue;
+  s->capturing = false, t_capturing = nullptr;
+  *graph = nullptr;
+  if (s->invalidated) return cudaErrorStreamCaptureInvalidated;
+  *graph = reinterpret_cast<cudaGraph_t>(new Recorded{std::move(s->recorded)});
+  s->recorded.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!graph) return cudaErrorInvalidValue;
+  *exec = reinterpret_cast<cudaGraphExec_t>(new Recorded(*reinterpret_cast<Recorded*>(graph)));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (!exec) return cudaErrorInvalidValue;
+  if (s && s->capturing) return refuse_while_capturing(s);
+  for (const auto& work : reinterpret_cast<Recorded*>(exec)->work) work();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<Recorded*>(exec);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<Recorded*>(graph);
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = reinterpret_cast<cudaEvent_t>(new Event{std::chrono::steady_clock::now()});
@@ -187,7 +251,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
 
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return refuse_while_capturing(nullptr); }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<Event*>(end)->at - reinterpret_cast<Event*>(start)->at).count();

@@ -217,7 +217,11 @@ bool run_block(Block& b) {
 
 }  // namespace
 
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const std::function<void()>& body) {
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const std::function<void()>& body) {
+  if (s && s->capturing) {  // the graph's node: the same launch when replayed
+    s->recorded.push_back([=, body = body] { launch(grid, block, smem, nullptr, body); });
+    return;
+  }
   const size_t n = size_t(block.x) * block.y * block.z;
   if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
     set_error(cudaErrorInvalidValue, "invalid launch configuration");

@@ -1,6 +1,7 @@
 #pragma once
 // The CUDA emulator's runtime (../emulator.h): the part of CUDA's runtime API that src/cuda/ calls.
-// Memory is host memory under a device budget; copies, memsets and launches run when called.
+// Memory is host memory under a device budget; copies, memsets and launches run when called, or
+// are recorded into a graph while their stream captures one (CUstream_st, ../emulator.h).
 #include <math.h>  // the device math functions, global as in CUDA
 
 #include <algorithm>
@@ -14,7 +15,12 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotReady = 600,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
 };
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+typedef struct CUgraph_st* cudaGraph_t;  // the work a capture recorded
+typedef struct CUgraph_st* cudaGraphExec_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 typedef struct CUevent_st* cudaEvent_t;
@@ -52,4 +58,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 template <class K> cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return cudaSuccess; }
