@@ -130,6 +130,20 @@ TEST(CudaTraining, GreedyDecodingWaitsOncePerToken) {
   EXPECT_EQ(cuda::host_synchronizations() - before, 16);
 }
 
+// A draw with a temperature reads the drawn index with the largest logit: one wait per token too.
+TEST(CudaTraining, SamplingWithATemperatureWaitsOncePerToken) {
+  NEEDS_GPU();
+  manual_seed(6);
+  nn::GPT model(test::micro_config("gpt2"));
+  model.to(kGpu);
+  const train::Sampling warm{.temperature = 0.8, .seed = 2};
+  (void)train::generate(model, tensor<int64_t>({1, 2, 3}), 4, warm);
+  const int64_t before = cuda::host_synchronizations();
+  const std::vector<int64_t> ids = train::generate(model, tensor<int64_t>({1, 2, 3}), 16, warm).to_vector<int64_t>();
+  EXPECT_EQ(cuda::host_synchronizations() - before, 16);
+  for (const int64_t id : ids) EXPECT_TRUE(id >= 0 && id < test::micro_config("gpt2").vocab_size) << id;
+}
+
 TEST(CudaBackend, WhatAKernelFindsWrongIsRaisedAtTheNextWaitNamingTheOp) {
   NEEDS_GPU();
   // Reading y waits for the device, which raises what its kernel recorded.

@@ -182,7 +182,7 @@ constexpr int64_t kSplitRows = 64;       // the fewest rows a split of one takes
 
 // Reduces x (outer, n, inner) over n in place into out (outer * inner), by columns.
 template <Red R> void reduce_columns(const char* op, const Tensor& x, std::array<int64_t, 3> s, const Tensor& out, bool mean) {
-  const auto [outer, n, inner] = s;
+  const int64_t outer = s[0], n = s[1], inner = s[2];  // not bindings: lambdas capture them
   const int64_t tiles = (inner + kTileCols - 1) / kTileCols;
   const int64_t splits = std::clamp<int64_t>(kColumnBlocks / (outer * tiles), 1, std::max<int64_t>(1, n / kSplitRows));
   const unsigned blocks = unsigned(std::min<int64_t>(outer * tiles * splits, int64_t(1) << 16));

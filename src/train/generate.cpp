@@ -26,40 +26,51 @@
 namespace sinter::train {
 
 namespace {
+void check_finite(double top) {
+  SINTER_CHECK(std::isfinite(top), "[generate] the model's logits are not finite (", top, "): its weights hold NaN or infinity");
+}
+
 int64_t sample(const Tensor& logits_row, const Sampling& s) {
   Tensor l = logits_row.to(DType::f32).reshape({-1});
   const Tensor top_t = max(l);
-  // Greedy: the largest logit and its index in one read (one wait on a GPU).
-  const std::vector<float> got = s.temperature <= 0 ? cat({top_t.reshape({1}), argmax(l, 0).to(DType::f32).reshape({1})}, 0).to_vector<float>()
-                                                    : top_t.reshape({1}).to_vector<float>();
-  const double top = got[0];
-  SINTER_CHECK(std::isfinite(top), "[generate] the model's logits are not finite (", top,
-               "): its weights hold NaN or infinity");
-  if (s.temperature <= 0) return int64_t(got[1]);
-  // Shifted by the largest logit before dividing: any temperature > 0 gives finite exponents (a
-  // tiny one puts all the mass on the top token, as greedy decoding does).
-  l = (l - top) / s.temperature;
-  const int64_t V = l.size(0);
-  if ((s.top_k > 0 && s.top_k < V) || s.top_p < 1.0) {
-    auto sorted = topk(l, V, 0, true);
-    std::vector<float> vals = sorted.values.to_vector<float>();
-    std::vector<int64_t> idx = sorted.indices.to_vector<int64_t>();
-    int64_t keep = s.top_k > 0 ? std::min(s.top_k, V) : V;
-    if (s.top_p < 1.0) {
-      std::vector<double> p(static_cast<size_t>(keep));
-      double z = 0;
-      for (int64_t i = 0; i < keep; ++i) z += p[size_t(i)] = std::exp(double(vals[size_t(i)] - vals[0]));
-      double acc = 0;
-      int64_t n = 0;
-      while (n < keep && acc < s.top_p * z) acc += p[size_t(n++)];
-      keep = std::max<int64_t>(n, 1);
-    }
-    std::vector<float> masked(size_t(V), -INFINITY);
-    for (int64_t i = 0; i < keep; ++i) masked[size_t(idx[size_t(i)])] = vals[size_t(i)];
-    l = tensor<float>(masked);
+  const bool truncated = s.temperature > 0 && ((s.top_k > 0 && s.top_k < l.size(0)) || s.top_p < 1.0);
+  // Greedy, or a draw from the whole distribution: the index and the largest logit in one read
+  // (one wait on a GPU). Shifted by the largest logit before dividing: any temperature > 0 gives
+  // finite exponents (a tiny one puts all the mass on the top token, as greedy decoding does).
+  std::vector<float> got;
+  try {
+    const Tensor pick = s.temperature <= 0 ? argmax(l, 0)
+                        : truncated        ? Tensor()
+                                           : multinomial(softmax((l - top_t) / s.temperature, 0), 1, true).reshape({});
+    got = (pick.defined() ? cat({top_t.reshape({1}), pick.to(DType::f32).reshape({1})}, 0) : top_t.reshape({1})).to_vector<float>();
+  } catch (const Error&) {
+    check_finite(top_t.item<float>());  // the draw saw NaN: say why
+    throw;
   }
+  check_finite(got[0]);
+  if (!truncated) return int64_t(got[1]);
+  // Top-k and top-p: the kept logits picked on the host from the sorted row.
+  l = (l - double(got[0])) / s.temperature;
+  const int64_t V = l.size(0);
+  auto sorted = topk(l, V, 0, true);
+  std::vector<float> vals = sorted.values.to_vector<float>();
+  std::vector<int64_t> idx = sorted.indices.to_vector<int64_t>();
+  int64_t keep = s.top_k > 0 ? std::min(s.top_k, V) : V;
+  if (s.top_p < 1.0) {
+    std::vector<double> p(static_cast<size_t>(keep));
+    double z = 0;
+    for (int64_t i = 0; i < keep; ++i) z += p[size_t(i)] = std::exp(double(vals[size_t(i)] - vals[0]));
+    double acc = 0;
+    int64_t n = 0;
+    while (n < keep && acc < s.top_p * z) acc += p[size_t(n++)];
+    keep = std::max<int64_t>(n, 1);
+  }
+  std::vector<float> masked(size_t(V), -INFINITY);
+  for (int64_t i = 0; i < keep; ++i) masked[size_t(idx[size_t(i)])] = vals[size_t(i)];
+  l = tensor<float>(masked);
   return multinomial(softmax(l, 0), 1, true).item<int64_t>();
 }
+
 // The KV-cache decode step on a GPU as a CUDA graph: the first step runs eagerly (what it makes
 // lazily then exists), the graph is captured with the token in a tensor of its own, and each later
 // step writes the token there and replays. Where the capture is refused, steps run eagerly.
