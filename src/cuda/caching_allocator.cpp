@@ -63,8 +63,7 @@ void CachingAllocator::release(void* p) {
   stats_.live -= b.size;
   stats_.cached += b.size;
   if (pool_ && b.stream != pool_) {  // the capture may have read it: its replays will too
-    pools_[pool_].push_back(p);
-    held_[p] = b;
+    pools_[pool_].emplace_back(p, b);
     return;
   }
   cache_[b.stream][b.size].push_back(p);
@@ -84,11 +83,7 @@ void CachingAllocator::end_pool() {
 
 void CachingAllocator::retire_pool(uintptr_t pool, uintptr_t stream) {
   std::lock_guard lock(mu_);
-  for (void* p : pools_[pool]) {
-    const Block b = held_.at(p);
-    held_.erase(p);
-    cache_[b.stream][b.size].push_back(p);
-  }
+  for (const auto& [p, b] : pools_[pool]) cache_[b.stream][b.size].push_back(p);
   pools_.erase(pool);
   for (auto& [size, blocks] : cache_[pool]) {
     auto& to = cache_[stream][size];

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace sinter::cuda {
@@ -56,8 +57,8 @@ class CachingAllocator {
   };
   void give_back_cache();  // under mu_
   uintptr_t pool_ = 0;     // the pool being captured into (0: none)
-  std::unordered_map<uintptr_t, std::vector<void*>> pools_;  // pools not retired -> blocks from outside freed in their capture
-  std::unordered_map<void*, Block> held_;                    // those blocks
+  // Pools not retired -> the blocks from outside them freed during their capture.
+  std::unordered_map<uintptr_t, std::vector<std::pair<void*, Block>>> pools_;
   Provider provider_;
   std::string name_;
   mutable std::mutex mu_;

@@ -142,7 +142,6 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   auto window = [&] { return tensor<int64_t>(std::vector<int64_t>(ids.begin() + start, ids.end())).reshape({1, -1}).to(device); };
   auto one = [&](int64_t id) { return tensor<int64_t>({id}).reshape({1, 1}).to(device); };
   DecodeGraph graph(device, use_cache && !step);
-  std::string path = step ? "compiled" : "eager";
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
   for (int64_t i = 0; i < max_new; ++i) {
@@ -165,7 +164,7 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rate) *rate = double(max_new) / std::max(secs, 1e-9);
   if (report && holder) report(*holder);
-  if (decode) *decode = graph.path.empty() ? path : graph.path;
+  if (decode) *decode = !graph.path.empty() ? graph.path : step ? "compiled" : "eager";
   model.train(was_training);
   return tensor<int64_t>(ids);
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <vector>
 
 struct uint3 {
   unsigned x = 0, y = 0, z = 0;
@@ -22,8 +23,6 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-#include <vector>
-
 // A stream. Work queued on it runs when queued, but while it captures a graph
 // (cudaStreamBeginCapture) the work is recorded, not run, and an operation a graph cannot hold (a
 // wait on it, a cudaFree) invalidates the capture, as on the device.
