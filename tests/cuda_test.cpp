@@ -103,16 +103,18 @@ TEST(CudaBackend, ElementwiseOpsEqualTheCpuBitForBitWhereBothRunSintersFunctors)
 
 // sum, mean and prod over consecutive dims with kept dims after them read x in place by columns
 // (src/cuda/reduce.cu: one run of rows, or several combined by a second kernel); other dims take
-// the rows path. Against the f64 sum of the same (rounded) x: within the output's rounding plus
-// 1e-5 of the sum of |x| (f32 adds in another order); integer and bool sums exactly.
-TEST(CudaBackend, ReductionsOverLeadingAndMiddleDimsMatchTheF64Sum) {
+// the rows path (a thread per row of up to 16). Against the f64 sum of the same (rounded) x:
+// within the output's rounding plus 1e-5 of the sum of |x| (f32 adds in another order); integer
+// and bool sums exactly.
+TEST(CudaBackend, ReductionsByColumnsAndByRowsMatchTheF64Sum) {
   NEEDS_GPU();
   manual_seed(11);
   struct Case {
     Shape shape, dims;
   };
   const Case cases[] = {{{1000, 33}, {0}},   {{20000, 3}, {0}},   {{5, 7, 40}, {1}}, {{3, 200, 4, 9}, {1, 2}},
-                        {{70, 64}, {0, 1}}, {{2, 300, 4}, {0, 2}}, {{0, 5}, {0}},     {{6, 0}, {0}}};
+                        {{70, 64}, {0, 1}}, {{2, 300, 4}, {0, 2}}, {{0, 5}, {0}},     {{6, 0}, {0}},
+                        {{70000, 4}, {1}},  {{300, 16}, {1}},    {{100, 17}, {1}}, {{9, 5, 3}, {0, 2}}};
   for (const Case& c : cases) {
     std::ostringstream name;
     name << "shape " << c.shape << " dims " << c.dims;
@@ -134,11 +136,17 @@ TEST(CudaBackend, ReductionsOverLeadingAndMiddleDimsMatchTheF64Sum) {
     }
     const Tensor xi = (x * 10).to(DType::i64), xb = gt(x, zeros_like(x));
     EXPECT_TRUE(test::bitwise_equal(sum(xi.to(kGpu), c.dims).to(Device::cpu()), sum(xi, c.dims))) << "i64 " << what;
+    const Tensor x32 = xi.to(DType::i32);
+    EXPECT_TRUE(test::bitwise_equal(sum(x32.to(kGpu), c.dims).to(Device::cpu()), sum(x32, c.dims))) << "i32 " << what;
     EXPECT_TRUE(test::bitwise_equal(sum(xb.to(kGpu), c.dims).to(Device::cpu()), sum(xb, c.dims))) << "bool " << what;
   }
   const Tensor p = rand({600, 17}) * 0.2 + 0.9;  // prod over rows split in runs
   const Tensor p64 = prod(p.to(DType::f64), {0});
   EXPECT_LE(max(abs(prod(p.to(kGpu), {0}).to(Device::cpu()).to(DType::f64) / p64 - 1)).item<double>(), 1e-4);
+  const Tensor q64 = prod(p.to(DType::f64), {1});  // rows of 17, and of 16 (a thread each)
+  EXPECT_LE(max(abs(prod(p.to(kGpu), {1}).to(Device::cpu()).to(DType::f64) / q64 - 1)).item<double>(), 1e-5);
+  const Tensor r = p.narrow(1, 0, 16), r64 = prod(r.to(DType::f64), {1});
+  EXPECT_LE(max(abs(prod(r.to(kGpu), {1}).to(Device::cpu()).to(DType::f64) / r64 - 1)).item<double>(), 1e-5);
 }
 
 TEST(CudaBackend, MixingDevicesInOneOpNamesBoth) {

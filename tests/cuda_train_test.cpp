@@ -92,7 +92,9 @@ TEST(CudaTraining, ACheckpointResumesOnTheOtherDevice) {
 
 TEST(CudaTraining, AStepWaitsForTheDeviceOnceToReadItsLoss) {
   NEEDS_GPU();
-  train::Trainer t(tiny_run(test::temp_dir("cuda_syncs"), "cuda", 100));
+  train::Options o = tiny_run(test::temp_dir("cuda_syncs"), "cuda", 100);
+  o.batch = 4, o.seq_len = 32;
+  train::Trainer t(o);
   t.step();  // the first step allocates what the others reuse
   for (int i = 0; i < 3; ++i) {
     const int64_t before = cuda::host_synchronizations();
@@ -165,7 +167,8 @@ TEST(CudaBackend, WhatAKernelFindsWrongIsRaisedAtTheNextWaitNamingTheOp) {
 
 TEST(CudaCommandLine, TrainAndGenerateOnCudaOrExitOneNamingWhyNot) {
   const std::string dir = test::temp_dir("cuda_cli");
-  const Command train = run_cli("train --device cuda --steps 3 --val-every 3 --data " + corpus() + " --out " + dir + "/run", dir);
+  const Command train =
+      run_cli("train --device cuda --steps 3 --val-every 3 --batch 4 --seq-len 32 --data " + corpus() + " --out " + dir + "/run", dir);
   const Command gen = run_cli("generate --device cuda --checkpoint " + dir + "/run --max-new-tokens 8", dir);
   // `sinter sparsify` then bf16 generation on the GPU: its 2:4 layers through cuSPARSELt or their dense copies.
   const Command sparse = run_cli("sparsify " + dir + "/run --out " + dir + "/sparse --values bf16 --finetune-steps 0", dir);

@@ -1,6 +1,7 @@
 // CUDA kernels of the reductions and the softmax family (src/ops/reduce.cpp), as the CPU's
 // (cpu/op_reduce.cpp): the reduced dims are moved last into a contiguous (rows, n) copy, and one
-// block reduces each row, accumulating in f32 (f16, bf16, f32), f64 or i64. sum, mean and prod
+// block reduces each row (a thread, for rows of up to 16), accumulating in f32 (f16, bf16, f32),
+// f64 or i64. sum, mean and prod
 // over consecutive dims of a contiguous tensor with kept dims after them (a bias gradient's rows)
 // read it in place, by columns. Sums add in another order than the CPU's, so they agree within
 // the specs' tolerances, not bit for bit.
@@ -40,6 +41,19 @@ template <Red R, class S, class O> __global__ void reduce_rows_k(int64_t rows, i
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) v = combine<R>(v, A(load(x + row * n + j)));
     v = block_reduce<R>(v);
     if (threadIdx.x == 0) finish(out + row, v, n, mean);
+  }
+}
+
+// The same for short rows (n <= kShortRow), a thread per row: a block per row would leave most
+// of its threads idle (a 2:4 check sums millions of rows of four).
+constexpr int64_t kShortRow = 16;
+
+template <Red R, class S, class O> __global__ void reduce_short_rows_k(int64_t rows, int64_t n, const S* x, O* out, bool mean) {
+  using A = red_acc_t<R, S>;
+  SINTER_GRID_STRIDE(row, rows) {
+    A v = identity<R, A>();
+    for (int64_t j = 0; j < n; ++j) v = combine<R>(v, A(load(x + row * n + j)));
+    finish(out + row, v, n, mean);
   }
 }
 
@@ -214,6 +228,8 @@ template <Red R> void reduce_op(const char* op, std::span<const Tensor> in, std:
     using S = decltype(tag);
     dispatch<Types::all>(out[0].dtype(), op, [&](auto otag) {
       using O = decltype(otag);
+      if (n <= kShortRow)
+        return launch_n(op, rows, out[0].device().index, reduce_short_rows_k<R, S, O>, n, ptr<const S>(x), ptr<O>(out[0]), mean);
       launch_rows(op, out[0], rows, reduce_rows_k<R, S, O>, n, ptr<const S>(x), ptr<O>(out[0]), mean);
     });
   });
