@@ -2,8 +2,8 @@
 // (both sides call cuBLAS: the rows measure overhead), elementwise add and GELU on 1 GiB held to a
 // device-to-device copy of the same traffic, causal bf16 attention and a decode step against
 // PyTorch's SDPA backends, bf16 2:4 layers against dense ones and PyTorch's 2:4, a gpt2-124m bf16
-// training step (B=16, T=1024) and greedy generation of 256 tokens at batch 1. Every timing ends
-// with the device's queue drained. On the CUDA emulator the same code runs once per row at tiny
+// training step (B=16, T=1024), greedy generation of 256 tokens at batch 1 and a token drawn with
+// top-k/top-p from 50257 logits. Every timing ends with the device's queue drained. On the CUDA emulator the same code runs once per row at tiny
 // sizes (`Sizes::emulated`): CI checks that the suite runs; its times there mean nothing.
 #include <sinter/cuda.h>
 #include <sinter/sinter.h>
@@ -35,6 +35,7 @@ struct Sizes {
   std::string model_name;                  // the model's preset, as the rows name it
   int64_t train_b, train_t, new_tokens;
   bool once = false;                       // one call per timing, no warm-up (the emulator)
+  int64_t vocab = 50257;                   // logits a sampled token is drawn from (GPT-2's vocabulary)
 
   static Sizes gpu(bool quick) {
     Sizes s{quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 16, 128, 1024, 4096}, {{4096, 4096}, {4096, 11008}},
@@ -51,10 +52,11 @@ struct Sizes {
             nn::ModelConfig::preset("tiny"), {}, "tiny", 2, 32, 4, true};
     s.large = s.model;
     s.large.num_hidden_layers = 2 * s.model.num_hidden_layers;
+    s.vocab = 300;
     return s;
   }
   int rows() const {
-    return int(gemm_m.size() * gemm_kn.size() + 2 + 4 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 4);
+    return int(gemm_m.size() * gemm_kn.size() + 2 + 4 * attn_s.size() + 1 + sparse_m.size() * sparse_kn.size() + 1 + 4 + 2);
   }
 };
 
@@ -269,6 +271,16 @@ void generate_rows(const Sizes& z, Report& r) {
   r.add("cuda generate bf16 " + large + " 2:4 (per token)", sparse_large, "the dense model (Sinter)", dense_large, note);
 }
 
+// One token drawn from a row of logits with top-k and top-p (on the device, the id read on the
+// host: one wait), against PyTorch drawing the same way (topk or a sort, cumsum, multinomial).
+void sampling_rows(const Sizes& z, Report& r) {
+  const Tensor logits = randn({z.vocab}, DType::f32, kGpu) * 3;
+  const std::string vocab = " vocab=" + std::to_string(z.vocab) + " (per token)";
+  const train::Sampling top_k_p{.temperature = 0.8, .top_k = 50, .top_p = 0.9}, top_p{.temperature = 0.8, .top_p = 0.9};
+  r.ours_only("cuda sample top-k 50 top-p 0.9" + vocab, gpu_time(z, [&] { (void)train::sample(logits, top_k_p); }, 20));
+  r.ours_only("cuda sample top-p 0.9" + vocab, gpu_time(z, [&] { (void)train::sample(logits, top_p); }, 20));
+}
+
 }  // namespace
 
 void suite_cuda(const Options& o, Report& r) {
@@ -286,6 +298,7 @@ void suite_cuda(const Options& o, Report& r) {
   sparse_rows(z, r);
   train_rows(o, z, r);
   generate_rows(z, r);
+  sampling_rows(z, r);
   const cuda::MemoryStats m = cuda::memory_stats();
   r.line("cuda:0 memory: peak " + std::to_string(m.peak >> 20) + " MiB held by tensors");
 }

@@ -436,12 +436,12 @@ def cuda_sizes(a):
     if a.dry_run:
         return dict(gemm_m=[1, 16], gemm_kn=[(64, 64), (64, 96)], elementwise_n=4096, attn=(1, 2, 64), attn_s=[64],
                     decode=(128, 4, 2), sparse_m=[1, 16], sparse_kn=[(64, 64), (128, 64)], model=TINY, model_name="tiny",
-                    train=(2, 32), new_tokens=4, once=True)
+                    train=(2, 32), new_tokens=4, once=True, vocab=300)
     return dict(gemm_m=[1, 1024] if a.quick else [1, 16, 128, 1024, 4096], gemm_kn=[(4096, 4096), (4096, 11008)],
                 elementwise_n=1 << 29, attn=(4, 32, 128), attn_s=[1024] if a.quick else [1024, 4096, 16384],
                 decode=(8192, 32, 8), sparse_m=[1, 4096] if a.quick else [1, 16, 128, 1024, 4096, 16384],
                 sparse_kn=[(4096, 4096), (4096, 11008), (8192, 28672)], model=GPT2_124M, model_name="gpt2-124m",
-                train=(16, 1024), new_tokens=256, once=False)
+                train=(16, 1024), new_tokens=256, once=False, vocab=50257)
 
 
 def bytes_label(n):
@@ -590,10 +590,28 @@ def generate_cuda(z, rows, dev):
                      median_ms=med / new))
 
 
+def sampling_cuda(z, rows, dev):
+    """A token drawn with top-k and top-p as Hugging Face's warpers do (topk, or a sort of the whole
+    row; softmax, cumsum, the tail masked; multinomial), its id read on the host."""
+    logits = torch.randn(z["vocab"], device=dev) * 3
+
+    def draw(k, p):
+        scaled = logits / 0.8
+        vals, idx = torch.topk(scaled, k) if k else torch.sort(scaled, descending=True)
+        probs = torch.softmax(vals, -1)
+        vals = vals.masked_fill(torch.cumsum(probs, -1) - probs >= p, float("-inf"))
+        return int(idx[torch.multinomial(torch.softmax(vals, -1), 1)])
+
+    vocab = f" vocab={z['vocab']} (per token)"
+    for name, k in [("cuda sample top-k 50 top-p 0.9" + vocab, 50), ("cuda sample top-p 0.9" + vocab, 0)]:
+        best, med = gpu_time(z, dev, lambda: draw(k, 0.9), 20)
+        rows.append(dict(case=name, best_ms=best, median_ms=med))
+
+
 def suite_cuda(a, rows):
     """`sinter bench cuda` on the same GPU: bf16 GEMMs, 1 GiB elementwise, attention, 2:4 layers, the
     gpt2-124m training step (math attention as Sinter's; also PyTorch's best attention and
-    torch.compile as their own peers), greedy generation of 256 tokens."""
+    torch.compile as their own peers), greedy generation of 256 tokens, top-k/top-p draws."""
     z = cuda_sizes(a)
     dev = torch.device("cpu" if a.dry_run else "cuda")
     torch.manual_seed(0)
@@ -615,6 +633,7 @@ def suite_cuda(a, rows):
     sparse_cuda(z, rows, dev)
     train_cuda(a, z, rows, dev)
     generate_cuda(z, rows, dev)
+    sampling_cuda(z, rows, dev)
 
 
 SUITES = dict(cuda=suite_cuda, compile=suite_compile, ops=suite_ops, linear=suite_linear, train=suite_train, generate=suite_generate, attention=suite_attention,

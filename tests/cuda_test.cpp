@@ -149,6 +149,33 @@ TEST(CudaBackend, ReductionsByColumnsAndByRowsMatchTheF64Sum) {
   EXPECT_LE(max(abs(prod(r.to(kGpu), {1}).to(Device::cpu()).to(DType::f64) / r64 - 1)).item<double>(), 1e-5);
 }
 
+// topk of more than 64 values a row sorts the rows (src/cuda/topk.cu): values and indices equal
+// the CPU's for every k, order and dtype, with ties and NaN, along a middle dim, in rows shorter
+// and longer than a shared-memory tile, of lengths that are no power of two.
+TEST(CudaBackend, TopkOfManyValuesEqualsTheCpus) {
+  NEEDS_GPU();
+  manual_seed(12);
+  struct Case {
+    Shape shape;
+    int64_t dim, k;
+  };
+  const Case cases[] = {{{3, 3000}, 1, 3000}, {{3, 3000}, 1, 65}, {{2, 300, 3}, 1, 300}, {{1, 20000}, 1, 1000}, {{4, 100}, 1, 90}};
+  for (const Case& c : cases) {
+    const Tensor xi = (randn(c.shape) * 4).to(DType::i64);  // many ties
+    const Tensor x = where(lt(rand(c.shape), full({}, 0.01)), full({}, NAN), xi.to(DType::f32));
+    for (const DType dt : {DType::f32, DType::bf16, DType::f64, DType::i64}) {
+      const Tensor xd = dt == DType::i64 ? xi : x.to(dt), gx = xd.to(kGpu);
+      for (const bool largest : {true, false}) {
+        std::ostringstream what;
+        what << "shape " << c.shape << " dim " << c.dim << " k " << c.k << " " << dtype_name(dt) << (largest ? " largest" : " smallest");
+        const ValuesIndices want = topk(xd, c.k, c.dim, largest), got = topk(gx, c.k, c.dim, largest);
+        EXPECT_TRUE(test::bitwise_equal(got.values.to(Device::cpu()), want.values)) << what.str();
+        EXPECT_TRUE(test::bitwise_equal(got.indices.to(Device::cpu()), want.indices)) << what.str();
+      }
+    }
+  }
+}
+
 TEST(CudaBackend, MixingDevicesInOneOpNamesBoth) {
   NEEDS_GPU();
   try {

@@ -190,6 +190,10 @@ struct Sampling {
   double top_p = 1.0;        // 1: off
   uint64_t seed = 0;
 };
+// The next token id from a 1-D row of logits (the model's last position), sampled as `s` says
+// (s.seed aside: the draw takes the global generator, which generate seeds with it). The draw runs
+// where the logits are; the id comes back in one read (one wait on a GPU).
+int64_t sample(const Tensor& logits, const Sampling& s);
 // Appends max_new tokens to `prompt` (int64 ids), where the model is (GPT::to(Device)): the KV
 // caches and token ids go there too. The model sees at most max_position_embeddings tokens; when
 // the window fills it slides forward by half. use_cache=false recomputes the window each step (the

@@ -196,6 +196,7 @@ extern "C" __attribute__((visibility("default"))) const char* sinter_cuda_attach
     cuda::register_nn_kernels();
     cuda::register_update_kernels();
     cuda::register_index_kernels();
+    cuda::register_topk_kernel();
     cuda::register_shape_kernels();
     cuda::register_position_kernels();
     cuda::register_attention_kernels();

@@ -72,6 +72,7 @@ void register_linalg_kernels();          // linalg.cpp
 void register_nn_kernels();              // nn.cu
 void register_update_kernels();          // update.cu
 void register_index_kernels();           // index.cu
+void register_topk_kernel();             // topk.cu
 void register_shape_kernels();           // shape.cpp
 void register_position_kernels();        // positions.cu
 void register_attention_kernels();       // attention.cpp

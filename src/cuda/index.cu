@@ -1,8 +1,8 @@
 // CUDA kernels of the indexing ops (src/ops/index.cpp) with the CPU's rules (cpu/op_index.cpp):
-// index_select, gather, scatter_add (atomic adds), masked_fill, triangle, one_hot, topk (k passes
-// of a block-wide pick in the CPU's total order: value, NaN as the largest, ties by lower index)
-// and multinomial (the CPU's inverse CDF in double, one thread per row, the same Philox draws).
-// Indices are range-checked on a host copy; multinomial's checks come back as a status per row.
+// index_select, gather, scatter_add (atomic adds), masked_fill, triangle, one_hot and multinomial
+// (the CPU's inverse CDF in double, one thread per row, the same Philox draws); topk is topk.cu's.
+// Indices are range-checked on the device (checked_indices); a bad one, and a row multinomial
+// cannot draw from, is recorded as the device's fault and raised at the next wait.
 #include <cuda_bf16.h>
 
 #include <span>
@@ -84,45 +84,6 @@ __global__ void check_indices_k(int64_t count, const int64_t* idx, int64_t* out,
 
 __global__ void one_hot_k(int64_t n, const int64_t* idx, int64_t* out, int64_t C) {
   SINTER_GRID_STRIDE(i, n) out[i] = idx[i / C] == i % C ? 1 : 0;
-}
-
-// Whether element i (value a) comes before element j (value b) in topk's order.
-__device__ __forceinline__ bool before(double a, int64_t i, double b, int64_t j, bool largest) {
-  if (isnan(a) || isnan(b)) return isnan(a) && !isnan(b) ? largest : (!isnan(a) && isnan(b) ? !largest : i < j);
-  if (a != b) return largest ? a > b : a < b;
-  return i < j;
-}
-
-template <class S> __global__ void topk_k(int64_t rows, int64_t n, int64_t k, const S* x, S* vals, int64_t* idx, bool largest) {
-  __shared__ double bv[kBlock];
-  __shared__ int64_t bi[kBlock];
-  SINTER_ROWS(r, rows) {
-    const S* row = x + r * n;
-    double last_v = 0;
-    int64_t last_i = -1;
-    for (int64_t pick = 0; pick < k; ++pick) {
-      double best_v = 0;
-      int64_t best_i = -1;
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const double v = double(load(row + j));
-        if (last_i >= 0 && !before(last_v, last_i, v, j, largest)) continue;  // already picked
-        if (best_i < 0 || before(v, j, best_v, best_i, largest)) best_v = v, best_i = j;
-      }
-      bv[threadIdx.x] = best_v, bi[threadIdx.x] = best_i;
-      __syncthreads();
-      for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-          const int64_t oi = bi[threadIdx.x + s];
-          if (oi >= 0 && (bi[threadIdx.x] < 0 || before(bv[threadIdx.x + s], oi, bv[threadIdx.x], bi[threadIdx.x], largest)))
-            bv[threadIdx.x] = bv[threadIdx.x + s], bi[threadIdx.x] = oi;
-        }
-        __syncthreads();
-      }
-      last_v = bv[0], last_i = bi[0];
-      if (threadIdx.x == 0) vals[r * k + pick] = row[last_i], idx[r * k + pick] = last_i;
-      __syncthreads();
-    }
-  }
 }
 
 // A row whose probabilities cannot be drawn from (negative or not finite, none positive, too few
@@ -219,32 +180,6 @@ void one_hot_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   launch("one_hot", out[0], one_hot_k, ptr<const int64_t>(idx), ptr<int64_t>(out[0]), C);
 }
 
-void topk_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor& x = in[0];
-  const int64_t dim = x.dim() ? detail::wrap_dim("topk", a.i("dim"), x.dim()) : 0, k = a.i("k");
-  Shape order;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != dim) order.push_back(d);
-  if (x.dim()) order.push_back(dim);
-  const Tensor x2 = x.dim() ? x.permute(order).contiguous() : x.contiguous();
-  const int64_t n = x.dim() ? x.size(dim) : 1, rows = n ? x.numel() / n : 0;
-  const Tensor vals = Tensor::empty({rows, k}, x.dtype(), x.device()), idx = Tensor::empty({rows, k}, DType::i64, x.device());
-  if (rows > 0 && k > 0)
-    dispatch<Types::numeric>(x.dtype(), "topk", [&](auto tag) {
-      using S = decltype(tag);
-      launch_rows("topk", vals, rows, topk_k<S>, n, k, ptr<const S>(x2), ptr<S>(vals), ptr<int64_t>(idx), a.b("largest"));
-    });
-  if (x.dim() == 0) {
-    copy_convert("topk", vals.reshape({}), out[0]);
-    copy_convert("topk", idx.reshape({}), out[1]);
-    return;
-  }
-  Shape ps;
-  for (int64_t d : order) ps.push_back(d == dim ? k : x.size(d));
-  copy_convert("topk", vals.reshape(ps), out[0].permute(order));
-  copy_convert("topk", idx.reshape(ps), out[1].permute(order));
-}
-
 void multinomial_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor p = in[0].to(DType::f64).contiguous();
   const int64_t P = p.size(-1), R = p.numel() / std::max<int64_t>(P, 1), n = a.i("num_samples");
@@ -275,7 +210,6 @@ void register_index_kernels() {
   register_kernel("masked_fill", kCuda, masked_fill_op);
   register_kernel("triangle", kCuda, triangle_op);
   register_kernel("one_hot", kCuda, one_hot_op);
-  register_kernel("topk", kCuda, topk_op);
   register_kernel("multinomial", kCuda, multinomial_op);
 }
 

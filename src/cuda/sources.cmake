@@ -20,6 +20,7 @@ set(SINTER_CUDA_SOURCES
   shape.cpp
   reduce.cu
   softmax.cu
+  topk.cu
   sparse24.cu
   sparse24_linear.cpp
   update.cu

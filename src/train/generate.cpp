@@ -26,49 +26,40 @@
 namespace sinter::train {
 
 namespace {
-void check_finite(double top) {
-  SINTER_CHECK(std::isfinite(top), "[generate] the model's logits are not finite (", top, "): its weights hold NaN or infinity");
+void check_finite(double top, const char* op) {
+  SINTER_CHECK(std::isfinite(top), "[", op, "] the model's logits are not finite (", top, "): its weights hold NaN or infinity");
 }
 
-int64_t sample(const Tensor& logits_row, const Sampling& s) {
-  Tensor l = logits_row.to(DType::f32).reshape({-1});
-  const Tensor top_t = max(l);
-  const bool truncated = s.temperature > 0 && ((s.top_k > 0 && s.top_k < l.size(0)) || s.top_p < 1.0);
-  // Greedy, or a draw from the whole distribution: the index and the largest logit in one read
-  // (one wait on a GPU). Shifted by the largest logit before dividing: any temperature > 0 gives
-  // finite exponents (a tiny one puts all the mass on the top token, as greedy decoding does).
+// The drawn token as a 0-dim tensor on the logits' device: greedy, or a draw from the softmax of
+// the logits shifted by the largest (any temperature > 0 gives finite exponents; a tiny one puts
+// all the mass on the top token) over the top_k largest, then over the nucleus: each of them,
+// largest first, whose predecessors' probabilities sum to less than top_p.
+Tensor draw(const Tensor& l, const Tensor& top, const Sampling& s) {
+  if (s.temperature <= 0) return argmax(l, 0);
+  const Tensor scaled = (l - top) / s.temperature;
+  const int64_t k = s.top_k > 0 ? std::min(s.top_k, l.size(0)) : l.size(0);
+  if (k == l.size(0) && s.top_p >= 1.0) return multinomial(softmax(scaled, 0), 1, true).reshape({});
+  const ValuesIndices sorted = topk(scaled, k, 0, true);
+  Tensor kept = sorted.values;
+  if (s.top_p < 1.0) {
+    const Tensor p = softmax(kept.to(DType::f64), 0), ahead = cumsum(p, 0) - p;
+    kept = where(lt(ahead, full({}, s.top_p, DType::f64, l.device())), kept, full({}, -INFINITY, DType::f32, l.device()));
+  }
+  return index_select(sorted.indices, 0, multinomial(softmax(kept, 0), 1, true)).reshape({});
+}
+
+// The drawn id, and the largest logit checked, in one read; errors name `op`.
+int64_t sample_row(const Tensor& logits, const Sampling& s, const char* op) {
+  const Tensor l = logits.to(DType::f32), top = max(l);
   std::vector<float> got;
   try {
-    const Tensor pick = s.temperature <= 0 ? argmax(l, 0)
-                        : truncated        ? Tensor()
-                                           : multinomial(softmax((l - top_t) / s.temperature, 0), 1, true).reshape({});
-    got = (pick.defined() ? cat({top_t.reshape({1}), pick.to(DType::f32).reshape({1})}, 0) : top_t.reshape({1})).to_vector<float>();
+    got = cat({top.reshape({1}), draw(l, top, s).to(DType::f32).reshape({1})}, 0).to_vector<float>();
   } catch (const Error&) {
-    check_finite(top_t.item<float>());  // the draw saw NaN: say why
+    check_finite(top.item<float>(), op);  // the draw saw NaN: say why
     throw;
   }
-  check_finite(got[0]);
-  if (!truncated) return int64_t(got[1]);
-  // Top-k and top-p: the kept logits picked on the host from the sorted row.
-  l = (l - double(got[0])) / s.temperature;
-  const int64_t V = l.size(0);
-  auto sorted = topk(l, V, 0, true);
-  std::vector<float> vals = sorted.values.to_vector<float>();
-  std::vector<int64_t> idx = sorted.indices.to_vector<int64_t>();
-  int64_t keep = s.top_k > 0 ? std::min(s.top_k, V) : V;
-  if (s.top_p < 1.0) {
-    std::vector<double> p(static_cast<size_t>(keep));
-    double z = 0;
-    for (int64_t i = 0; i < keep; ++i) z += p[size_t(i)] = std::exp(double(vals[size_t(i)] - vals[0]));
-    double acc = 0;
-    int64_t n = 0;
-    while (n < keep && acc < s.top_p * z) acc += p[size_t(n++)];
-    keep = std::max<int64_t>(n, 1);
-  }
-  std::vector<float> masked(size_t(V), -INFINITY);
-  for (int64_t i = 0; i < keep; ++i) masked[size_t(idx[size_t(i)])] = vals[size_t(i)];
-  l = tensor<float>(masked);
-  return multinomial(softmax(l, 0), 1, true).item<int64_t>();
+  check_finite(got[0], op);
+  return int64_t(got[1]);
 }
 
 // The KV-cache decode step on a GPU as a CUDA graph: the first step runs eagerly (what it makes
@@ -105,6 +96,12 @@ struct DecodeGraph {
 };
 
 }  // namespace
+
+int64_t sample(const Tensor& logits, const Sampling& s) {
+  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1, "[sample] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+  SINTER_CHECK_SHAPE(logits.dim() == 1 && logits.numel() > 0, "[sample] needs a 1-D row of logits, got shape ", logits.shape());
+  return sample_row(logits, s, "sample");
+}
 
 Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sampling& s, bool use_cache, double* rate,
                 const std::function<void(int64_t)>& on_token, bool compiled, const std::function<void(CompiledFunction&)>& report,
@@ -145,7 +142,7 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward(window(), use_cache ? &caches : nullptr);
   for (int64_t i = 0; i < max_new; ++i) {
-    const int64_t next = sample(logits.select(0, 0).select(0, logits.size(1) - 1), s);
+    const int64_t next = sample_row(logits.select(0, 0).select(0, logits.size(1) - 1), s, "generate");
     ids.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == max_new) break;
