@@ -149,20 +149,25 @@ TEST(CudaBackend, ReductionsByColumnsAndByRowsMatchTheF64Sum) {
   EXPECT_LE(max(abs(prod(r.to(kGpu), {1}).to(Device::cpu()).to(DType::f64) / r64 - 1)).item<double>(), 1e-5);
 }
 
-// topk of more than 64 values a row sorts the rows (src/cuda/topk.cu): values and indices equal
-// the CPU's for every k, order and dtype, with ties and NaN, along a middle dim, in rows shorter
-// and longer than a shared-memory tile, of lengths that are no power of two.
+// topk of more than 64 values a row sorts the rows, and rows past 4096 of f32 or bf16 select by
+// radix (src/cuda/topk.cu): values and indices equal the CPU's for every k, order and dtype, with
+// ties, NaN and both zeros, along a middle dim, in rows shorter and longer than a shared-memory
+// tile, of lengths that are no power of two.
 TEST(CudaBackend, TopkOfManyValuesEqualsTheCpus) {
   NEEDS_GPU();
   manual_seed(12);
   struct Case {
     Shape shape;
     int64_t dim, k;
+    double scale = 4;  // 0.3: nearly all zeros, so the k reach into them
   };
-  const Case cases[] = {{{3, 3000}, 1, 3000}, {{3, 3000}, 1, 65}, {{2, 300, 3}, 1, 300}, {{1, 20000}, 1, 1000}, {{4, 100}, 1, 90}};
+  const Case cases[] = {{{3, 3000}, 1, 3000}, {{3, 3000}, 1, 65},   {{2, 300, 3}, 1, 300},     {{1, 20000}, 1, 1000},
+                        {{4, 100}, 1, 90},    {{2, 5000}, 1, 50},   {{2, 4500}, 1, 1024},      {{3, 4097, 2}, 1, 7},
+                        {{1, 20000}, 1, 1025}, {{2, 5000}, 1, 200, 0.3}, {{2, 3000}, 1, 200, 0.3}};
   for (const Case& c : cases) {
-    const Tensor xi = (randn(c.shape) * 4).to(DType::i64);  // many ties
-    const Tensor x = where(lt(rand(c.shape), full({}, 0.01)), full({}, NAN), xi.to(DType::f32));
+    const Tensor xi = (randn(c.shape) * c.scale).to(DType::i64);  // many ties
+    Tensor x = where(lt(rand(c.shape), full({}, 0.01)), full({}, NAN), xi.to(DType::f32));
+    x = where(lt(rand(c.shape), full({}, 0.05)), full({}, -0.0), x);  // -0 ties +0
     for (const DType dt : {DType::f32, DType::bf16, DType::f64, DType::i64}) {
       const Tensor xd = dt == DType::i64 ? xi : x.to(dt), gx = xd.to(kGpu);
       for (const bool largest : {true, false}) {

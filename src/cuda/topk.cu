@@ -1,9 +1,10 @@
 // CUDA kernels of topk (src/ops/index.cpp) in the CPU's total order (cpu/op_index.cpp): value,
-// NaN as the largest, ties by lower index. Up to kPassesUpTo values a row take k passes of a
-// block-wide pick; more sort the row's (value, index) pairs, padded to a power of two, with a
-// bitonic network and keep the first k: the steps whose pairs lie within a tile of kTile entries
-// run in shared memory, one launch for all of a stage's, the others a launch each (36 launches
-// for a row of 50257), where k passes over such a row would take k block-wide scans.
+// NaN as the largest, ties by lower index. Rows longer than kRadixFrom of f32, bf16 or f16 keep
+// up to kSelectUpTo by radix selection (eight counting scans of the row, a block per row, then a
+// sort of the k in shared memory). Otherwise up to kPassesUpTo take k passes of a block-wide pick;
+// more sort the row's (value, index) pairs, padded to a power of two, with a bitonic network and
+// keep the first k: steps within a tile of kTile entries run in shared memory, the others a launch
+// each (36 launches for a row of 50257).
 #include <algorithm>
 #include <bit>
 #include <span>
@@ -16,6 +17,8 @@ namespace sinter::cuda {
 namespace {
 
 constexpr int64_t kPassesUpTo = 64;          // the largest k that takes k passes
+constexpr int64_t kRadixFrom = 4096;         // rows longer than this select by radix
+constexpr int64_t kSelectUpTo = 1024;        // the most a radix selection keeps
 constexpr int64_t kTile = 2 * kBlock;        // entries a block sorts in shared memory
 constexpr int64_t kSortBytes = int64_t(1) << 28;  // the most scratch a sort takes at once (rows run in chunks)
 
@@ -68,13 +71,21 @@ __device__ __forceinline__ bool ahead(const Entry& a, const Entry& b, bool large
   return before(a.v, a.i, b.v, b.i, largest);
 }
 
-// Step (k2, j) of the network on pair t of a: entries e and e + j, in topk's order where e's run
-// of k2 (at row position base + e) goes first to last, in reverse where it goes the other way.
-__device__ __forceinline__ void exchange(Entry* a, int64_t t, int64_t base, int64_t k2, int64_t j, bool largest) {
+struct EntryOrder {
+  bool largest;
+  __device__ bool operator()(const Entry& a, const Entry& b) const { return ahead(a, b, largest); }
+};
+struct KeyOrder {  // order_key's: the larger first
+  __device__ bool operator()(uint64_t a, uint64_t b) const { return a > b; }
+};
+
+// Step (k2, j) of a bitonic network on pair t of a: entries e and e + j in the order, where e's
+// run of k2 (at position base + e) goes first to last; in reverse where it goes the other way.
+template <class E, class Order> __device__ __forceinline__ void exchange(E* a, int64_t t, int64_t base, int64_t k2, int64_t j, Order first) {
   const int64_t e = 2 * j * (t / j) + t % j, f = e + j;
   const bool up = ((base + e) & k2) == 0;
-  if (up ? ahead(a[f], a[e], largest) : ahead(a[e], a[f], largest)) {
-    const Entry w = a[e];
+  if (up ? first(a[f], a[e]) : first(a[e], a[f])) {
+    const E w = a[e];
     a[e] = a[f], a[f] = w;
   }
 }
@@ -88,7 +99,7 @@ template <class S> __global__ void sort_load_k(int64_t count, int64_t n, int64_t
 
 // One step whose pairs span tiles: a thread per pair of each row of P entries.
 __global__ void sort_step_k(int64_t pairs, int64_t P, int64_t k2, int64_t j, Entry* e, bool largest) {
-  SINTER_GRID_STRIDE(t, pairs) exchange(e + t / (P / 2) * P, t % (P / 2), 0, k2, j, largest);
+  SINTER_GRID_STRIDE(t, pairs) exchange(e + t / (P / 2) * P, t % (P / 2), 0, k2, j, EntryOrder{largest});
 }
 
 // Stages k2_first..k2_last on each tile of T entries in shared memory, each from its step j < T.
@@ -100,7 +111,7 @@ __global__ void sort_tiles_k(int64_t tiles, int64_t P, int64_t T, int64_t k2_fir
     __syncthreads();
     for (int64_t k2 = k2_first; k2 <= k2_last; k2 *= 2)
       for (int64_t j = (k2 < T ? k2 : T) / 2; j >= 1; j /= 2) {
-        for (int64_t t = threadIdx.x; t < T / 2; t += blockDim.x) exchange(s, t, b * T % P, k2, j, largest);
+        for (int64_t t = threadIdx.x; t < T / 2; t += blockDim.x) exchange(s, t, b * T % P, k2, j, EntryOrder{largest});
         __syncthreads();
       }
     for (int64_t c = threadIdx.x; c < T; c += blockDim.x) g[c] = s[c];
@@ -112,6 +123,68 @@ template <class S> __global__ void sort_take_k(int64_t count, int64_t k, int64_t
   SINTER_GRID_STRIDE(t, count) {
     const int64_t r = t / k, i = e[r * P + t % k].i;
     vals[t] = x[r * n + i], idx[t] = i;
+  }
+}
+
+// (value, index) as a key in topk's order, the larger first: the value's bits made monotonic (-0
+// as +0, NaN the largest), complemented for smallest first (NaN then the smallest), above the
+// complemented index (a lower index first). Keys are unique: a row's top k are the k largest.
+__device__ __forceinline__ uint64_t order_key(float v, int64_t i, bool largest) {
+  uint32_t u = 0xFFFFFFFFu;
+  if (v == v) {
+    u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  }
+  if (!largest) u = ~u;
+  return uint64_t(u) << 32 | (0xFFFFFFFFu - uint32_t(i));
+}
+
+// Each row's top k (k <= kSelectUpTo), a block of kBlock per row: eight scans of the row, each
+// counting by its next 8 bits the keys that share the bits fixed so far, fix the k-th largest key
+// (`rank`: its place among those); the k keys at or above it are then sorted in shared memory.
+template <class S> __global__ void radix_topk_k(int64_t rows, int64_t n, int64_t k, int64_t P2, const S* x, S* vals, int64_t* idx, bool largest) {
+  __shared__ uint32_t count[kBlock], rank, taken;
+  __shared__ uint64_t prefix, sel[kSelectUpTo];
+  SINTER_ROWS(r, rows) {
+    const S* row = x + r * n;
+    if (threadIdx.x == 0) prefix = 0, rank = uint32_t(k), taken = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      count[threadIdx.x] = 0;
+      __syncthreads();
+      const uint64_t fixed = prefix, mask = shift == 56 ? 0 : ~uint64_t(0) << (shift + 8);
+      const uint32_t want = rank;
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const uint64_t key = order_key(float(load(row + j)), j, largest);
+        if ((key & mask) == fixed) atomicAdd(&count[(key >> shift) & 255], 1u);
+      }
+      __syncthreads();
+      const uint32_t mine = count[threadIdx.x];
+      for (int off = 1; off < kBlock; off *= 2) {  // count[d] becomes the keys with digit >= d
+        const uint32_t add = threadIdx.x + off < kBlock ? count[threadIdx.x + off] : 0;
+        __syncthreads();
+        count[threadIdx.x] += add;
+        __syncthreads();
+      }
+      if (count[threadIdx.x] >= want && count[threadIdx.x] - mine < want)
+        prefix = fixed | uint64_t(threadIdx.x) << shift, rank = want - (count[threadIdx.x] - mine);
+      __syncthreads();
+    }
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const uint64_t key = order_key(float(load(row + j)), j, largest);
+      if (key >= prefix) sel[atomicAdd(&taken, 1u)] = key;
+    }
+    for (int64_t c = k + threadIdx.x; c < P2; c += blockDim.x) sel[c] = 0;  // sorts last
+    __syncthreads();
+    for (int64_t k2 = 2; k2 <= P2; k2 *= 2)
+      for (int64_t j = k2 / 2; j >= 1; j /= 2) {
+        for (int64_t t = threadIdx.x; t < P2 / 2; t += blockDim.x) exchange(sel, t, 0, k2, j, KeyOrder{});
+        __syncthreads();
+      }
+    for (int64_t c = threadIdx.x; c < k; c += blockDim.x) {
+      const int64_t i = 0xFFFFFFFFu - uint32_t(sel[c]);
+      vals[r * k + c] = row[i], idx[r * k + c] = i;
+    }
+    __syncthreads();  // sel and prefix are set again for the next row
   }
 }
 
@@ -149,6 +222,10 @@ void topk_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) 
   if (rows > 0 && k > 0)
     dispatch<Types::numeric>(x.dtype(), "topk", [&](auto tag) {
       using S = decltype(tag);
+      if constexpr (std::is_same_v<compute_t<S>, float>)
+        if (n > kRadixFrom && k <= kSelectUpTo && n <= int64_t(UINT32_MAX))
+          return launch_rows("topk", vals, rows, radix_topk_k<S>, n, k, int64_t(std::bit_ceil(uint64_t(k))), ptr<const S>(x2), ptr<S>(vals),
+                             ptr<int64_t>(idx), a.b("largest"));
       if (k > kPassesUpTo) return sorted_topk<S>(x2, rows, n, k, vals, idx, a.b("largest"));
       launch_rows("topk", vals, rows, topk_k<S>, n, k, ptr<const S>(x2), ptr<S>(vals), ptr<int64_t>(idx), a.b("largest"));
     });
