@@ -76,7 +76,7 @@ TEST(Sampling, BadLogitsAndSettingsAreErrorsNamingThem) {
     EXPECT_TRUE(test::throws_naming("sample", [&] { (void)train::sample(nan, s); }, "logits are not finite (nan)")) << name(s);
 }
 
-TEST(Sampling, OnTheGpuDrawsFollowTheSameDistributionWaitingOncePerToken) {
+TEST(CudaSampling, DrawsFollowTheTopKAndNucleusDistributionWaitingOncePerToken) {
   NEEDS_GPU();
   const Tensor l = logits_row().to(Device::cuda(0));
   for (const train::Sampling& s : kSettings) {
