@@ -3,8 +3,9 @@
 // device-to-device copy of the same traffic, causal bf16 attention and a decode step against
 // PyTorch's SDPA backends, bf16 2:4 layers against dense ones and PyTorch's 2:4, a gpt2-124m bf16
 // training step (B=16, T=1024), greedy generation of 256 tokens at batch 1 and a token drawn with
-// top-k/top-p from 50257 logits. Every timing ends with the device's queue drained. On the CUDA emulator the same code runs once per row at tiny
-// sizes (`Sizes::emulated`): CI checks that the suite runs; its times there mean nothing.
+// top-k/top-p from 50257 logits. Every timing ends with the device's queue drained. On the CUDA
+// emulator the same code runs once per row at tiny sizes (`Sizes::emulated`): CI checks that the
+// suite runs; its times there mean nothing.
 #include <sinter/cuda.h>
 #include <sinter/sinter.h>
 #include <sinter/sparse.h>

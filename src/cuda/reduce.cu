@@ -194,6 +194,16 @@ std::optional<std::array<int64_t, 3>> middle_block(const Tensor& x, const std::v
 constexpr int64_t kColumnBlocks = 1024;  // blocks a column reduction aims for: several per SM on an H200
 constexpr int64_t kSplitRows = 64;       // the fewest rows a split of one takes
 
+// Calls fn with a value of out's storage type: a reduction of S makes S, or i64 (a sum of integers
+// or bools), the only pairs its kernels are built for.
+template <class S, class Fn> void dispatch_out(DType out, const char* op, Fn&& fn) {
+  if (out == DType::i64) return fn(int64_t{});
+  dispatch<Types::all>(out, op, [&](auto otag) {
+    if constexpr (std::is_same_v<decltype(otag), S>) fn(otag);
+    else SINTER_THROW(DTypeError, "[", op, "] has no CUDA kernel reducing into dtype ", out);
+  });
+}
+
 // Reduces x (outer, n, inner) over n in place into out (outer * inner), by columns.
 template <Red R> void reduce_columns(const char* op, const Tensor& x, std::array<int64_t, 3> s, const Tensor& out, bool mean) {
   const int64_t outer = s[0], n = s[1], inner = s[2];  // not bindings: lambdas capture them
@@ -204,7 +214,7 @@ template <Red R> void reduce_columns(const char* op, const Tensor& x, std::array
   dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
     using S = decltype(tag);
     using A = red_acc_t<R, S>;
-    dispatch<Types::all>(out.dtype(), op, [&](auto otag) {
+    dispatch_out<S>(out.dtype(), op, [&](auto otag) {
       using O = decltype(otag);
       if (splits == 1)
         return launch_kernel(op, reduce_cols_k<R, S, A, O>, blocks, kBlock, 0, stream(device), outer, n, inner, splits, ptr<const S>(x),
@@ -226,7 +236,7 @@ template <Red R> void reduce_op(const char* op, std::span<const Tensor> in, std:
   rows = out[0].numel();
   dispatch<Types::all>(x.dtype(), op, [&](auto tag) {
     using S = decltype(tag);
-    dispatch<Types::all>(out[0].dtype(), op, [&](auto otag) {
+    dispatch_out<S>(out[0].dtype(), op, [&](auto otag) {
       using O = decltype(otag);
       if (n <= kShortRow)
         return launch_n(op, rows, out[0].device().index, reduce_short_rows_k<R, S, O>, n, ptr<const S>(x), ptr<O>(out[0]), mean);
@@ -255,7 +265,7 @@ void cumsum_op(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a
   const Tensor sums = Tensor::empty(x.shape(), out[0].dtype(), x.device());
   dispatch<Types::all>(x.dtype(), "cumsum", [&](auto tag) {
     using S = decltype(tag);
-    dispatch<Types::numeric>(sums.dtype(), "cumsum", [&](auto otag) {
+    dispatch_out<S>(sums.dtype(), "cumsum", [&](auto otag) {
       using O = decltype(otag);
       launch_rows("cumsum", sums, rows, cumsum_rows_k<S, O>, n, ptr<const S>(x), ptr<O>(sums));
     });

@@ -60,6 +60,7 @@ template <class S> __global__ void topk_k(int64_t rows, int64_t n, int64_t k, co
     }
   }
 }
+
 // A row's entry in the sort; index -1 pads the row to a power of two and sorts last.
 struct Entry {
   double v;
@@ -81,7 +82,8 @@ struct KeyOrder {  // order_key's: the larger first
 
 // Step (k2, j) of a bitonic network on pair t of a: entries e and e + j in the order, where e's
 // run of k2 (at position base + e) goes first to last; in reverse where it goes the other way.
-template <class E, class Order> __device__ __forceinline__ void exchange(E* a, int64_t t, int64_t base, int64_t k2, int64_t j, Order first) {
+template <class E, class Order>
+__device__ __forceinline__ void exchange(E* a, int64_t t, int64_t base, int64_t k2, int64_t j, Order first) {
   const int64_t e = 2 * j * (t / j) + t % j, f = e + j;
   const bool up = ((base + e) & k2) == 0;
   if (up ? first(a[f], a[e]) : first(a[e], a[f])) {
@@ -119,7 +121,8 @@ __global__ void sort_tiles_k(int64_t tiles, int64_t P, int64_t T, int64_t k2_fir
   }
 }
 
-template <class S> __global__ void sort_take_k(int64_t count, int64_t k, int64_t n, int64_t P, const S* x, const Entry* e, S* vals, int64_t* idx) {
+template <class S>
+__global__ void sort_take_k(int64_t count, int64_t k, int64_t n, int64_t P, const S* x, const Entry* e, S* vals, int64_t* idx) {
   SINTER_GRID_STRIDE(t, count) {
     const int64_t r = t / k, i = e[r * P + t % k].i;
     vals[t] = x[r * n + i], idx[t] = i;
@@ -142,7 +145,8 @@ __device__ __forceinline__ uint64_t order_key(float v, int64_t i, bool largest) 
 // Each row's top k (k <= kSelectUpTo), a block of kBlock per row: eight scans of the row, each
 // counting by its next 8 bits the keys that share the bits fixed so far, fix the k-th largest key
 // (`rank`: its place among those); the k keys at or above it are then sorted in shared memory.
-template <class S> __global__ void radix_topk_k(int64_t rows, int64_t n, int64_t k, int64_t P2, const S* x, S* vals, int64_t* idx, bool largest) {
+template <class S>
+__global__ void radix_topk_k(int64_t rows, int64_t n, int64_t k, int64_t P2, const S* x, S* vals, int64_t* idx, bool largest) {
   __shared__ uint32_t count[kBlock], rank, taken;
   __shared__ uint64_t prefix, sel[kSelectUpTo];
   SINTER_ROWS(r, rows) {
@@ -205,7 +209,8 @@ void sorted_topk(const Tensor& x, int64_t rows, int64_t n, int64_t k, const Tens
       for (int64_t j = k2 / 2; j >= T; j /= 2) launch_n("topk", m * P / 2, device, sort_step_k, P, k2, j, e, largest);
       launch_kernel("topk", sort_tiles_k, tile_blocks, kBlock, 0, stream(device), m * P / T, P, T, k2, k2, e, largest);
     }
-    launch_n("topk", m * k, device, sort_take_k<S>, k, n, P, ptr<const S>(x) + r0 * n, e, ptr<S>(vals) + r0 * k, ptr<int64_t>(idx) + r0 * k);
+    launch_n("topk", m * k, device, sort_take_k<S>, k, n, P, ptr<const S>(x) + r0 * n, e, ptr<S>(vals) + r0 * k,
+             ptr<int64_t>(idx) + r0 * k);
   }
 }
 

@@ -98,7 +98,8 @@ struct DecodeGraph {
 }  // namespace
 
 int64_t sample(const Tensor& logits, const Sampling& s) {
-  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1, "[sample] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1,
+               "[sample] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
   SINTER_CHECK_SHAPE(logits.dim() == 1 && logits.numel() > 0, "[sample] needs a 1-D row of logits, got shape ", logits.shape());
   return sample_row(logits, s, "sample");
 }
