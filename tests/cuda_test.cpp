@@ -181,6 +181,34 @@ TEST(CudaBackend, TopkOfManyValuesEqualsTheCpus) {
   }
 }
 
+// multinomial over rows past 1024 probabilities takes a block per row (src/cuda/index.cu): the
+// same draws as the CPU's from the same seed, with and without replacement, zeros skipped, and a
+// bad row raised at the next wait as the CPU raises it.
+TEST(CudaBackend, MultinomialOverLongRowsDrawsAsTheCpu) {
+  NEEDS_GPU();
+  manual_seed(13);
+  Tensor p = rand({3, 50000});
+  p = where(lt(p, full({}, 0.3)), zeros({}), p);  // empty categories
+  for (const bool replacement : {true, false}) {
+    manual_seed(4);
+    const Tensor want = multinomial(p, 6, replacement);
+    manual_seed(4);
+    const Tensor got = multinomial(p.to(kGpu), 6, replacement);
+    EXPECT_TRUE(test::bitwise_equal(got.to(Device::cpu()), want)) << (replacement ? "with" : "without") << " replacement";
+  }
+  const Tensor at = arange(3000).reshape({1, 3000});
+  const Tensor last = where(eq(at, full({}, 2999, DType::i64)), ones({}), zeros({})).expand({2, 3000}).contiguous();
+  EXPECT_EQ(multinomial(last.to(kGpu), 3, true).to(Device::cpu()).to_vector<int64_t>(), std::vector<int64_t>(6, 2999));
+  const Tensor bad = where(eq(at, full({}, 1234, DType::i64)), full({}, -1.0), rand({2, 3000}));
+  try {
+    (void)multinomial(bad.to(kGpu), 1, true).to(Device::cpu());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("[multinomial] row 0 has a probability that is negative or not finite"), std::string::npos) << m;
+  }
+}
+
 TEST(CudaBackend, MixingDevicesInOneOpNamesBoth) {
   NEEDS_GPU();
   try {

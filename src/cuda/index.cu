@@ -1,6 +1,7 @@
 // CUDA kernels of the indexing ops (src/ops/index.cpp) with the CPU's rules (cpu/op_index.cpp):
 // index_select, gather, scatter_add (atomic adds), masked_fill, triangle, one_hot and multinomial
-// (the CPU's inverse CDF in double, one thread per row, the same Philox draws); topk is topk.cu's.
+// (the CPU's inverse CDF in double and the same Philox draws: a thread per row, a block per row
+// past 1024 probabilities); topk is topk.cu's.
 // Indices are range-checked on the device (checked_indices); a bad one, and a row multinomial
 // cannot draw from, is recorded as the device's fault and raised at the next wait.
 #include <cuda_bf16.h>
@@ -135,6 +136,70 @@ __global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, 
   }
 }
 
+// The same for rows longer than kThreadRowUpTo, a block per row: the checks and the total are
+// block-wide, and each draw's inverse CDF runs by runs: thread k sums its run of P / kBlock
+// probabilities, a scan of the runs' sums finds the one whose range holds u, and its thread walks
+// it as the one-thread kernel walks the row. The sums add in another order than the CPU's, so a
+// draw can differ from its only where u lies within rounding of a boundary.
+constexpr int64_t kThreadRowUpTo = 1024;
+
+__global__ void multinomial_rows_k(int64_t R, const double* p, int64_t P, int64_t n, bool repl, uint64_t seed, uint64_t counter,
+                                   double* w, int64_t* out, DeviceFault* fault, MultinomialReasons why) {
+  __shared__ double ends[kBlock];  // the runs' inclusive scan
+  const int64_t per = (P + kBlock - 1) / kBlock, lo = threadIdx.x * per, hi = lo + per < P ? lo + per : P;
+  SINTER_ROWS(r, R) {
+    const double* pr = p + r * P;
+    double* wr = w + r * P;
+    double total = 0;
+    int64_t positive = 0, bad = 0;
+    for (int64_t i = lo; i < hi; ++i) {
+      const double v = pr[i];
+      bad |= !isfinite(v) || v < 0;
+      total += v, positive += v > 0;
+      wr[i] = v;
+    }
+    bad = block_reduce<Red::max>(bad), total = block_reduce<Red::sum>(total), positive = block_reduce<Red::sum>(positive);
+    const char* wrong = bad ? why.bad : !(total > 0) ? why.none : !repl && positive < n ? why.few : nullptr;
+    if (wrong) {
+      if (threadIdx.x == 0) {
+        for (int64_t s = 0; s < n; ++s) out[r * n + s] = 0;
+        record_fault(fault, {1, r, 0, R, -1, why.op, wrong});
+      }
+      continue;
+    }
+    for (int64_t s = 0; s < n; ++s) {
+      double mine = 0;
+      for (int64_t i = lo; i < hi; ++i) mine += wr[i];
+      ends[threadIdx.x] = mine;
+      __syncthreads();
+      for (int off = 1; off < kBlock; off *= 2) {
+        const double add = threadIdx.x >= off ? ends[threadIdx.x - off] : 0.0;
+        __syncthreads();
+        ends[threadIdx.x] += add;
+        __syncthreads();
+      }
+      uint32_t b[4];
+      const uint64_t e = uint64_t(r * n + s);
+      detail::philox_block(seed, counter + e / 4, b);
+      const double u = double(float(b[e % 4] >> 8) * (1.0f / 16777216.0f)) * ends[kBlock - 1];
+      const double start = threadIdx.x ? ends[threadIdx.x - 1] : 0.0;
+      if (start <= u && u < ends[threadIdx.x]) {  // one run's range holds u (empty runs hold none)
+        double acc = start;
+        int64_t pick = -1;
+        for (int64_t i = lo; i < P; ++i) {  // past the run only where its rounding fell short of u
+          if (wr[i] <= 0) continue;
+          acc += wr[i];
+          pick = i;
+          if (u < acc) break;
+        }
+        out[r * n + s] = pick;
+        if (!repl) wr[pick] = 0;
+      }
+      __syncthreads();  // ends and w are read again by the next draw
+    }
+  }
+}
+
 void pick_op(const char* op, bool gather, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const int dim = int(detail::wrap_dim(op, a.i("dim"), x.dim()));
@@ -186,8 +251,12 @@ void multinomial_op(std::span<const Tensor> in, std::span<Tensor> out, const Att
   const Tensor w = Tensor::empty({R, P}, DType::f64, p.device()), rows = Tensor::empty({R}, DType::u8, p.device());  // sizes the launch
   const MultinomialReasons why{"multinomial", "has a probability that is negative or not finite", "has no positive probability",
                                "has too few non-zero probabilities for its samples without replacement"};
-  launch("multinomial", rows, multinomial_k, ptr<const double>(p), P, n, a.b("replacement"), uint64_t(a.i("seed")), uint64_t(a.i("counter")),
-         ptr<double>(w), ptr<int64_t>(out[0]), device_fault(p.device().index), why);
+  const uint64_t seed = uint64_t(a.i("seed")), counter = uint64_t(a.i("counter"));
+  if (P > kThreadRowUpTo)
+    return launch_rows("multinomial", rows, R, multinomial_rows_k, ptr<const double>(p), P, n, a.b("replacement"), seed, counter,
+                       ptr<double>(w), ptr<int64_t>(out[0]), device_fault(p.device().index), why);
+  launch("multinomial", rows, multinomial_k, ptr<const double>(p), P, n, a.b("replacement"), seed, counter, ptr<double>(w),
+         ptr<int64_t>(out[0]), device_fault(p.device().index), why);
 }
 
 }  // namespace
