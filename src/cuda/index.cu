@@ -87,6 +87,19 @@ __global__ void one_hot_k(int64_t n, const int64_t* idx, int64_t* out, int64_t C
   SINTER_GRID_STRIDE(i, n) out[i] = idx[i / C] == i % C ? 1 : 0;
 }
 
+// The inverse CDF over w[from, P), acc the mass before it: the first positive entry whose running
+// sum passes u, skipping empty categories (the last positive one where rounding leaves u above).
+__device__ int64_t inverse_cdf(const double* w, int64_t from, int64_t P, double u, double acc) {
+  int64_t pick = -1;
+  for (int64_t i = from; i < P; ++i) {
+    if (w[i] <= 0) continue;
+    acc += w[i];
+    pick = i;
+    if (u < acc) break;
+  }
+  return pick;
+}
+
 // A row whose probabilities cannot be drawn from (negative or not finite, none positive, too few
 // for draws without replacement) is recorded as the device's fault with the reason, its draws 0.
 struct MultinomialReasons {  // host strings, carried through untouched
@@ -122,14 +135,7 @@ __global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, 
       const uint64_t e = uint64_t(r * n + s);
       detail::philox_block(seed, counter + e / 4, b);
       const double u = double(float(b[e % 4] >> 8) * (1.0f / 16777216.0f)) * t;
-      double acc = 0;
-      int64_t pick = -1;
-      for (int64_t i = 0; i < P; ++i) {
-        if (wr[i] <= 0) continue;
-        acc += wr[i];
-        pick = i;
-        if (u < acc) break;
-      }
+      const int64_t pick = inverse_cdf(wr, 0, P, u, 0.0);
       out[r * n + s] = pick;
       if (!repl) wr[pick] = 0;
     }
@@ -184,14 +190,7 @@ __global__ void multinomial_rows_k(int64_t R, const double* p, int64_t P, int64_
       const double u = double(float(b[e % 4] >> 8) * (1.0f / 16777216.0f)) * ends[kBlock - 1];
       const double start = threadIdx.x ? ends[threadIdx.x - 1] : 0.0;
       if (start <= u && u < ends[threadIdx.x]) {  // one run's range holds u (empty runs hold none)
-        double acc = start;
-        int64_t pick = -1;
-        for (int64_t i = lo; i < P; ++i) {  // past the run only where its rounding fell short of u
-          if (wr[i] <= 0) continue;
-          acc += wr[i];
-          pick = i;
-          if (u < acc) break;
-        }
+        const int64_t pick = inverse_cdf(wr, lo, P, u, start);  // past the run only where its rounding fell short of u
         out[r * n + s] = pick;
         if (!repl) wr[pick] = 0;
       }
