@@ -1,6 +1,7 @@
 #pragma once
-// One Philox4x32-10 block: four 32-bit outputs for (key = seed, counter). The CPU (random.cpp) and
-// the CUDA kernels (src/cuda/factory.cu) share it, so both draw the same numbers.
+// One Philox4x32-10 block: four 32-bit outputs for (key = seed, counter), and a uniform draw from
+// a stream of them. The CPU (random.cpp) and the CUDA kernels (src/cuda/) share both, so both draw
+// the same numbers.
 #include <cstdint>
 
 #ifndef SINTER_HD
@@ -20,6 +21,13 @@ SINTER_HD inline void philox_block(uint64_t seed, uint64_t counter, uint32_t out
     k1 += 0xBB67AE85u;
   }
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+// The i-th uniform draw in [0, 1) of the stream (seed, counter): 24 random bits, exactly a float.
+SINTER_HD inline float philox_uniform(uint64_t seed, uint64_t counter, uint64_t i) {
+  uint32_t r[4];
+  philox_block(seed, counter + i / 4, r);
+  return float(r[i % 4] >> 8) * (1.0f / 16777216.0f);
 }
 
 }  // namespace sinter::detail

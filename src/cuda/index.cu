@@ -131,10 +131,7 @@ __global__ void multinomial_k(int64_t R, const double* p, int64_t P, int64_t n, 
     for (int64_t s = 0; s < n; ++s) {
       double t = 0;
       for (int64_t i = 0; i < P; ++i) t += wr[i];
-      uint32_t b[4];
-      const uint64_t e = uint64_t(r * n + s);
-      detail::philox_block(seed, counter + e / 4, b);
-      const double u = double(float(b[e % 4] >> 8) * (1.0f / 16777216.0f)) * t;
+      const double u = double(detail::philox_uniform(seed, counter, uint64_t(r * n + s))) * t;
       const int64_t pick = inverse_cdf(wr, 0, P, u, 0.0);
       out[r * n + s] = pick;
       if (!repl) wr[pick] = 0;
@@ -184,10 +181,7 @@ __global__ void multinomial_rows_k(int64_t R, const double* p, int64_t P, int64_
         ends[threadIdx.x] += add;
         __syncthreads();
       }
-      uint32_t b[4];
-      const uint64_t e = uint64_t(r * n + s);
-      detail::philox_block(seed, counter + e / 4, b);
-      const double u = double(float(b[e % 4] >> 8) * (1.0f / 16777216.0f)) * ends[kBlock - 1];
+      const double u = double(detail::philox_uniform(seed, counter, uint64_t(r * n + s))) * ends[kBlock - 1];
       const double start = threadIdx.x ? ends[threadIdx.x - 1] : 0.0;
       if (start <= u && u < ends[threadIdx.x]) {  // one run's range holds u (empty runs hold none)
         const int64_t pick = inverse_cdf(wr, lo, P, u, start);  // past the run only where its rounding fell short of u

@@ -1,9 +1,8 @@
 // CUDA kernels of the reductions and the softmax family (src/ops/reduce.cpp), as the CPU's
 // (cpu/op_reduce.cpp): the reduced dims are moved last into a contiguous (rows, n) copy, and one
 // block reduces each row (a thread, for rows of up to 16), accumulating in f32 (f16, bf16, f32),
-// f64 or i64. sum, mean and prod
-// over consecutive dims of a contiguous tensor with kept dims after them (a bias gradient's rows)
-// read it in place, by columns. Sums add in another order than the CPU's, so they agree within
+// f64 or i64. sum, mean and prod over consecutive dims of a contiguous tensor with kept dims after
+// them (a bias gradient's rows) read it in place, by columns. Sums add in another order than the CPU's, so they agree within
 // the specs' tolerances, not bit for bit.
 #include <algorithm>
 #include <array>

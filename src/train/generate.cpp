@@ -26,6 +26,11 @@
 namespace sinter::train {
 
 namespace {
+void check_settings(const Sampling& s, const char* op) {
+  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1, "[", op,
+               "] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+}
+
 void check_finite(double top, const char* op) {
   SINTER_CHECK(std::isfinite(top), "[", op, "] the model's logits are not finite (", top, "): its weights hold NaN or infinity");
 }
@@ -98,8 +103,7 @@ struct DecodeGraph {
 }  // namespace
 
 int64_t sample(const Tensor& logits, const Sampling& s) {
-  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1,
-               "[sample] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+  check_settings(s, "sample");
   SINTER_CHECK_SHAPE(logits.dim() == 1 && logits.numel() > 0, "[sample] needs a 1-D row of logits, got shape ", logits.shape());
   return sample_row(logits, s, "sample");
 }
@@ -113,8 +117,7 @@ Tensor generate(nn::GPT& model, const Tensor& prompt, int64_t max_new, const Sam
   SINTER_CHECK_SHAPE(prompt.dim() == 1 && prompt.numel() > 0, "[generate] the prompt must be a non-empty 1-D token tensor, got ",
                      prompt.shape());
   SINTER_CHECK(max_new >= 0, "[generate] max_new_tokens must be >= 0");
-  SINTER_CHECK(s.temperature >= 0 && s.top_k >= 0 && s.top_p > 0 && s.top_p <= 1,
-               "[generate] need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+  check_settings(s, "generate");
   const int64_t limit = model.config().max_position_embeddings;
   NoGradGuard g;
   const bool was_training = model.is_training();
