@@ -329,26 +329,64 @@ bool dnnl_has_bf16() {
 
 namespace {
 
-template <class T> void gemm_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias) {
+// The plain GEMM (f64 and the integers): each output starts from its bias and adds a[m][k] * b[k][n]
+// for k in order. Tiles of R rows x C columns keep their sums in registers, a load or two per
+// product; a b whose rows are strided (a transposed view) is copied dense first.
+template <class A, class T, int64_t R, int64_t C>
+void gemm_tile(const T* a, int64_t sa1, int64_t sa2, const T* b, int64_t sb1, const T* bias, int64_t K, T* c, int64_t N) {
+  A acc[R][C];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < C; ++j) acc[r][j] = bias ? A(compute_t<T>(bias[j])) : A(0);
+  for (int64_t k = 0; k < K; ++k) {
+    const T* brow = b + k * sb1;
+    for (int64_t r = 0; r < R; ++r) {
+      const A av = A(compute_t<T>(a[r * sa1 + k * sa2]));
+      for (int64_t j = 0; j < C; ++j) acc[r][j] += av * A(compute_t<T>(brow[j]));
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < C; ++j) c[r * N + j] = convert<T>(acc[r][j]);
+}
+
+// The same sums for the edges: `rows` <= R rows, `cols` <= C columns, b's columns sb2 apart.
+template <class A, class T, int64_t C>
+void gemm_edge(const T* a, int64_t sa1, int64_t sa2, const T* b, int64_t sb1, int64_t sb2, const T* bias, int64_t K, T* c,
+               int64_t N, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    A acc[C];
+    for (int64_t j = 0; j < cols; ++j) acc[j] = bias ? A(compute_t<T>(bias[j])) : A(0);
+    for (int64_t k = 0; k < K; ++k) {
+      const A av = A(compute_t<T>(a[r * sa1 + k * sa2]));
+      for (int64_t j = 0; j < cols; ++j) acc[j] += av * A(compute_t<T>(b[k * sb1 + j * sb2]));
+    }
+    for (int64_t j = 0; j < cols; ++j) c[r * N + j] = convert<T>(acc[j]);
+  }
+}
+
+template <class T> void gemm_loop(const Tensor& a, const Tensor& b_in, const Tensor& c, const Tensor& bias) {
   using A = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
+  constexpr int64_t R = 2, C = 8;
   const int64_t B = c.size(0), M = c.size(1), N = c.size(2), K = a.size(2);
+  Tensor b = b_in;
+  if (b.stride(2) != 1 && N > 1 && M > 1) b = Tensor::empty(b_in.shape(), b_in.dtype()), copy(b_in, b);
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   const T* pbias = bias.defined() ? bias.data<T>() : nullptr;
   T* pc = c.data<T>();
   const int64_t sa0 = a.stride(0), sa1 = a.stride(1), sa2 = a.stride(2);
   const int64_t sb0 = b.stride(0), sb1 = b.stride(1), sb2 = b.stride(2);
-  parallel_for(0, B * M, std::max<int64_t>(1, 4096 / std::max<int64_t>(N * K, 1)), [&](int64_t lo, int64_t hi) {
-    std::vector<A> acc(static_cast<size_t>(N));
-    for (int64_t bm = lo; bm < hi; ++bm) {
-      const int64_t bi = bm / M, m = bm % M;
-      for (int64_t n = 0; n < N; ++n) acc[size_t(n)] = pbias ? A(compute_t<T>(pbias[n])) : A(0);
-      for (int64_t k = 0; k < K; ++k) {
-        const A av = A(compute_t<T>(pa[bi * sa0 + m * sa1 + k * sa2]));
-        const T* brow = pb + bi * sb0 + k * sb1;
-        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += av * A(compute_t<T>(brow[n * sb2]));
+  const int64_t blocks = (M + R - 1) / R;
+  parallel_for(0, B * blocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(R * N * K, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t bi = t / blocks, m0 = t % blocks * R, rows = std::min(R, M - m0);
+      const T* at = pa + bi * sa0 + m0 * sa1;
+      T* ct = pc + (bi * M + m0) * N;
+      for (int64_t n0 = 0; n0 < N; n0 += C) {
+        const T* bt = pb + bi * sb0 + n0 * sb2;
+        const T* biast = pbias ? pbias + n0 : nullptr;
+        if (rows == R && n0 + C <= N && sb2 == 1) gemm_tile<A, T, R, C>(at, sa1, sa2, bt, sb1, biast, K, ct + n0, N);
+        else gemm_edge<A, T, C>(at, sa1, sa2, bt, sb1, sb2, biast, K, ct + n0, N, rows, std::min(C, N - n0));
       }
-      for (int64_t n = 0; n < N; ++n) pc[(bi * M + m) * N + n] = convert<T>(acc[size_t(n)]);
     }
   });
 }
