@@ -178,7 +178,10 @@ void add_more_specs(std::map<std::string, Spec>& m) {
                              {{rn({2, 6, 3}), rn({3, 4})}, {}},  {{ints({2, 3}, -3, 4), ints({3, 2}, -3, 4)}, {}},
                              // shared weights: transposed b folded into one GEMM; a batch that cannot fold
                              {{rn({2, 6, 3}), rn({4, 3}).t()}, {}}, {{rn({2, 3, 6}).transpose(1, 2), rn({3, 4})}, {}},
-                             {{rn({65, 70}), rn({70, 33})}, {}}, {{rn({3, 4}, DType::f64), rn({4, 2}, DType::f64)}, {}}};
+                             {{rn({65, 70}), rn({70, 33})}, {}}, {{rn({3, 4}, DType::f64), rn({4, 2}, DType::f64)}, {}},
+                             // the plain GEMM's 2 x 8 register tiles and their edges, over a transposed b; integers too
+                             {{rn({2, 5, 7}, DType::f64), rn({2, 12, 7}, DType::f64).transpose(1, 2)}, {}},
+                             {{ints({5, 7}, -3, 4), ints({12, 7}, -3, 4).t()}, {}}};
   };
   mm.ref = [](const std::vector<R>& in, const Attrs&) {
     R a = in[0], b = in[1];
