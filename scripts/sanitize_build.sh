@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sanitizer build that scripts/sanitize.sh and scripts/fuzz.sh share: clang with AddressSanitizer
-# + UBSan over the whole library (the numeric kernels unoptimized, so it builds in minutes), the
+# + UBSan over the whole library (unoptimized but for its GEMMs and hashes, so it builds in minutes), the
 # parsers with libFuzzer's coverage; without OpenMPI and nvcc's CUDA backend.
 #   scripts/sanitize_build.sh TARGET...   builds those targets in build-sanitize
 set -euo pipefail
@@ -11,5 +11,5 @@ scripts/setup.sh
 flags="-O2 -gline-tables-only -DNDEBUG"
 CXX=clang++ CC=clang cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINTER_SANITIZE=ON -DSINTER_FUZZ=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
-  -DSINTER_KERNELS_O0=ON -DSINTER_NATIVE=OFF -DSINTER_MPI=OFF -DSINTER_CUDA=OFF >/dev/null
+  -DSINTER_LIBRARY_O0=ON -DSINTER_NATIVE=OFF -DSINTER_MPI=OFF -DSINTER_CUDA=OFF >/dev/null
 cmake --build build-sanitize -j "$(nproc)" --target "$@"
