@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer build that scripts/sanitize.sh and scripts/fuzz.sh share: clang with AddressSanitizer
-# + UBSan over the whole library (unoptimized but for its GEMMs and hashes, so it builds in minutes), the
-# parsers with libFuzzer's coverage; without OpenMPI and nvcc's CUDA backend.
+# + UBSan over the whole library (unoptimized but for its GEMMs, hashes and parsers, so it builds in
+# minutes), the parsers with libFuzzer's coverage; without OpenMPI and nvcc's CUDA backend.
 #   scripts/sanitize_build.sh TARGET...   builds those targets in build-sanitize
 set -euo pipefail
 cd "$(dirname "$0")/.."
